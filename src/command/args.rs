@@ -1,0 +1,271 @@
+//! Argument parsing with Redis's exact rules (which strings are integers, which are floats) and
+//! the number formats Redis prints.
+
+use crate::reply::{errors, Reply};
+
+/// Redis's `string2ll`: optional `-`, no `+`, no leading zeros, no spaces, no overflow.
+pub fn parse_i64(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    if b == b"0" {
+        return Some(0);
+    }
+    let (neg, digits) = match b[0] {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || !(b'1'..=b'9').contains(&digits[0]) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
+    }
+    if neg {
+        if v > i64::MAX as u64 + 1 {
+            None
+        } else {
+            Some((v as i64).wrapping_neg())
+        }
+    } else if v > i64::MAX as u64 {
+        None
+    } else {
+        Some(v as i64)
+    }
+}
+
+/// An integer argument, or Redis's "not an integer" error.
+pub fn int_arg(b: &[u8]) -> Result<i64, Reply> {
+    parse_i64(b).ok_or_else(|| Reply::err(errors::NOT_INTEGER))
+}
+
+/// A float as Redis's `string2ld`/`strtold` accept it: no spaces, no NaN; `inf` allowed.
+pub fn parse_f64(b: &[u8]) -> Option<f64> {
+    if b.is_empty() || b.len() > 5000 {
+        return None;
+    }
+    let s = std::str::from_utf8(b).ok()?;
+    if s.starts_with(|c: char| c.is_whitespace()) || s.ends_with(|c: char| c.is_whitespace()) {
+        return None;
+    }
+    let lower = s.to_ascii_lowercase();
+    let unsigned = lower.trim_start_matches(['+', '-']);
+    if unsigned.starts_with("nan") {
+        return None;
+    }
+    if let Some(hexdigits) = unsigned.strip_prefix("0x") {
+        let neg = lower.starts_with('-');
+        let v = u64::from_str_radix(hexdigits, 16).ok()? as f64;
+        return Some(if neg { -v } else { v });
+    }
+    let v: f64 = lower.parse().ok()?;
+    if v.is_nan() {
+        return None;
+    }
+    Some(v)
+}
+
+/// Formats like Redis's `ld2string(..., LD_STR_HUMAN)`: `%.17f` with trailing zeros trimmed.
+/// Redis computes in `long double`; tidepool in `f64`, which prints the same for every value
+/// whose sum is exact in binary (see README, "Known differences").
+pub fn fmt_human(x: f64) -> String {
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let mut s = format!("{x:.17}");
+    if s.contains('.') {
+        while s.ends_with('0') {
+            s.pop();
+        }
+        if s.ends_with('.') {
+            s.pop();
+        }
+    }
+    if s == "-0" {
+        s = "0".into();
+    }
+    s
+}
+
+/// Case-insensitive comparison of an argument with an ASCII keyword.
+pub fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// Redis's glob matcher (`stringmatchlen`): `*`, `?`, `[...]` with `^` and ranges, `\` escapes.
+pub fn glob_match(pattern: &[u8], s: &[u8], nocase: bool) -> bool {
+    glob(pattern, s, nocase, 0)
+}
+
+fn glob(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
+    if depth > 1000 {
+        return false;
+    }
+    let eq = |a: u8, b: u8| {
+        if nocase {
+            a.eq_ignore_ascii_case(&b)
+        } else {
+            a == b
+        }
+    };
+    while !p.is_empty() && !s.is_empty() {
+        match p[0] {
+            b'*' => {
+                while p.len() > 1 && p[1] == b'*' {
+                    p = &p[1..];
+                }
+                if p.len() == 1 {
+                    return true;
+                }
+                for i in 0..s.len() {
+                    if glob(&p[1..], &s[i..], nocase, depth + 1) {
+                        return true;
+                    }
+                }
+                return false;
+            }
+            b'?' => {
+                s = &s[1..];
+            }
+            b'[' => {
+                p = &p[1..];
+                let not = p.first() == Some(&b'^');
+                if not {
+                    p = &p[1..];
+                }
+                let mut matched = false;
+                loop {
+                    if p.is_empty() {
+                        break;
+                    }
+                    if p[0] == b'\\' && p.len() >= 2 {
+                        p = &p[1..];
+                        if eq(p[0], s[0]) {
+                            matched = true;
+                        }
+                    } else if p[0] == b']' {
+                        break;
+                    } else if p.len() >= 3 && p[1] == b'-' {
+                        let (mut start, mut end) = (p[0], p[2]);
+                        let mut c = s[0];
+                        if start > end {
+                            std::mem::swap(&mut start, &mut end);
+                        }
+                        if nocase {
+                            start = start.to_ascii_lowercase();
+                            end = end.to_ascii_lowercase();
+                            c = c.to_ascii_lowercase();
+                        }
+                        p = &p[2..];
+                        if c >= start && c <= end {
+                            matched = true;
+                        }
+                    } else if eq(p[0], s[0]) {
+                        matched = true;
+                    }
+                    p = &p[1..];
+                }
+                if p.is_empty() {
+                    // Unterminated class: Redis treats the end as the class end.
+                    if not {
+                        matched = !matched;
+                    }
+                    if !matched {
+                        return false;
+                    }
+                    s = &s[1..];
+                    continue;
+                }
+                if not {
+                    matched = !matched;
+                }
+                if !matched {
+                    return false;
+                }
+                s = &s[1..];
+            }
+            b'\\' if p.len() >= 2 => {
+                p = &p[1..];
+                if !eq(p[0], s[0]) {
+                    return false;
+                }
+                s = &s[1..];
+            }
+            c => {
+                if !eq(c, s[0]) {
+                    return false;
+                }
+                s = &s[1..];
+            }
+        }
+        p = &p[1..];
+        if s.is_empty() {
+            while p.first() == Some(&b'*') {
+                p = &p[1..];
+            }
+            break;
+        }
+    }
+    p.is_empty() && s.is_empty()
+}
+
+/// Options shared by SCAN, HSCAN (and later SSCAN, ZSCAN): MATCH, COUNT, TYPE.
+pub struct ScanOpts {
+    pub cursor: u64,
+    pub pattern: Option<Vec<u8>>,
+    pub count: usize,
+    pub type_name: Option<Vec<u8>>,
+    pub novalues: bool,
+}
+
+/// Parses `cursor [MATCH p] [COUNT n] [TYPE t]` starting at `args[at]` (the cursor).
+pub fn scan_opts(args: &[Vec<u8>], at: usize, allow_type: bool) -> Result<ScanOpts, Reply> {
+    let cursor = std::str::from_utf8(&args[at])
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .ok_or_else(|| Reply::err(errors::INVALID_CURSOR))?;
+    let mut o = ScanOpts {
+        cursor,
+        pattern: None,
+        count: 10,
+        type_name: None,
+        novalues: false,
+    };
+    let mut i = at + 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        if is(&args[i], "count") && more >= 1 {
+            let n = int_arg(&args[i + 1])?;
+            if n < 1 {
+                return Err(Reply::err(errors::SYNTAX));
+            }
+            o.count = n as usize;
+            i += 2;
+        } else if is(&args[i], "match") && more >= 1 {
+            o.pattern = Some(args[i + 1].clone());
+            i += 2;
+        } else if allow_type && is(&args[i], "type") && more >= 1 {
+            o.type_name = Some(args[i + 1].clone());
+            i += 2;
+        } else if !allow_type && is(&args[i], "novalues") {
+            o.novalues = true;
+            i += 1;
+        } else {
+            return Err(Reply::err(errors::SYNTAX));
+        }
+    }
+    Ok(o)
+}
+
+impl ScanOpts {
+    pub fn matches(&self, item: &[u8]) -> bool {
+        match &self.pattern {
+            None => true,
+            Some(p) => p.as_slice() == b"*" || glob_match(p, item, false),
+        }
+    }
+}

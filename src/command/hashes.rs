@@ -1,0 +1,288 @@
+//! Hash commands.
+
+use super::args::{fmt_human, int_arg, is, parse_f64, parse_i64, scan_opts};
+use super::strings::tri;
+use super::Ctx;
+use crate::reply::{errors, Reply};
+use crate::state::scanmap::ScanMap;
+use crate::state::Value;
+
+type Hash = ScanMap<Vec<u8>>;
+
+/// Most fields HRANDFIELD with a negative count returns (repeats allowed).
+const HRANDFIELD_REPEATS_MAX: u64 = 10_000_000;
+
+fn read<'a>(ctx: &'a Ctx, key: &[u8]) -> Result<Option<&'a Hash>, Reply> {
+    read_db(ctx.db, key, ctx.now_ms)
+}
+
+fn read_db<'a>(
+    db: &'a crate::state::Db,
+    key: &[u8],
+    now_ms: u64,
+) -> Result<Option<&'a Hash>, Reply> {
+    match db.get(key, now_ms).map(|e| &e.value) {
+        None => Ok(None),
+        Some(Value::Hash(h)) => Ok(Some(h)),
+        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
+    }
+}
+
+/// The hash at `key` for writing, created empty when absent.
+fn write<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<&'a mut Hash, Reply> {
+    let now = ctx.now_ms;
+    match ctx
+        .db
+        .get_mut(key, now)
+        .map(|e| matches!(e.value, Value::Hash(_)))
+    {
+        Some(false) => return Err(Reply::err(errors::WRONGTYPE)),
+        None => ctx.db.insert(key, Value::Hash(Hash::new()), None, now),
+        Some(true) => {}
+    }
+    match ctx.db.get_mut(key, now).map(|e| &mut e.value) {
+        Some(Value::Hash(h)) => Ok(h),
+        _ => Err(Reply::err(errors::WRONGTYPE)),
+    }
+}
+
+/// Removes `key` when a write left its hash empty (Redis never keeps empty aggregates).
+fn drop_if_empty(ctx: &mut Ctx, key: &[u8]) {
+    if let Some(Value::Hash(h)) = ctx.db.get(key, ctx.now_ms).map(|e| &e.value) {
+        if h.is_empty() {
+            ctx.db.remove(key);
+        }
+    }
+}
+
+pub fn hset(ctx: &mut Ctx, a: &[Vec<u8>], hmset: bool) -> Reply {
+    if !a.len().is_multiple_of(2) {
+        return Reply::err(errors::wrong_arity(if hmset { "hmset" } else { "hset" }));
+    }
+    let h = tri!(write(ctx, &a[1]));
+    let mut created = 0;
+    for fv in a[2..].chunks(2) {
+        if h.insert(&fv[0], fv[1].clone()).is_none() {
+            created += 1;
+        }
+    }
+    ctx.dirty = true;
+    if hmset {
+        Reply::ok()
+    } else {
+        Reply::Int(created)
+    }
+}
+
+pub fn hsetnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if tri!(read(ctx, &a[1])).is_some_and(|h| h.contains_key(&a[2])) {
+        return Reply::Int(0);
+    }
+    let h = tri!(write(ctx, &a[1]));
+    h.insert(&a[2], a[3].clone());
+    ctx.dirty = true;
+    Reply::Int(1)
+}
+
+pub fn hget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::opt_bulk(
+        tri!(read(ctx, &a[1]))
+            .and_then(|h| h.get(&a[2]))
+            .map(|v| v.as_slice()),
+    )
+}
+
+pub fn hmget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let h = tri!(read(ctx, &a[1]));
+    Reply::Array(
+        a[2..]
+            .iter()
+            .map(|f| Reply::opt_bulk(h.and_then(|h| h.get(f)).map(|v| v.as_slice())))
+            .collect(),
+    )
+}
+
+pub fn hdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if tri!(read(ctx, &a[1])).is_none() {
+        return Reply::Int(0);
+    }
+    let h = tri!(write(ctx, &a[1]));
+    let n = a[2..].iter().filter(|f| h.remove(f).is_some()).count();
+    if n > 0 {
+        ctx.dirty = true;
+    }
+    drop_if_empty(ctx, &a[1]);
+    Reply::Int(n as i64)
+}
+
+pub fn hlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::Int(tri!(read(ctx, &a[1])).map(|h| h.len()).unwrap_or(0) as i64)
+}
+
+pub fn hstrlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::Int(
+        tri!(read(ctx, &a[1]))
+            .and_then(|h| h.get(&a[2]))
+            .map(|v| v.len())
+            .unwrap_or(0) as i64,
+    )
+}
+
+pub fn hexists(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::Int(tri!(read(ctx, &a[1])).is_some_and(|h| h.contains_key(&a[2])) as i64)
+}
+
+pub fn hkeys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let h = tri!(read(ctx, &a[1]));
+    Reply::Array(
+        h.map(|h| h.keys().map(Reply::bulk).collect())
+            .unwrap_or_default(),
+    )
+}
+
+pub fn hvals(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let h = tri!(read(ctx, &a[1]));
+    Reply::Array(
+        h.map(|h| h.iter().map(|(_, v)| Reply::bulk(v.as_slice())).collect())
+            .unwrap_or_default(),
+    )
+}
+
+pub fn hgetall(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let h = tri!(read(ctx, &a[1]));
+    let mut out = Vec::with_capacity(h.map(|h| h.len() * 2).unwrap_or(0));
+    if let Some(h) = h {
+        for (f, v) in h.iter() {
+            out.push(Reply::bulk(f));
+            out.push(Reply::bulk(v.as_slice()));
+        }
+    }
+    Reply::Array(out)
+}
+
+pub fn hincrby(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let by = tri!(int_arg(&a[3]));
+    let cur = match tri!(read(ctx, &a[1])).and_then(|h| h.get(&a[2])) {
+        None => 0,
+        Some(v) => match parse_i64(v) {
+            Some(n) => n,
+            None => return Reply::err(errors::HASH_NOT_INTEGER),
+        },
+    };
+    let Some(n) = cur.checked_add(by) else {
+        return Reply::err(errors::OVERFLOW);
+    };
+    let h = tri!(write(ctx, &a[1]));
+    h.insert(&a[2], n.to_string().into_bytes());
+    ctx.dirty = true;
+    Reply::Int(n)
+}
+
+pub fn hincrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let Some(by) = parse_f64(&a[3]) else {
+        return Reply::err(errors::NOT_FLOAT);
+    };
+    let cur = match tri!(read(ctx, &a[1])).and_then(|h| h.get(&a[2])) {
+        None => 0.0,
+        Some(v) => match parse_f64(v) {
+            Some(n) => n,
+            None => return Reply::err(errors::HASH_NOT_FLOAT),
+        },
+    };
+    let n = cur + by;
+    if n.is_nan() || n.is_infinite() {
+        return Reply::err(errors::NAN_OR_INF);
+    }
+    let s = fmt_human(n).into_bytes();
+    let h = tri!(write(ctx, &a[1]));
+    h.insert(&a[2], s.clone());
+    ctx.dirty = true;
+    ctx.log_as(vec![
+        b"HSET".to_vec(),
+        a[1].clone(),
+        a[2].clone(),
+        s.clone(),
+    ]);
+    Reply::Bulk(s)
+}
+
+pub fn hrandfield(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let (count, withvalues) = match a.len() {
+        2 => (None, false),
+        3 => (Some(tri!(int_arg(&a[2]))), false),
+        4 if is(&a[3], "withvalues") => (Some(tri!(int_arg(&a[2]))), true),
+        _ => return Reply::err(errors::SYNTAX),
+    };
+    if let Some(c) = count {
+        // Redis refuses counts whose reply could not be built; so does tidepool, at a bound it
+        // can answer within the request limits.
+        if (withvalues && c < -(i64::MAX / 2)) || c < -(HRANDFIELD_REPEATS_MAX as i64) {
+            return Reply::err("ERR value is out of range");
+        }
+    }
+    let rng = &mut *ctx.rng;
+    let h = tri!(read_db(ctx.db, &a[1], ctx.now_ms));
+    let Some(h) = h else {
+        return if count.is_some() {
+            Reply::Array(vec![])
+        } else {
+            Reply::Nil
+        };
+    };
+    let fields: Vec<(&[u8], &Vec<u8>)> = h.iter().collect();
+    let push = |out: &mut Vec<Reply>, (f, v): (&[u8], &Vec<u8>)| {
+        out.push(Reply::bulk(f));
+        if withvalues {
+            out.push(Reply::bulk(v.as_slice()));
+        }
+    };
+    let mut out = Vec::new();
+    match count {
+        None => {
+            let i = rng.below(fields.len());
+            return Reply::bulk(fields[i].0);
+        }
+        Some(0) => {}
+        Some(c) if c < 0 => {
+            for _ in 0..c.unsigned_abs() {
+                let i = rng.below(fields.len());
+                push(&mut out, fields[i]);
+            }
+        }
+        Some(c) => {
+            let c = c as usize;
+            if c >= fields.len() {
+                for f in fields {
+                    push(&mut out, f);
+                }
+            } else {
+                // Partial Fisher-Yates: c distinct picks.
+                let mut idx: Vec<usize> = (0..fields.len()).collect();
+                for i in 0..c {
+                    let j = i + rng.below(idx.len() - i);
+                    idx.swap(i, j);
+                    push(&mut out, fields[idx[i]]);
+                }
+            }
+        }
+    }
+    Reply::Array(out)
+}
+
+pub fn hscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let o = tri!(scan_opts(a, 2, false));
+    let h = tri!(read(ctx, &a[1]));
+    let mut out = Vec::new();
+    let next = match h {
+        None => 0,
+        Some(h) => h.scan(o.cursor, o.count, |f, v| {
+            if o.matches(f) {
+                out.push(Reply::bulk(f));
+                if !o.novalues {
+                    out.push(Reply::bulk(v.as_slice()));
+                }
+            }
+        }),
+    };
+    Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)])
+}

@@ -1,0 +1,207 @@
+//! Commands: the table that says what each one is, the one place that dispatches on a name,
+//! and one file per family that parses arguments and applies them to the state.
+//!
+//! Every command runs as `fn(&mut Ctx, &[Vec<u8>]) -> Reply`. A write that changed the data set
+//! sets `ctx.dirty`; when the command as sent would not replay to the same state (a relative
+//! expiry, a random pick) it also sets `ctx.rewrite` to the deterministic form that is logged.
+
+pub mod args;
+pub mod hashes;
+pub mod keys;
+pub mod server;
+pub mod strings;
+pub mod table;
+
+use crate::reply::{errors, Reply};
+use crate::state::Db;
+pub use table::{CommandInfo, CommandTable};
+
+/// A small deterministic generator: the executor seeds it, the state machine never does.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+}
+
+/// What a command runs against.
+pub struct Ctx<'a> {
+    pub db: &'a mut Db,
+    /// The time this command runs at: the record's timestamp, Unix milliseconds.
+    pub now_ms: u64,
+    pub rng: &'a mut Rng,
+    /// Set by a write that changed the data set; only such commands are logged.
+    pub dirty: bool,
+    /// The deterministic form(s) to log instead of the command as sent.
+    pub rewrite: Option<Vec<Vec<Vec<u8>>>>,
+    /// True while replaying the log (no side effects beyond the state).
+    pub replaying: bool,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(db: &'a mut Db, now_ms: u64, rng: &'a mut Rng) -> Ctx<'a> {
+        Ctx {
+            db,
+            now_ms,
+            rng,
+            dirty: false,
+            rewrite: None,
+            replaying: false,
+        }
+    }
+
+    /// Logs `cmd` in place of the command as sent (adds to the list: one command may need
+    /// several deterministic commands).
+    pub fn log_as(&mut self, cmd: Vec<Vec<u8>>) {
+        self.rewrite.get_or_insert_with(Vec::new).push(cmd);
+    }
+}
+
+/// Runs one command whose name, arity and permissions were already checked. The single
+/// dispatch on command names.
+pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
+    use hashes as h;
+    use keys as k;
+    use server as sv;
+    use strings as s;
+    match info.name.as_str() {
+        // strings
+        "get" => s::get(ctx, args),
+        "set" => s::set(ctx, args),
+        "setnx" => s::setnx(ctx, args),
+        "setex" => s::setex(ctx, args, 1000),
+        "psetex" => s::setex(ctx, args, 1),
+        "getset" => s::getset(ctx, args),
+        "getdel" => s::getdel(ctx, args),
+        "getex" => s::getex(ctx, args),
+        "mget" => s::mget(ctx, args),
+        "mset" => s::mset(ctx, args),
+        "msetnx" => s::msetnx(ctx, args),
+        "append" => s::append(ctx, args),
+        "strlen" => s::strlen(ctx, args),
+        "incr" => s::incrby_const(ctx, args, 1),
+        "decr" => s::incrby_const(ctx, args, -1),
+        "incrby" => s::incrby(ctx, args, false),
+        "decrby" => s::incrby(ctx, args, true),
+        "incrbyfloat" => s::incrbyfloat(ctx, args),
+        "getrange" | "substr" => s::getrange(ctx, args),
+        "setrange" => s::setrange(ctx, args),
+        "lcs" => s::lcs(ctx, args),
+        // generic keyspace
+        "del" | "unlink" => k::del(ctx, args),
+        "exists" => k::exists(ctx, args),
+        "touch" => k::touch(ctx, args),
+        "type" => k::type_(ctx, args),
+        "expire" => k::expire(ctx, args, 1000, true),
+        "pexpire" => k::expire(ctx, args, 1, true),
+        "expireat" => k::expire(ctx, args, 1000, false),
+        "pexpireat" => k::expire(ctx, args, 1, false),
+        "ttl" => k::ttl(ctx, args, false, false),
+        "pttl" => k::ttl(ctx, args, true, false),
+        "expiretime" => k::ttl(ctx, args, false, true),
+        "pexpiretime" => k::ttl(ctx, args, true, true),
+        "persist" => k::persist(ctx, args),
+        "rename" => k::rename(ctx, args, false),
+        "renamenx" => k::rename(ctx, args, true),
+        "copy" => k::copy(ctx, args),
+        "move" => k::move_(ctx, args),
+        "keys" => k::keys(ctx, args),
+        "scan" => k::scan(ctx, args),
+        "randomkey" => k::randomkey(ctx, args),
+        "object|encoding" => k::object_encoding(ctx, args),
+        "object|freq" => k::object_freq(ctx, args),
+        "object|idletime" => k::object_idletime(ctx, args),
+        "object|refcount" => k::object_refcount(ctx, args),
+        "object|help" => k::object_help(ctx, args),
+        // hashes
+        "hset" | "hmset" => h::hset(ctx, args, info.name == "hmset"),
+        "hsetnx" => h::hsetnx(ctx, args),
+        "hget" => h::hget(ctx, args),
+        "hmget" => h::hmget(ctx, args),
+        "hdel" => h::hdel(ctx, args),
+        "hlen" => h::hlen(ctx, args),
+        "hstrlen" => h::hstrlen(ctx, args),
+        "hexists" => h::hexists(ctx, args),
+        "hkeys" => h::hkeys(ctx, args),
+        "hvals" => h::hvals(ctx, args),
+        "hgetall" => h::hgetall(ctx, args),
+        "hincrby" => h::hincrby(ctx, args),
+        "hincrbyfloat" => h::hincrbyfloat(ctx, args),
+        "hrandfield" => h::hrandfield(ctx, args),
+        "hscan" => h::hscan(ctx, args),
+        // server and connection
+        "ping" => sv::ping(args),
+        "echo" => Reply::Bulk(args[1].clone()),
+        "dbsize" => Reply::Int(ctx.db.len() as i64),
+        "flushdb" | "flushall" => sv::flush(ctx, args),
+        "time" => sv::time(ctx),
+        "lastsave" => Reply::Int((ctx.now_ms / 1000) as i64),
+        "command|count" => Reply::Int(table::global().len_top_level() as i64),
+        _ => Reply::Error(format!(
+            "ERR '{}' is known to Redis but not implemented by tidepool yet",
+            info.name.replace('|', " ")
+        )),
+    }
+}
+
+/// The error Redis gives for a command it does not know.
+pub fn unknown_command(args: &[Vec<u8>]) -> Reply {
+    let name = String::from_utf8_lossy(args.first().map(|a| a.as_slice()).unwrap_or(b""));
+    let mut msg = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        truncate(&name, 128)
+    );
+    for a in args.iter().skip(1) {
+        if msg.len() > 256 {
+            break;
+        }
+        msg.push_str(&format!(
+            "'{}' ",
+            truncate(&String::from_utf8_lossy(a), 128)
+        ));
+    }
+    Reply::Error(msg)
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Whether `args` has the arity `info` requires (negative arity: at least that many).
+pub fn arity_ok(info: &CommandInfo, argc: usize) -> bool {
+    let a = info.arity;
+    if a >= 0 {
+        argc == a as usize
+    } else {
+        argc >= (-a) as usize
+    }
+}
+
+pub fn arity_error(info: &CommandInfo) -> Reply {
+    Reply::Error(errors::wrong_arity(&info.name))
+}

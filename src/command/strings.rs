@@ -1,0 +1,587 @@
+//! String commands, with Redis 7 grammar, replies and error texts.
+
+use super::args::{fmt_human, int_arg, is, parse_f64, parse_i64};
+use super::Ctx;
+use crate::config::STRING_BYTES_MAX;
+use crate::reply::{errors, Reply};
+use crate::state::{Db, Value};
+
+/// The string at `key`: None when absent, WRONGTYPE when another type.
+pub fn read_str<'a>(db: &'a Db, key: &[u8], now_ms: u64) -> Result<Option<&'a [u8]>, Reply> {
+    match db.get(key, now_ms) {
+        None => Ok(None),
+        Some(e) => match &e.value {
+            Value::Str(s) => Ok(Some(s)),
+            _ => Err(Reply::err(errors::WRONGTYPE)),
+        },
+    }
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
+        }
+    };
+}
+pub(crate) use tri;
+
+pub fn get(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let v = tri!(read_str(ctx.db, &a[1], ctx.now_ms));
+    let r = Reply::opt_bulk(v);
+    ctx.db.touch(&a[1], ctx.now_ms);
+    r
+}
+
+/// How an expiry was given.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ttl {
+    None,
+    Keep,
+    Persist,
+    /// Absolute Unix milliseconds.
+    At(i64),
+}
+
+/// Parses SET's and GETEX's option lists (Redis's `parseExtendedStringArgumentsOrReply`).
+/// Returns (nx, xx, get, ttl).
+fn parse_set_opts(
+    ctx: &Ctx,
+    a: &[Vec<u8>],
+    from: usize,
+    is_set: bool,
+) -> Result<(bool, bool, bool, Ttl), Reply> {
+    let (mut nx, mut xx, mut get, mut keep, mut persist) = (false, false, false, false, false);
+    let mut expire: Option<(&[u8], i64, bool)> = None; // (value, unit ms, relative)
+    let mut j = from;
+    while j < a.len() {
+        let opt = a[j].as_slice();
+        let next = a.get(j + 1);
+        let has_exp = expire.is_some();
+        if is_set && is(opt, "nx") && !xx {
+            nx = true;
+        } else if is_set && is(opt, "xx") && !nx {
+            xx = true;
+        } else if is_set && is(opt, "get") {
+            get = true;
+        } else if is_set && is(opt, "keepttl") && !persist && !has_exp {
+            keep = true;
+        } else if !is_set && is(opt, "persist") && !keep && !has_exp {
+            persist = true;
+        } else if let (Some(n), true) = (next, !keep && !persist) {
+            let kind = if is(opt, "ex") {
+                Some((1000, true))
+            } else if is(opt, "px") {
+                Some((1, true))
+            } else if is(opt, "exat") {
+                Some((1000, false))
+            } else if is(opt, "pxat") {
+                Some((1, false))
+            } else {
+                None
+            };
+            match kind {
+                // A second expiry option of a different kind is a syntax error; the same kind
+                // again replaces the first (as in Redis).
+                Some((unit, rel)) if expire.is_none_or(|(_, u, r)| u == unit && r == rel) => {
+                    expire = Some((n, unit, rel));
+                    j += 1;
+                }
+                _ => return Err(Reply::err(errors::SYNTAX)),
+            }
+        } else {
+            return Err(Reply::err(errors::SYNTAX));
+        }
+        j += 1;
+    }
+    let name = String::from_utf8_lossy(&a[0]).to_string();
+    let ttl = match expire {
+        None if keep => Ttl::Keep,
+        None if persist => Ttl::Persist,
+        None => Ttl::None,
+        Some((v, unit, rel)) => {
+            let t = int_arg(v)?;
+            Ttl::At(
+                expire_at(t, unit, rel, ctx.now_ms)
+                    .ok_or_else(|| Reply::err(errors::invalid_expire(&name)))?,
+            )
+        }
+    };
+    Ok((nx, xx, get, ttl))
+}
+
+/// Redis's `getExpireMillisecondsOrReply`: positive, no overflow on the unit or base.
+fn expire_at(t: i64, unit: i64, relative: bool, now_ms: u64) -> Option<i64> {
+    if t <= 0 || (unit == 1000 && t > i64::MAX / 1000) {
+        return None;
+    }
+    let ms = t * unit;
+    if relative {
+        ms.checked_add(now_ms as i64)
+    } else {
+        Some(ms)
+    }
+}
+
+fn abs_ms_arg(ms: i64) -> Vec<u8> {
+    ms.to_string().into_bytes()
+}
+
+fn to_expire(t: i64) -> Option<u64> {
+    Some(t.max(0) as u64)
+}
+
+pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let (nx, xx, get, ttl) = tri!(parse_set_opts(ctx, a, 3, true));
+    let key = &a[1];
+    let old = if get {
+        tri!(read_str(ctx.db, key, ctx.now_ms)).map(|v| v.to_vec())
+    } else {
+        None
+    };
+    let existing = ctx.db.get_mut(key, ctx.now_ms);
+    let found = existing.is_some();
+    if (nx && found) || (xx && !found) {
+        return if get {
+            Reply::opt_bulk(old.as_deref())
+        } else {
+            Reply::Nil
+        };
+    }
+    let keep_expire = if ttl == Ttl::Keep {
+        existing.and_then(|e| e.expire_at_ms)
+    } else {
+        None
+    };
+    let expire = match ttl {
+        Ttl::At(t) => to_expire(t),
+        _ => keep_expire,
+    };
+    ctx.db
+        .insert(key, Value::Str(a[2].clone()), expire, ctx.now_ms);
+    ctx.dirty = true;
+    let mut logged = vec![b"SET".to_vec(), key.clone(), a[2].clone()];
+    if let Ttl::At(t) = ttl {
+        logged.push(b"PXAT".to_vec());
+        logged.push(abs_ms_arg(t));
+    } else if ttl == Ttl::Keep {
+        logged.push(b"KEEPTTL".to_vec());
+    }
+    ctx.log_as(logged);
+    if get {
+        Reply::opt_bulk(old.as_deref())
+    } else {
+        Reply::ok()
+    }
+}
+
+pub fn setnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if ctx.db.get_mut(&a[1], ctx.now_ms).is_some() {
+        return Reply::Int(0);
+    }
+    ctx.db
+        .insert(&a[1], Value::Str(a[2].clone()), None, ctx.now_ms);
+    ctx.dirty = true;
+    Reply::Int(1)
+}
+
+/// SETEX (unit 1000) and PSETEX (unit 1): `key time value`.
+pub fn setex(ctx: &mut Ctx, a: &[Vec<u8>], unit: i64) -> Reply {
+    let t = tri!(int_arg(&a[2]));
+    let name = String::from_utf8_lossy(&a[0]).to_string();
+    let Some(at) = expire_at(t, unit, true, ctx.now_ms) else {
+        return Reply::err(errors::invalid_expire(&name));
+    };
+    ctx.db
+        .insert(&a[1], Value::Str(a[3].clone()), to_expire(at), ctx.now_ms);
+    ctx.dirty = true;
+    ctx.log_as(vec![
+        b"SET".to_vec(),
+        a[1].clone(),
+        a[3].clone(),
+        b"PXAT".to_vec(),
+        abs_ms_arg(at),
+    ]);
+    Reply::ok()
+}
+
+pub fn getset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let old = tri!(read_str(ctx.db, &a[1], ctx.now_ms)).map(|v| v.to_vec());
+    ctx.db
+        .insert(&a[1], Value::Str(a[2].clone()), None, ctx.now_ms);
+    ctx.dirty = true;
+    ctx.log_as(vec![b"SET".to_vec(), a[1].clone(), a[2].clone()]);
+    Reply::opt_bulk(old.as_deref())
+}
+
+pub fn getdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let old = tri!(read_str(ctx.db, &a[1], ctx.now_ms)).map(|v| v.to_vec());
+    if old.is_some() {
+        ctx.db.remove(&a[1]);
+        ctx.dirty = true;
+        ctx.log_as(vec![b"DEL".to_vec(), a[1].clone()]);
+    }
+    Reply::opt_bulk(old.as_deref())
+}
+
+pub fn getex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let (_, _, _, ttl) = tri!(parse_set_opts(ctx, a, 2, false));
+    let key = &a[1];
+    let Some(v) = tri!(read_str(ctx.db, key, ctx.now_ms)).map(|v| v.to_vec()) else {
+        return Reply::Nil;
+    };
+    match ttl {
+        Ttl::At(t) if t <= ctx.now_ms as i64 => {
+            ctx.db.remove(key);
+            ctx.dirty = true;
+            ctx.log_as(vec![b"DEL".to_vec(), key.clone()]);
+        }
+        Ttl::At(t) => {
+            ctx.db.set_expire(key, to_expire(t));
+            ctx.dirty = true;
+            ctx.log_as(vec![b"PEXPIREAT".to_vec(), key.clone(), abs_ms_arg(t)]);
+        }
+        Ttl::Persist => {
+            if ctx
+                .db
+                .get(key, ctx.now_ms)
+                .and_then(|e| e.expire_at_ms)
+                .is_some()
+            {
+                ctx.db.set_expire(key, None);
+                ctx.dirty = true;
+                ctx.log_as(vec![b"PERSIST".to_vec(), key.clone()]);
+            }
+        }
+        Ttl::None | Ttl::Keep => {}
+    }
+    ctx.db.touch(key, ctx.now_ms);
+    Reply::Bulk(v)
+}
+
+pub fn mget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    Reply::Array(
+        a[1..]
+            .iter()
+            .map(|k| match ctx.db.get(k, now).map(|e| &e.value) {
+                Some(Value::Str(s)) => Reply::Bulk(s.clone()),
+                _ => Reply::Nil,
+            })
+            .collect(),
+    )
+}
+
+pub fn mset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if a.len().is_multiple_of(2) {
+        return Reply::err(errors::wrong_arity("mset"));
+    }
+    for kv in a[1..].chunks(2) {
+        ctx.db
+            .insert(&kv[0], Value::Str(kv[1].clone()), None, ctx.now_ms);
+    }
+    ctx.dirty = true;
+    Reply::ok()
+}
+
+pub fn msetnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if a.len().is_multiple_of(2) {
+        return Reply::err(errors::wrong_arity("msetnx"));
+    }
+    let now = ctx.now_ms;
+    if a[1..].chunks(2).any(|kv| ctx.db.get(&kv[0], now).is_some()) {
+        return Reply::Int(0);
+    }
+    mset(ctx, a);
+    Reply::Int(1)
+}
+
+fn check_len(total: usize) -> Result<(), Reply> {
+    if total > STRING_BYTES_MAX {
+        Err(Reply::err(errors::STRING_TOO_LONG))
+    } else {
+        Ok(())
+    }
+}
+
+pub fn append(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    match ctx.db.get_mut(&a[1], now) {
+        None => {
+            ctx.db.insert(&a[1], Value::Str(a[2].clone()), None, now);
+            ctx.dirty = true;
+            Reply::Int(a[2].len() as i64)
+        }
+        Some(e) => match &mut e.value {
+            Value::Str(s) => {
+                tri!(check_len(s.len() + a[2].len()));
+                s.extend_from_slice(&a[2]);
+                e.access_ms = now;
+                ctx.dirty = true;
+                Reply::Int(s.len() as i64)
+            }
+            _ => Reply::err(errors::WRONGTYPE),
+        },
+    }
+}
+
+pub fn strlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::Int(
+        tri!(read_str(ctx.db, &a[1], ctx.now_ms))
+            .map(|s| s.len())
+            .unwrap_or(0) as i64,
+    )
+}
+
+pub fn incrby_const(ctx: &mut Ctx, a: &[Vec<u8>], by: i64) -> Reply {
+    incr_generic(ctx, &a[1], by)
+}
+
+pub fn incrby(ctx: &mut Ctx, a: &[Vec<u8>], negate: bool) -> Reply {
+    let by = tri!(int_arg(&a[2]));
+    if negate {
+        return match by.checked_neg() {
+            Some(n) => incr_generic(ctx, &a[1], n),
+            None => Reply::err("ERR decrement would overflow"),
+        };
+    }
+    incr_generic(ctx, &a[1], by)
+}
+
+fn incr_generic(ctx: &mut Ctx, key: &[u8], by: i64) -> Reply {
+    let now = ctx.now_ms;
+    let (cur, expire) = match ctx.db.get_mut(key, now) {
+        None => (0, None),
+        Some(e) => match &e.value {
+            Value::Str(s) => match parse_i64(s) {
+                Some(v) => (v, e.expire_at_ms),
+                None => return Reply::err(errors::NOT_INTEGER),
+            },
+            _ => return Reply::err(errors::WRONGTYPE),
+        },
+    };
+    let Some(n) = cur.checked_add(by) else {
+        return Reply::err(errors::OVERFLOW);
+    };
+    ctx.db
+        .insert(key, Value::Str(n.to_string().into_bytes()), expire, now);
+    ctx.dirty = true;
+    Reply::Int(n)
+}
+
+pub fn incrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    let key = &a[1];
+    let (cur, expire) = match ctx.db.get_mut(key, now) {
+        None => (0.0, None),
+        Some(e) => match &e.value {
+            Value::Str(s) => match parse_f64(s) {
+                Some(v) => (v, e.expire_at_ms),
+                None => return Reply::err(errors::NOT_FLOAT),
+            },
+            _ => return Reply::err(errors::WRONGTYPE),
+        },
+    };
+    let Some(by) = parse_f64(&a[2]) else {
+        return Reply::err(errors::NOT_FLOAT);
+    };
+    let n = cur + by;
+    if n.is_nan() || n.is_infinite() {
+        return Reply::err(errors::NAN_OR_INF);
+    }
+    let s = fmt_human(n).into_bytes();
+    ctx.db.insert(key, Value::Str(s.clone()), expire, now);
+    ctx.dirty = true;
+    ctx.log_as(vec![
+        b"SET".to_vec(),
+        key.clone(),
+        s.clone(),
+        b"KEEPTTL".to_vec(),
+    ]);
+    Reply::Bulk(s)
+}
+
+pub fn getrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let mut start = tri!(int_arg(&a[2]));
+    let mut end = tri!(int_arg(&a[3]));
+    let s = tri!(read_str(ctx.db, &a[1], ctx.now_ms)).unwrap_or(b"");
+    let len = s.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return Reply::bulk(Vec::new());
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return Reply::bulk(Vec::new());
+    }
+    Reply::bulk(&s[start as usize..=end as usize])
+}
+
+pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let offset = tri!(int_arg(&a[2]));
+    if offset < 0 {
+        return Reply::err(errors::OFFSET_OUT_OF_RANGE);
+    }
+    let offset = offset as usize;
+    let val = &a[3];
+    let now = ctx.now_ms;
+    match ctx.db.get_mut(&a[1], now) {
+        None => {
+            if val.is_empty() {
+                return Reply::Int(0);
+            }
+            tri!(check_len(offset.saturating_add(val.len())));
+            let mut s = vec![0u8; offset];
+            s.extend_from_slice(val);
+            let n = s.len();
+            ctx.db.insert(&a[1], Value::Str(s), None, now);
+            ctx.dirty = true;
+            Reply::Int(n as i64)
+        }
+        Some(e) => match &mut e.value {
+            Value::Str(s) => {
+                if val.is_empty() {
+                    return Reply::Int(s.len() as i64);
+                }
+                tri!(check_len(offset.saturating_add(val.len())));
+                if s.len() < offset + val.len() {
+                    s.resize(offset + val.len(), 0);
+                }
+                s[offset..offset + val.len()].copy_from_slice(val);
+                ctx.dirty = true;
+                Reply::Int(s.len() as i64)
+            }
+            _ => Reply::err(errors::WRONGTYPE),
+        },
+    }
+}
+
+/// Cells of the LCS table beyond which the command refuses instead of allocating.
+const LCS_CELLS_MAX: u64 = 1 << 28;
+
+pub fn lcs(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let (mut getlen, mut getidx, mut withmatchlen, mut minmatchlen) = (false, false, false, 0i64);
+    let mut j = 3;
+    while j < a.len() {
+        let more = a.len() - 1 - j;
+        if is(&a[j], "idx") {
+            getidx = true;
+        } else if is(&a[j], "len") {
+            getlen = true;
+        } else if is(&a[j], "withmatchlen") {
+            withmatchlen = true;
+        } else if is(&a[j], "minmatchlen") && more > 0 {
+            minmatchlen = tri!(int_arg(&a[j + 1])).max(0);
+            j += 1;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+        j += 1;
+    }
+    let now = ctx.now_ms;
+    let strval = |k: &[u8]| match ctx.db.get(k, now).map(|e| &e.value) {
+        None => Ok(&[][..]),
+        Some(Value::Str(s)) => Ok(s.as_slice()),
+        Some(_) => Err(Reply::err(
+            "ERR The specified keys must contain string values",
+        )),
+    };
+    let x = tri!(strval(&a[1]));
+    let y = tri!(strval(&a[2]));
+    if getidx && getlen {
+        return Reply::err("ERR If you want both the length and indexes, please just use IDX.");
+    }
+    let (alen, blen) = (x.len(), y.len());
+    if (alen as u64 + 1) * (blen as u64 + 1) > LCS_CELLS_MAX {
+        return Reply::err(
+            "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        );
+    }
+    let w = blen + 1;
+    let mut t = vec![0u32; (alen + 1) * w];
+    for i in 1..=alen {
+        for jj in 1..=blen {
+            t[i * w + jj] = if x[i - 1] == y[jj - 1] {
+                t[(i - 1) * w + jj - 1] + 1
+            } else {
+                t[(i - 1) * w + jj].max(t[i * w + jj - 1])
+            };
+        }
+    }
+    let total = t[alen * w + blen];
+    let mut idx = total as usize;
+    let mut result = vec![0u8; idx];
+    let mut matches = Vec::new();
+    let (mut i, mut jj) = (alen, blen);
+    let (mut ars, mut are, mut brs, mut bre) = (alen, 0usize, 0usize, 0usize);
+    while i > 0 && jj > 0 {
+        let mut emit = false;
+        if x[i - 1] == y[jj - 1] {
+            result[idx - 1] = x[i - 1];
+            if ars == alen {
+                ars = i - 1;
+                are = i - 1;
+                brs = jj - 1;
+                bre = jj - 1;
+            } else if ars == i && brs == jj {
+                ars -= 1;
+                brs -= 1;
+            } else {
+                emit = true;
+            }
+            if ars == 0 || brs == 0 {
+                emit = true;
+            }
+            idx -= 1;
+            i -= 1;
+            jj -= 1;
+        } else {
+            let l1 = t[(i - 1) * w + jj];
+            let l2 = t[i * w + jj - 1];
+            if l1 > l2 {
+                i -= 1;
+            } else {
+                jj -= 1;
+            }
+            if ars != alen {
+                emit = true;
+            }
+        }
+        let match_len = are as i64 - ars as i64 + 1;
+        if emit {
+            if minmatchlen == 0 || match_len >= minmatchlen {
+                let mut m = vec![
+                    Reply::Array(vec![Reply::Int(ars as i64), Reply::Int(are as i64)]),
+                    Reply::Array(vec![Reply::Int(brs as i64), Reply::Int(bre as i64)]),
+                ];
+                if withmatchlen {
+                    m.push(Reply::Int(match_len));
+                }
+                matches.push(Reply::Array(m));
+            }
+            ars = alen;
+        }
+    }
+    if getidx {
+        Reply::Array(vec![
+            Reply::bulk(&b"matches"[..]),
+            Reply::Array(matches),
+            Reply::bulk(&b"len"[..]),
+            Reply::Int(total as i64),
+        ])
+    } else if getlen {
+        Reply::Int(total as i64)
+    } else {
+        Reply::Bulk(result)
+    }
+}

@@ -1,0 +1,132 @@
+//! Redis's own command table (`redis-7.0-commands.json`, copied from the reference): arity,
+//! flags and ACL categories. Arity checks and read-only classification come from here rather
+//! than from hand-kept lists.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+const REDIS_7_0: &str = include_str!("redis-7.0-commands.json");
+
+#[derive(Deserialize)]
+struct RawInfo {
+    arity: i32,
+    #[serde(default)]
+    flags: Vec<String>,
+    #[serde(default)]
+    acl_categories: Vec<String>,
+    #[serde(default)]
+    group: String,
+}
+
+/// What tidepool knows about one command (or `container|subcommand`).
+#[derive(Debug, Clone)]
+pub struct CommandInfo {
+    /// Lowercase name; subcommands as `object|encoding`.
+    pub name: String,
+    pub arity: i32,
+    pub write: bool,
+    pub readonly_flag: bool,
+    pub blocking: bool,
+    pub category_read: bool,
+    pub category_dangerous: bool,
+    pub group: String,
+    /// True for containers such as OBJECT, whose second argument names a subcommand.
+    pub has_subcommands: bool,
+}
+
+pub struct CommandTable {
+    map: HashMap<String, CommandInfo>,
+    top_level: usize,
+}
+
+/// The table, parsed once.
+pub fn global() -> &'static CommandTable {
+    static TABLE: OnceLock<CommandTable> = OnceLock::new();
+    TABLE.get_or_init(CommandTable::load)
+}
+
+impl CommandTable {
+    fn load() -> CommandTable {
+        // The table is compiled in and checked by a unit test, so a parse failure here is a
+        // build defect, never input.
+        let raw: HashMap<String, RawInfo> = serde_json::from_str(REDIS_7_0).unwrap_or_default();
+        let containers: Vec<String> = raw
+            .keys()
+            .filter_map(|k| k.split_once('|').map(|(c, _)| c.to_string()))
+            .collect();
+        let mut map = HashMap::with_capacity(raw.len());
+        let mut top_level = 0;
+        for (name, r) in raw {
+            if !name.contains('|') {
+                top_level += 1;
+            }
+            let has = |f: &str| r.flags.iter().any(|x| x == f);
+            let cat = |c: &str| r.acl_categories.iter().any(|x| x == c);
+            let info = CommandInfo {
+                has_subcommands: containers.contains(&name),
+                write: has("write"),
+                readonly_flag: has("readonly"),
+                blocking: has("blocking"),
+                category_read: cat("@read"),
+                category_dangerous: cat("@dangerous"),
+                arity: r.arity,
+                group: r.group,
+                name: name.clone(),
+            };
+            map.insert(name, info);
+        }
+        CommandTable { map, top_level }
+    }
+
+    pub fn len_top_level(&self) -> usize {
+        self.top_level
+    }
+
+    pub fn get(&self, lowercase_name: &str) -> Option<&CommandInfo> {
+        self.map.get(lowercase_name)
+    }
+
+    /// Looks up the command `args` names. For a container with a subcommand argument, returns
+    /// the subcommand's entry; `Err(container)` when that subcommand does not exist.
+    pub fn lookup(&self, args: &[Vec<u8>]) -> Lookup<'_> {
+        let Some(first) = args.first() else {
+            return Lookup::Unknown;
+        };
+        let Ok(name) = std::str::from_utf8(first) else {
+            return Lookup::Unknown;
+        };
+        let lower = name.to_ascii_lowercase();
+        let Some(info) = self.map.get(&lower) else {
+            return Lookup::Unknown;
+        };
+        if !info.has_subcommands || args.len() < 2 {
+            return Lookup::Found(info);
+        }
+        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        match self.map.get(&format!("{lower}|{sub}")) {
+            Some(s) => Lookup::Found(s),
+            None => Lookup::UnknownSubcommand(info),
+        }
+    }
+}
+
+pub enum Lookup<'a> {
+    Found(&'a CommandInfo),
+    UnknownSubcommand(&'a CommandInfo),
+    Unknown,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn table_parses_and_knows_get() {
+        let t = super::global();
+        assert!(t.len_top_level() > 200);
+        let get = t.get("get").expect("get");
+        assert_eq!(get.arity, 2);
+        assert!(get.readonly_flag && !get.write);
+        assert!(t.get("object|encoding").is_some());
+        assert!(t.get("object").map(|o| o.has_subcommands).unwrap_or(false));
+    }
+}

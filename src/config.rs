@@ -1,0 +1,68 @@
+//! Every limit and default in one place, units last in the name.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:8079";
+pub const DATA_DIR_DEFAULT: &str = "./tidepool-data";
+
+/// Largest request body (and so largest command) accepted. Upstash's hosted default is 10 MB;
+/// a self-hosted server defaults higher and says so in the same words when it refuses.
+pub const REQUEST_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Largest string value (Redis's proto-max-bulk-len).
+pub const STRING_BYTES_MAX: usize = 512 * 1024 * 1024;
+/// Commands waiting for the executor before HTTP handlers wait for room.
+pub const EXECUTOR_QUEUE_JOBS_MAX: usize = 8192;
+/// Jobs the executor takes in one batch (one write and, with fsync always, one sync).
+pub const EXECUTOR_BATCH_JOBS_MAX: usize = 1024;
+/// Segment size at which the log moves on to a new file.
+pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Events buffered for one monitor or subscriber before it is told it fell behind and closed.
+pub const SUBSCRIBER_BUFFER_EVENTS_MAX: usize = 4096;
+/// Keep-alive comment interval on event streams.
+pub const SSE_PING_INTERVAL_MS: u64 = 15_000;
+/// How often the executor removes expired keys (through a logged record).
+pub const EXPIRE_CYCLE_INTERVAL_MS: u64 = 100;
+/// Keys removed by one expiry cycle at most.
+pub const EXPIRE_CYCLE_KEYS_MAX: usize = 2048;
+/// everysec: the longest an acknowledged write waits for its sync.
+pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
+
+/// When a write counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncMode {
+    /// Reply only after the record is on disk (group commit: one sync for many writers).
+    Always,
+    /// Reply after the write reaches the OS; sync at least once a second.
+    EverySec,
+    /// Reply after the write reaches the OS; the OS decides when it reaches the disk.
+    Never,
+}
+
+impl FsyncMode {
+    pub fn parse(s: &str) -> Option<FsyncMode> {
+        match s {
+            "always" => Some(FsyncMode::Always),
+            "everysec" => Some(FsyncMode::EverySec),
+            "never" => Some(FsyncMode::Never),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            FsyncMode::Always => "always",
+            FsyncMode::EverySec => "everysec",
+            FsyncMode::Never => "never",
+        }
+    }
+}
+
+/// The server's configuration after flags, environment and defaults are resolved.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub token: Option<String>,
+    pub read_only_token: Option<String>,
+    pub fsync: FsyncMode,
+}

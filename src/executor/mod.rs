@@ -1,0 +1,526 @@
+//! The single thread that owns all state.
+//!
+//! HTTP handlers send `Job`s through a bounded queue. The executor takes a batch, runs each job
+//! against the state, frames every change into the log buffer, writes the batch out once, and
+//! hands the replies to the flusher, which sends them after one `fdatasync` covers them (group
+//! commit). Reads in a batch that follows unsynced writes wait for that sync as well, so no reply
+//! ever shows a write that could still be lost. Monitor lines and published messages leave from
+//! here too, which is what puts them in execution order.
+
+mod flusher;
+pub mod pubsub;
+
+use crate::clock;
+use crate::command::{self, table, CommandInfo, Ctx, Rng};
+use crate::config::{self, FsyncMode};
+use crate::reply::Reply;
+use crate::state::Db;
+use crate::wal::{self, Record, WalWriter};
+use bytes::Bytes;
+use flusher::{FlushItem, Flusher, Pending};
+use pubsub::PubSub;
+pub use pubsub::{SubKind, SubscriberHandle};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Full,
+    ReadOnly,
+}
+
+/// How a list of commands is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// One command, or a pipeline: each command is checked and run on its own.
+    Each,
+    /// A transaction: checked as a whole first (any bad command discards all), then run
+    /// atomically.
+    Multi,
+}
+
+/// The executor's answer to an `Exec` job.
+#[derive(Debug)]
+pub struct Answer {
+    /// One reply per command; or the single error of a discarded transaction.
+    pub replies: Result<Vec<Reply>, String>,
+    /// The log sequence this answer reflects (the `upstash-sync-token`).
+    pub sync_token: u64,
+}
+
+pub enum Job {
+    Exec {
+        cmds: Vec<Vec<Vec<u8>>>,
+        mode: ExecMode,
+        access: Access,
+        client: Arc<str>,
+        reply: oneshot::Sender<Answer>,
+    },
+    /// Registers an event stream: a monitor, or a subscriber to channels or patterns.
+    Subscribe(SubscriberHandle),
+    Unsubscribe {
+        id: u64,
+    },
+    /// Periodic work: expiry of keys whose time has passed.
+    Tick,
+    Shutdown {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// Counters the INFO command and the sync token read.
+#[derive(Default)]
+pub struct Shared {
+    /// Sequence number of the last record written.
+    pub last_seq: AtomicU64,
+    /// Sequence number of the last record known to be on disk.
+    pub durable_seq: AtomicU64,
+    /// Set once when a sync failed; the log takes no more writes after that.
+    pub fsync_failed: std::sync::OnceLock<String>,
+}
+
+/// Everything the executor thread owns.
+pub struct Executor {
+    db: Db,
+    rng: Rng,
+    wal: WalWriter,
+    fsync: FsyncMode,
+    flusher: Option<Flusher>,
+    shared: Arc<Shared>,
+    pubsub: PubSub,
+    started_ms: u64,
+    commands_processed: u64,
+    listen_port: u16,
+}
+
+/// A started executor: its queue, its counters, and the thread to join.
+pub struct ExecutorHandle {
+    pub tx: mpsc::Sender<Job>,
+    pub shared: Arc<Shared>,
+    pub thread: std::thread::JoinHandle<()>,
+    pub report: wal::RecoveryReport,
+}
+
+/// Replays the log in `dir` and starts the executor thread.
+pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorHandle, String> {
+    let mut db = Db::new();
+    let mut rng = Rng::new(clock::wall_unix_us());
+    let mut replay_errors = 0u64;
+    let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |_seq, ts, record| {
+        replay_errors += apply_record(&mut db, &mut rng, ts, &record);
+        Ok(())
+    })?;
+    if replay_errors > 0 {
+        eprintln!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)");
+    }
+    let shared = Arc::new(Shared::default());
+    shared.last_seq.store(wal.last_seq(), Ordering::SeqCst);
+    shared.durable_seq.store(wal.last_seq(), Ordering::SeqCst);
+    let flusher = match fsync {
+        FsyncMode::Never => None,
+        mode => Some(Flusher::start(mode, shared.clone())),
+    };
+    let (tx, rx) = mpsc::channel(config::EXECUTOR_QUEUE_JOBS_MAX);
+    let mut ex = Executor {
+        db,
+        rng,
+        wal,
+        fsync,
+        flusher,
+        shared: shared.clone(),
+        pubsub: PubSub::default(),
+        started_ms: clock::wall_unix_ms(),
+        commands_processed: 0,
+        listen_port,
+    };
+    let thread = std::thread::Builder::new()
+        .name("executor".into())
+        .spawn(move || ex.run(rx))
+        .map_err(|e| format!("cannot start the executor thread: {e}"))?;
+    Ok(ExecutorHandle {
+        tx,
+        shared,
+        thread,
+        report,
+    })
+}
+
+/// Applies one logged record to `db` at its timestamp. Returns how many commands answered an
+/// error (which a correct log never produces, since only commands that changed state are
+/// logged).
+pub fn apply_record(db: &mut Db, rng: &mut Rng, ts: u64, record: &Record) -> u64 {
+    let mut errors = 0;
+    match record {
+        Record::KvCommands(cmds) => {
+            for args in cmds {
+                let info = match table::global().lookup(args) {
+                    table::Lookup::Found(i) => i,
+                    _ => {
+                        errors += 1;
+                        continue;
+                    }
+                };
+                let mut ctx = Ctx::new(db, ts, rng);
+                ctx.replaying = true;
+                if command::execute(&mut ctx, info, args).is_error() {
+                    errors += 1;
+                }
+            }
+        }
+    }
+    errors
+}
+
+impl Executor {
+    /// Why the log refuses writes, if it does: a failed write here or a failed sync in the
+    /// flusher.
+    fn poisoned(&self) -> Option<String> {
+        self.wal
+            .poisoned()
+            .map(str::to_string)
+            .or_else(|| self.shared.fsync_failed.get().cloned())
+    }
+
+    fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
+        let mut batch = Vec::with_capacity(config::EXECUTOR_BATCH_JOBS_MAX);
+        let mut shutdown: Option<oneshot::Sender<()>> = None;
+        while shutdown.is_none() {
+            let Some(first) = rx.blocking_recv() else {
+                break;
+            };
+            batch.push(first);
+            while batch.len() < config::EXECUTOR_BATCH_JOBS_MAX {
+                match rx.try_recv() {
+                    Ok(j) => batch.push(j),
+                    Err(_) => break,
+                }
+            }
+            let mut pending: Vec<Pending> = Vec::with_capacity(batch.len());
+            for job in batch.drain(..) {
+                match job {
+                    Job::Exec {
+                        cmds,
+                        mode,
+                        access,
+                        client,
+                        reply,
+                    } => {
+                        let replies = self.exec(cmds, mode, access, &client);
+                        let last_seq = self.wal.last_seq();
+                        pending.push(Box::new(move |failure: Option<&str>| {
+                            let replies = match failure {
+                                None => replies,
+                                Some(e) => Err(e.to_string()),
+                            };
+                            let _ = reply.send(Answer {
+                                replies,
+                                sync_token: last_seq,
+                            });
+                        }));
+                    }
+                    Job::Subscribe(handle) => self.pubsub.add(handle),
+                    Job::Unsubscribe { id } => self.pubsub.remove(id),
+                    Job::Tick => self.expire_cycle(),
+                    Job::Shutdown { done } => shutdown = Some(done),
+                }
+            }
+            self.finish_batch(pending);
+        }
+        // Shutdown: everything written is synced before the process exits.
+        if let Some(f) = self.flusher.take() {
+            f.stop();
+        }
+        if self.poisoned().is_none() {
+            if let Err(e) = self.wal.current_file().sync_data() {
+                eprintln!("error: final sync of the log failed: {e}");
+            }
+        }
+        if let Some(done) = shutdown {
+            let _ = done.send(());
+        }
+    }
+
+    /// Writes the batch's records out and releases its replies when the fsync mode allows.
+    fn finish_batch(&mut self, pending: Vec<Pending>) {
+        let wrote = self.wal.has_buffered();
+        if wrote {
+            if let Err(e) = self.wal.write_buffered() {
+                eprintln!("error: {e}; the log now refuses writes");
+            }
+        }
+        let last = self.wal.last_seq();
+        self.shared.last_seq.store(last, Ordering::SeqCst);
+        if let Some(why) = self.poisoned() {
+            let msg = format!(
+                "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
+            );
+            if wrote {
+                for p in pending {
+                    p(Some(&msg));
+                }
+                return;
+            }
+        }
+        let needs_sync = self.shared.durable_seq.load(Ordering::SeqCst) < last;
+        match (&self.flusher, self.fsync) {
+            (Some(f), FsyncMode::Always) if needs_sync => {
+                f.send(FlushItem {
+                    file: self.wal.current_file(),
+                    seq: last,
+                    replies: pending,
+                });
+            }
+            (Some(f), _) => {
+                for p in pending {
+                    p(None);
+                }
+                if wrote {
+                    f.send(FlushItem {
+                        file: self.wal.current_file(),
+                        seq: last,
+                        replies: Vec::new(),
+                    });
+                }
+            }
+            (None, _) => {
+                for p in pending {
+                    p(None);
+                }
+            }
+        }
+    }
+
+    /// Checks a command before it runs: known, supported over REST, right arity, allowed for
+    /// the token.
+    fn check(args: &[Vec<u8>], access: Access) -> Result<&'static CommandInfo, Reply> {
+        let info = match table::global().lookup(args) {
+            table::Lookup::Found(i) => i,
+            table::Lookup::Unknown => return Err(command::unknown_command(args)),
+            table::Lookup::UnknownSubcommand(c) => {
+                return Err(Reply::Error(format!(
+                    "ERR unknown subcommand '{}'. Try {} HELP.",
+                    String::from_utf8_lossy(&args[1]),
+                    c.name.to_ascii_uppercase()
+                )))
+            }
+        };
+        if let Some(why) = unsupported(info, args) {
+            return Err(Reply::Error(why));
+        }
+        if !command::arity_ok(info, args.len()) {
+            return Err(command::arity_error(info));
+        }
+        if access == Access::ReadOnly && !read_only_allows(info) {
+            return Err(Reply::Error(format!(
+                "NOPERM this user has no permissions to run the '{}' command or its subcommand",
+                info.name
+            )));
+        }
+        Ok(info)
+    }
+
+    fn exec(
+        &mut self,
+        cmds: Vec<Vec<Vec<u8>>>,
+        mode: ExecMode,
+        access: Access,
+        client: &str,
+    ) -> Result<Vec<Reply>, String> {
+        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        if mode == ExecMode::Multi {
+            for args in &cmds {
+                if let Err(Reply::Error(e)) = Self::check(args, access) {
+                    return Err(format!("EXECABORT Transaction discarded because of: {e}"));
+                }
+            }
+        }
+        let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
+        let mut replies = Vec::with_capacity(cmds.len());
+        for args in cmds {
+            replies.push(self.run_one(args, access, ts, client, &mut logged));
+        }
+        if !logged.is_empty() {
+            self.wal.append(ts, &Record::KvCommands(logged));
+        }
+        Ok(replies)
+    }
+
+    fn run_one(
+        &mut self,
+        args: Vec<Vec<u8>>,
+        access: Access,
+        ts: u64,
+        client: &str,
+        logged: &mut Vec<Vec<Vec<u8>>>,
+    ) -> Reply {
+        let info = match Self::check(&args, access) {
+            Ok(i) => i,
+            Err(r) => return r,
+        };
+        self.commands_processed += 1;
+        if info.write {
+            if let Some(why) = self.poisoned() {
+                return Reply::Error(format!(
+                    "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
+                ));
+            }
+        }
+        self.pubsub.feed_monitors(client, &args);
+        match info.name.as_str() {
+            "info" => return self.info(&args),
+            "publish" => return Reply::Int(self.pubsub.publish(&args[1], &args[2])),
+            "pubsub|channels"
+            | "pubsub|numsub"
+            | "pubsub|numpat"
+            | "pubsub|shardchannels"
+            | "pubsub|shardnumsub"
+            | "pubsub|help" => return self.pubsub.command(info, &args),
+            "spublish" => return Reply::Int(self.pubsub.publish(&args[1], &args[2])),
+            _ => {}
+        }
+        let mut ctx = Ctx::new(&mut self.db, ts, &mut self.rng);
+        let reply = command::execute(&mut ctx, info, &args);
+        if ctx.dirty {
+            match ctx.rewrite.take() {
+                Some(rw) => logged.extend(rw),
+                None => logged.push(args),
+            }
+        }
+        reply
+    }
+
+    /// Removes keys whose expiry has passed, through a logged DEL like any other change.
+    fn expire_cycle(&mut self) {
+        if self.poisoned().is_some() {
+            return;
+        }
+        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let keys = self.db.expired_keys(ts, config::EXPIRE_CYCLE_KEYS_MAX);
+        if keys.is_empty() {
+            return;
+        }
+        for k in &keys {
+            self.db.remove(k);
+        }
+        let mut del = Vec::with_capacity(keys.len() + 1);
+        del.push(b"DEL".to_vec());
+        del.extend(keys);
+        self.wal.append(ts, &Record::KvCommands(vec![del]));
+    }
+
+    fn info(&self, args: &[Vec<u8>]) -> Reply {
+        let wanted: Vec<String> = args[1..]
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+            .collect();
+        let all = wanted.is_empty()
+            || wanted
+                .iter()
+                .any(|w| w == "all" || w == "default" || w == "everything");
+        let want = |s: &str| all || wanted.iter().any(|w| w == s);
+        let now = clock::wall_unix_ms();
+        let uptime = now.saturating_sub(self.started_ms) / 1000;
+        let mut out = String::new();
+        if want("server") {
+            out.push_str(&format!(
+                "# Server\r\nredis_version:7.0.15\r\ntidepool_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\n\r\n",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                std::process::id(),
+                self.listen_port,
+                uptime,
+                uptime / 86400
+            ));
+        }
+        if want("clients") {
+            out.push_str(&format!(
+                "# Clients\r\nmonitors:{}\r\npubsub_subscribers:{}\r\n\r\n",
+                self.pubsub.monitor_count(),
+                self.pubsub.subscriber_count()
+            ));
+        }
+        if want("persistence") {
+            out.push_str(&format!(
+                "# Persistence\r\nloading:0\r\naof_enabled:1\r\ntidepool_fsync:{}\r\ntidepool_log_last_seq:{}\r\ntidepool_log_durable_seq:{}\r\ntidepool_log_writable:{}\r\n\r\n",
+                self.fsync.name(),
+                self.wal.last_seq(),
+                self.shared.durable_seq.load(Ordering::SeqCst),
+                if self.poisoned().is_none() { 1 } else { 0 }
+            ));
+        }
+        if want("stats") {
+            out.push_str(&format!(
+                "# Stats\r\ntotal_commands_processed:{}\r\n\r\n",
+                self.commands_processed
+            ));
+        }
+        if want("keyspace") {
+            out.push_str("# Keyspace\r\n");
+            if !self.db.is_empty() {
+                out.push_str(&format!(
+                    "db0:keys={},expires={},avg_ttl=0\r\n",
+                    self.db.len(),
+                    self.db.expires_count()
+                ));
+            }
+        }
+        let mut text = out.trim_end_matches("\r\n").to_string();
+        text.push_str("\r\n");
+        Reply::Bulk(text.into_bytes())
+    }
+}
+
+/// Commands refused over REST, with the reason.
+fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
+    let name = info.name.as_str();
+    let upper = name.to_ascii_uppercase();
+    let why = match (info.group.as_str(), name) {
+        (_, "ping" | "echo") => return None,
+        (_, "xread" | "xreadgroup") if args.iter().any(|a| a.eq_ignore_ascii_case(b"block")) => {
+            "the BLOCK option needs a connection that HTTP does not keep"
+        }
+        (_, "xread" | "xreadgroup") => return None,
+        (_, "multi" | "exec" | "discard" | "watch" | "unwatch") => {
+            "send the commands of a transaction together to /multi-exec"
+        }
+        (_, "monitor") => "open the /monitor event stream instead",
+        (
+            _,
+            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+            | "sunsubscribe",
+        ) => "open the /subscribe/<channel> or /psubscribe/<pattern> event stream instead",
+        ("cluster", _) => "tidepool is a single node, not a cluster",
+        ("connection", _) => {
+            "only PING and ECHO are supported over REST; a request has no connection state"
+        }
+        _ if info.blocking => "blocking commands need a connection that HTTP does not keep",
+        (_, "shutdown" | "debug" | "sync" | "psync" | "replicaof" | "slaveof" | "failover") => {
+            "it controls a Redis process, which tidepool is not"
+        }
+        _ => return None,
+    };
+    Some(format!("ERR '{upper}' is not supported over REST: {why}"))
+}
+
+/// The Read Only token's profile: the `@read` category minus `@dangerous`, minus the scan
+/// family and KEYS (the hosted service names SCAN and KEYS), plus PING, ECHO and TIME.
+fn read_only_allows(info: &CommandInfo) -> bool {
+    match info.name.as_str() {
+        "ping" | "echo" | "time" => true,
+        "scan" | "hscan" | "sscan" | "zscan" | "keys" => false,
+        _ => info.category_read && !info.category_dangerous,
+    }
+}
+
+/// Bytes for a monitor or subscriber line.
+pub fn sse_event(payload: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(payload.len() + 8);
+    v.extend_from_slice(b"data: ");
+    v.extend_from_slice(payload);
+    v.extend_from_slice(b"\n\n");
+    Bytes::from(v)
+}

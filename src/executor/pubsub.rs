@@ -1,0 +1,221 @@
+//! Monitor and publish/subscribe fan-out, run on the executor thread so events leave in
+//! execution order. Every stream has a bounded buffer; a stream that falls behind is marked
+//! lagged and dropped, and its HTTP side tells the client before closing.
+
+use super::sse_event;
+use crate::clock;
+use crate::command::args::glob_match;
+use crate::command::CommandInfo;
+use crate::reply::Reply;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+pub enum SubKind {
+    Monitor,
+    Channels(Vec<Vec<u8>>),
+    Patterns(Vec<Vec<u8>>),
+}
+
+/// One event stream as the executor sees it.
+pub struct SubscriberHandle {
+    pub id: u64,
+    pub kind: SubKind,
+    pub tx: mpsc::Sender<Bytes>,
+    /// Set when the buffer was full and the stream was dropped.
+    pub lagged: Arc<AtomicBool>,
+}
+
+impl SubscriberHandle {
+    /// Queues an event; false when the stream is gone or fell behind (and is now marked so).
+    fn deliver(&self, event: Bytes) -> bool {
+        match self.tx.try_send(event) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.lagged.store(true, Ordering::SeqCst);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct PubSub {
+    monitors: Vec<SubscriberHandle>,
+    subs: HashMap<u64, SubscriberHandle>,
+    channels: HashMap<Vec<u8>, Vec<u64>>,
+    patterns: Vec<(Vec<u8>, u64)>,
+}
+
+fn line(parts: &[&[u8]]) -> Bytes {
+    sse_event(&parts.join(&b","[..]))
+}
+
+impl PubSub {
+    pub fn monitor_count(&self) -> usize {
+        self.monitors.len()
+    }
+    pub fn subscriber_count(&self) -> usize {
+        self.subs.len()
+    }
+
+    pub fn add(&mut self, h: SubscriberHandle) {
+        match &h.kind {
+            SubKind::Monitor => {
+                if h.deliver(sse_event(b"\"OK\"")) {
+                    self.monitors.push(h);
+                }
+            }
+            SubKind::Channels(chs) => {
+                for (i, ch) in chs.iter().enumerate() {
+                    h.deliver(line(&[b"subscribe", ch, (i + 1).to_string().as_bytes()]));
+                    self.channels.entry(ch.clone()).or_default().push(h.id);
+                }
+                self.subs.insert(h.id, h);
+            }
+            SubKind::Patterns(pats) => {
+                for (i, p) in pats.iter().enumerate() {
+                    h.deliver(line(&[b"psubscribe", p, (i + 1).to_string().as_bytes()]));
+                    self.patterns.push((p.clone(), h.id));
+                }
+                self.subs.insert(h.id, h);
+            }
+        }
+    }
+
+    pub fn remove(&mut self, id: u64) {
+        self.monitors.retain(|m| m.id != id);
+        if let Some(h) = self.subs.remove(&id) {
+            if let SubKind::Channels(chs) = &h.kind {
+                for ch in chs {
+                    if let Some(ids) = self.channels.get_mut(ch) {
+                        ids.retain(|x| *x != id);
+                        if ids.is_empty() {
+                            self.channels.remove(ch);
+                        }
+                    }
+                }
+            }
+            self.patterns.retain(|(_, x)| *x != id);
+        }
+    }
+
+    /// Sends `msg` to every subscriber of `channel` and every matching pattern; returns how many
+    /// received it.
+    pub fn publish(&mut self, channel: &[u8], msg: &[u8]) -> i64 {
+        let mut n = 0;
+        let mut gone = Vec::new();
+        if let Some(ids) = self.channels.get(channel) {
+            let ev = line(&[b"message", channel, msg]);
+            for id in ids {
+                match self.subs.get(id) {
+                    Some(h) if h.deliver(ev.clone()) => n += 1,
+                    _ => gone.push(*id),
+                }
+            }
+        }
+        for (pat, id) in &self.patterns {
+            if glob_match(pat, channel, false) {
+                match self.subs.get(id) {
+                    Some(h) if h.deliver(line(&[b"pmessage", pat, channel, msg])) => n += 1,
+                    _ => gone.push(*id),
+                }
+            }
+        }
+        for id in gone {
+            self.remove(id);
+        }
+        n
+    }
+
+    /// Sends one MONITOR line for a command about to run.
+    pub fn feed_monitors(&mut self, client: &str, args: &[Vec<u8>]) {
+        if self.monitors.is_empty() {
+            return;
+        }
+        let us = clock::wall_unix_us();
+        let mut text =
+            format!("{}.{:06} [0 {}]", us / 1_000_000, us % 1_000_000, client).into_bytes();
+        for a in args {
+            text.push(b' ');
+            repr(&mut text, a);
+        }
+        let ev = sse_event(&text);
+        self.monitors.retain(|m| m.deliver(ev.clone()));
+    }
+
+    pub fn command(&self, info: &CommandInfo, a: &[Vec<u8>]) -> Reply {
+        match info.name.as_str() {
+            "pubsub|channels" => {
+                let pat = a.get(2);
+                Reply::Array(
+                    self.channels
+                        .keys()
+                        .filter(|c| pat.is_none_or(|p| glob_match(p, c, false)))
+                        .map(|c| Reply::bulk(c.as_slice()))
+                        .collect(),
+                )
+            }
+            "pubsub|numsub" => Reply::Array(
+                a[2..]
+                    .iter()
+                    .flat_map(|c| {
+                        let n = self.channels.get(c).map(|v| v.len()).unwrap_or(0);
+                        [Reply::bulk(c.as_slice()), Reply::Int(n as i64)]
+                    })
+                    .collect(),
+            ),
+            "pubsub|numpat" => {
+                let mut pats: Vec<&Vec<u8>> = self.patterns.iter().map(|(p, _)| p).collect();
+                pats.sort();
+                pats.dedup();
+                Reply::Int(pats.len() as i64)
+            }
+            "pubsub|shardchannels" => Reply::Array(vec![]),
+            "pubsub|shardnumsub" => Reply::Array(
+                a[2..]
+                    .iter()
+                    .flat_map(|c| [Reply::bulk(c.as_slice()), Reply::Int(0)])
+                    .collect(),
+            ),
+            _ => Reply::Array(
+                [
+                    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                    "CHANNELS [<pattern>]",
+                    "NUMPAT",
+                    "NUMSUB [<channel> ...]",
+                    "SHARDCHANNELS [<pattern>]",
+                    "SHARDNUMSUB [<shardchannel> ...]",
+                    "HELP",
+                ]
+                .iter()
+                .map(|s| Reply::Status(s.to_string()))
+                .collect(),
+            ),
+        }
+    }
+}
+
+/// Redis's `sdscatrepr`: the quoting MONITOR uses.
+pub fn repr(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    for &c in s {
+        match c {
+            b'\\' | b'"' => {
+                out.push(b'\\');
+                out.push(c);
+            }
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            7 => out.extend_from_slice(b"\\a"),
+            8 => out.extend_from_slice(b"\\b"),
+            0x20..=0x7e => out.push(c),
+            _ => out.extend_from_slice(format!("\\x{c:02x}").as_bytes()),
+        }
+    }
+    out.push(b'"');
+}

@@ -1,0 +1,540 @@
+//! The HTTP side: one hyper service that authenticates, turns each request form into commands,
+//! hands them to the executor, and writes the envelopes back.
+
+pub mod request;
+pub mod response;
+pub mod sse;
+
+use crate::config::{self, REQUEST_BYTES_MAX};
+use crate::executor::{Access, Answer, ExecMode, Job, Shared, SubKind, SubscriberHandle};
+use crate::reply::Reply;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use response::Encoding;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+/// What every request handler shares.
+pub struct App {
+    pub tx: mpsc::Sender<Job>,
+    pub shared: Arc<Shared>,
+    pub token: String,
+    pub read_only_token: String,
+    next_stream_id: AtomicU64,
+}
+
+impl App {
+    pub fn new(
+        tx: mpsc::Sender<Job>,
+        shared: Arc<Shared>,
+        token: String,
+        read_only_token: String,
+    ) -> App {
+        App {
+            tx,
+            shared,
+            token,
+            read_only_token,
+            next_stream_id: AtomicU64::new(1),
+        }
+    }
+}
+
+/// A response body: a whole buffer, or an event stream.
+pub enum Body {
+    Full(Option<Bytes>),
+    Sse(Box<sse::SseBody>),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Body::Sse(s) => s.poll_event(cx),
+        }
+    }
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None))
+    }
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            Body::Full(Some(b)) => hyper::body::SizeHint::with_exact(b.len() as u64),
+            Body::Full(None) => hyper::body::SizeHint::with_exact(0),
+            Body::Sse(_) => hyper::body::SizeHint::default(),
+        }
+    }
+}
+
+/// Accepts connections until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    eprintln!("warning: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let client: Arc<str> = Arc::from(peer.to_string());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let app = app.clone();
+                let client = client.clone();
+                async move { Ok::<_, Infallible>(handle(req, &app, client, peer).await) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(io, svc)
+                .await;
+        });
+    }
+}
+
+fn respond(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Vec<u8>,
+    sync_token: u64,
+) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::from(body))));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert("upstash-sync-token", HeaderValue::from(sync_token));
+    r
+}
+
+fn json(status: StatusCode, body: Vec<u8>, sync_token: u64) -> Response<Body> {
+    respond(status, "application/json", body, sync_token)
+}
+
+fn error(app: &App, status: StatusCode, text: &str) -> Response<Body> {
+    let mut body = Vec::with_capacity(text.len() + 12);
+    response::error_envelope(&mut body, text);
+    json(status, body, app.shared.last_seq.load(Ordering::SeqCst))
+}
+
+/// Compares without an early exit, so the time taken says nothing about where they differ.
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u8 | ((a.len() ^ b.len()) >> 8) as u8;
+    for (i, &x) in a.iter().enumerate() {
+        diff |= x ^ b.get(i).copied().unwrap_or(!x);
+    }
+    diff == 0 && a.len() == b.len()
+}
+
+fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<Access> {
+    let from_header = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_string())
+        });
+    let presented = from_header.or_else(|| request::query_token(query))?;
+    let full = ct_eq(presented.as_bytes(), app.token.as_bytes());
+    let ro = ct_eq(presented.as_bytes(), app.read_only_token.as_bytes());
+    if full {
+        Some(Access::Full)
+    } else if ro {
+        Some(Access::ReadOnly)
+    } else {
+        None
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Json,
+    Resp2,
+}
+
+async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
+    match http_body_util::Limited::new(body, REQUEST_BYTES_MAX)
+        .collect()
+        .await
+    {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(error(
+                app,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "ERR max request size exceeded",
+            ))
+        }
+        Err(e) => Err(error(
+            app,
+            StatusCode::BAD_REQUEST,
+            &format!("ERR could not read the request body: {e}"),
+        )),
+    }
+}
+
+async fn execute(
+    app: &App,
+    cmds: Vec<Vec<Vec<u8>>>,
+    mode: ExecMode,
+    access: Access,
+    client: Arc<str>,
+) -> Result<Answer, Response<Body>> {
+    let (reply, rx) = oneshot::channel();
+    let job = Job::Exec {
+        cmds,
+        mode,
+        access,
+        client,
+        reply,
+    };
+    if app.tx.send(job).await.is_err() {
+        return Err(error(
+            app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        ));
+    }
+    rx.await.map_err(|_| {
+        error(
+            app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        )
+    })
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    app: &App,
+    client: Arc<str>,
+    _peer: SocketAddr,
+) -> Response<Body> {
+    let method = req.method().clone();
+    if !matches!(
+        method,
+        Method::GET | Method::POST | Method::PUT | Method::HEAD
+    ) {
+        return error(
+            app,
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("ERR HTTP method {method} is not allowed: use GET, POST, PUT or HEAD"),
+        );
+    }
+    let query = req.uri().query().map(str::to_string);
+    let Some(access) = authenticate(req.headers(), query.as_deref(), app) else {
+        return error(
+            app,
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        );
+    };
+    let headers = req.headers();
+    let enc = match headers.get("upstash-encoding").map(|v| v.as_bytes()) {
+        Some(v) if v.eq_ignore_ascii_case(b"base64") => Encoding::Base64,
+        _ => Encoding::Plain,
+    };
+    let fmt_header = headers
+        .get("upstash-response-format")
+        .or_else(|| headers.get("upstash-reponse-format"));
+    let format = match fmt_header.map(|v| v.as_bytes().to_ascii_lowercase()) {
+        None => Format::Json,
+        Some(v) if v == b"json" => Format::Json,
+        Some(v) if v == b"resp2" => Format::Resp2,
+        Some(v) => {
+            return error(
+                app,
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "ERR invalid Upstash-Response-Format '{}': use json or resp2",
+                    String::from_utf8_lossy(&v)
+                ),
+            )
+        }
+    };
+    if enc == Encoding::Base64 && format == Format::Resp2 {
+        return error(
+            app,
+            StatusCode::BAD_REQUEST,
+            "ERR Upstash-Encoding: base64 cannot be combined with Upstash-Response-Format: resp2",
+        );
+    }
+    let path = req.uri().path().trim_start_matches('/').to_string();
+    let segments: Vec<&str> = if path.is_empty() {
+        Vec::new()
+    } else {
+        path.split('/').collect()
+    };
+    let first = segments.first().map(|s| s.to_ascii_lowercase());
+    let body_allowed = matches!(method, Method::POST | Method::PUT);
+    match first.as_deref() {
+        None => {
+            let body = match read_body(app, req.into_body()).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            if body.is_empty() {
+                return error(app, StatusCode::BAD_REQUEST, "ERR no command: POST a JSON array such as [\"GET\",\"key\"], or put the command in the path");
+            }
+            match request::parse_single(&body) {
+                Ok(cmd) => single(app, cmd, access, client, enc, format).await,
+                Err(e) => error(app, StatusCode::BAD_REQUEST, &e),
+            }
+        }
+        Some(ep @ ("pipeline" | "multi-exec")) => {
+            if segments.len() != 1 {
+                return error(app, StatusCode::NOT_FOUND, "ERR unknown endpoint");
+            }
+            let multi = ep == "multi-exec";
+            let body = match read_body(app, req.into_body()).await {
+                Ok(b) => b,
+                Err(r) => return r,
+            };
+            let cmds = match request::parse_batch(&body) {
+                Ok(c) => c,
+                Err(e) => return error(app, StatusCode::BAD_REQUEST, &e),
+            };
+            batch(app, cmds, multi, access, client, enc, format).await
+        }
+        Some("monitor") if segments.len() == 1 => stream(app, StreamKind::Monitor, access),
+        Some(kind @ ("subscribe" | "psubscribe")) => {
+            let names: Vec<Vec<u8>> = segments[1..]
+                .iter()
+                .map(|s| request::percent_decode(s, false))
+                .collect();
+            if names.is_empty() || names.iter().any(|n| n.is_empty()) {
+                return error(
+                    app,
+                    StatusCode::BAD_REQUEST,
+                    &format!("ERR {kind} needs a name: /{kind}/<name>"),
+                );
+            }
+            let k = if kind == "subscribe" {
+                StreamKind::Channels(names)
+            } else {
+                StreamKind::Patterns(names)
+            };
+            stream(app, k, access)
+        }
+        Some(_) => {
+            let mut cmd: Vec<Vec<u8>> = segments
+                .iter()
+                .map(|s| request::percent_decode(s, false))
+                .collect();
+            if body_allowed {
+                let body = match read_body(app, req.into_body()).await {
+                    Ok(b) => b,
+                    Err(r) => return r,
+                };
+                if !body.is_empty() {
+                    cmd.push(body.to_vec());
+                }
+            }
+            cmd.extend(request::query_args(query.as_deref()));
+            single(app, cmd, access, client, enc, format).await
+        }
+    }
+}
+
+async fn single(
+    app: &App,
+    cmd: Vec<Vec<u8>>,
+    access: Access,
+    client: Arc<str>,
+    enc: Encoding,
+    format: Format,
+) -> Response<Body> {
+    let answer = match execute(app, vec![cmd], ExecMode::Each, access, client).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let reply = match answer.replies {
+        Ok(mut v) if v.len() == 1 => v.pop().unwrap_or(Reply::Nil),
+        Ok(_) => Reply::err("ERR internal error: expected one reply"),
+        Err(e) => Reply::Error(e),
+    };
+    let status = if reply.is_error() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    let mut body = Vec::new();
+    match format {
+        Format::Resp2 => {
+            reply.write_resp2(&mut body);
+            respond(status, "application/octet-stream", body, answer.sync_token)
+        }
+        Format::Json => {
+            response::envelope(&mut body, &reply, enc);
+            json(status, body, answer.sync_token)
+        }
+    }
+}
+
+async fn batch(
+    app: &App,
+    cmds: Vec<Vec<Vec<u8>>>,
+    multi: bool,
+    access: Access,
+    client: Arc<str>,
+    enc: Encoding,
+    format: Format,
+) -> Response<Body> {
+    if cmds.is_empty() {
+        return json(
+            StatusCode::OK,
+            b"[]".to_vec(),
+            app.shared.last_seq.load(Ordering::SeqCst),
+        );
+    }
+    let mode = if multi {
+        ExecMode::Multi
+    } else {
+        ExecMode::Each
+    };
+    let answer = match execute(app, cmds, mode, access, client).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    match answer.replies {
+        Err(e) => {
+            let mut body = Vec::new();
+            response::error_envelope(&mut body, &e);
+            json(StatusCode::BAD_REQUEST, body, answer.sync_token)
+        }
+        Ok(replies) if format == Format::Resp2 && !multi => {
+            let mut body = Vec::new();
+            for r in &replies {
+                r.write_resp2(&mut body);
+            }
+            respond(
+                StatusCode::OK,
+                "application/octet-stream",
+                body,
+                answer.sync_token,
+            )
+        }
+        Ok(replies) => json(
+            StatusCode::OK,
+            response::envelopes(&replies, enc),
+            answer.sync_token,
+        ),
+    }
+}
+
+enum StreamKind {
+    Monitor,
+    Channels(Vec<Vec<u8>>),
+    Patterns(Vec<Vec<u8>>),
+}
+
+fn stream(app: &App, kind: StreamKind, access: Access) -> Response<Body> {
+    let name = match &kind {
+        StreamKind::Monitor => "monitor",
+        StreamKind::Channels(_) => "subscribe",
+        StreamKind::Patterns(_) => "psubscribe",
+    };
+    if access == Access::ReadOnly {
+        return error(
+            app,
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "NOPERM this user has no permissions to run the '{name}' command or its subcommand"
+            ),
+        );
+    }
+    let (tx, rx) = mpsc::channel(config::SUBSCRIBER_BUFFER_EVENTS_MAX);
+    let id = app.next_stream_id.fetch_add(1, Ordering::Relaxed);
+    let lagged = Arc::new(AtomicBool::new(false));
+    let notice_head = format!(
+        ": tidepool: this stream fell more than {} events behind and is closed\n",
+        config::SUBSCRIBER_BUFFER_EVENTS_MAX
+    );
+    let (sub_kind, notice) = match kind {
+        StreamKind::Monitor => (
+            SubKind::Monitor,
+            format!("{notice_head}data: \"ERR monitor stream fell behind and was closed\"\n\n"),
+        ),
+        StreamKind::Channels(chs) => {
+            let mut n = notice_head.clone();
+            for c in &chs {
+                n.push_str(&format!(
+                    "data: unsubscribe,{},0\n\n",
+                    String::from_utf8_lossy(c)
+                ));
+            }
+            (SubKind::Channels(chs), n)
+        }
+        StreamKind::Patterns(pats) => {
+            let mut n = notice_head.clone();
+            for p in &pats {
+                n.push_str(&format!(
+                    "data: punsubscribe,{},0\n\n",
+                    String::from_utf8_lossy(p)
+                ));
+            }
+            (SubKind::Patterns(pats), n)
+        }
+    };
+    let handle = SubscriberHandle {
+        id,
+        kind: sub_kind,
+        tx,
+        lagged: lagged.clone(),
+    };
+    if app.tx.try_send(Job::Subscribe(handle)).is_err() {
+        return error(
+            app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is busy or shutting down; try again",
+        );
+    }
+    let period = std::time::Duration::from_millis(config::SSE_PING_INTERVAL_MS);
+    let ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    let body = sse::SseBody {
+        rx,
+        ping,
+        lagged,
+        lag_notice: Some(Bytes::from(notice)),
+        unsubscribe: Some((app.tx.clone(), id)),
+        done: false,
+    };
+    let mut r = Response::new(Body::Sse(Box::new(body)));
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    h.insert(
+        "upstash-sync-token",
+        HeaderValue::from(app.shared.last_seq.load(Ordering::SeqCst)),
+    );
+    r
+}

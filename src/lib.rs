@@ -1,0 +1,31 @@
+//! tidepool: a durable Redis-over-HTTP server (the Upstash Redis REST dialect) built on an
+//! event-sourced write-ahead log.
+//!
+//! A request flows one way through the crate:
+//!
+//! ```text
+//! http  ->  executor  ->  command  ->  state      (apply, reply)
+//!                     ->  wal                     (append, group commit)
+//! ```
+//!
+//! Module map:
+//! - [`config`]: every limit and default, units in the names.
+//! - [`http`]: hyper service, auth, the request forms (path, JSON body, pipeline, multi-exec),
+//!   envelopes, base64 and RESP2, server-sent event streams.
+//! - [`executor`]: the single thread that owns the state: batches jobs, logs changes, replies
+//!   after group commit; monitor and pub/sub fan-out.
+//! - [`command`]: the command table (from Redis's own), the one dispatch on names, one file per
+//!   family.
+//! - [`state`]: the pure state machine: keyspace, values, expiry. No clock, no I/O.
+//! - [`wal`]: the log format, reading with recovery, appending; `log-format.md` describes it.
+//! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
+
+pub mod clock;
+pub mod command;
+pub mod config;
+pub mod executor;
+pub mod http;
+pub mod reply;
+pub mod server;
+pub mod state;
+pub mod wal;

@@ -1,0 +1,90 @@
+//! `tidepool serve`: command line -> config -> server.
+
+use std::path::PathBuf;
+use tidepool::config::{self, Config, FsyncMode};
+
+const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
+
+Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
+TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC. Defaults: 127.0.0.1:8079, ./tidepool-data, tokens
+generated on first start and kept in DIR/credentials.json, fsync always.";
+
+fn main() {
+    match run() {
+        Ok(()) => {}
+        Err(e) => {
+            eprintln!("tidepool: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("serve") => tidepool::server::run(parse_serve(&args[1..])?),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        Some("-V" | "--version") => {
+            println!("tidepool {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command '{other}'\n{USAGE}")),
+        None => Err(format!("missing command\n{USAGE}")),
+    }
+}
+
+fn parse_serve(args: &[String]) -> Result<Config, String> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut listen = env("TIDEPOOL_LISTEN");
+    let mut data = env("TIDEPOOL_DATA");
+    let mut token = env("TIDEPOOL_TOKEN");
+    let mut ro = env("TIDEPOOL_READ_ONLY_TOKEN");
+    let mut fsync = env("TIDEPOOL_FSYNC");
+    let mut i = 0;
+    while i < args.len() {
+        let (flag, inline) = match args[i].split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (args[i].clone(), None),
+        };
+        let slot = match flag.as_str() {
+            "--listen" => &mut listen,
+            "--data" => &mut data,
+            "--token" => &mut token,
+            "--read-only-token" => &mut ro,
+            "--fsync" => &mut fsync,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown flag '{other}'\n{USAGE}")),
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                i += 1;
+                args.get(i)
+                    .cloned()
+                    .ok_or_else(|| format!("flag {flag} needs a value"))?
+            }
+        };
+        *slot = Some(value);
+        i += 1;
+    }
+    let listen_text = listen.unwrap_or_else(|| config::LISTEN_DEFAULT.into());
+    let listen = listen_text.parse().map_err(|_| {
+        format!("--listen '{listen_text}' is not an address such as 127.0.0.1:8079")
+    })?;
+    let fsync_text = fsync.unwrap_or_else(|| "always".into());
+    let fsync = FsyncMode::parse(&fsync_text)
+        .ok_or_else(|| format!("--fsync '{fsync_text}' must be always, everysec or never"))?;
+    Ok(Config {
+        listen,
+        data_dir: PathBuf::from(data.unwrap_or_else(|| config::DATA_DIR_DEFAULT.into())),
+        token,
+        read_only_token: ro,
+        fsync,
+    })
+}

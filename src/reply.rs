@@ -1,0 +1,114 @@
+//! A command's reply, in the RESP2 shapes the REST clients expect.
+
+/// A RESP2 reply. Doubles are bulk strings (RESP2 has no double type), maps are flat arrays.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+OK`, `+PONG`, TYPE's `+string`.
+    Status(String),
+    /// A bulk string.
+    Bulk(Vec<u8>),
+    /// The nil bulk string `$-1`.
+    Nil,
+    /// The nil array `*-1`.
+    NilArray,
+    Int(i64),
+    Array(Vec<Reply>),
+    /// An error reply; the text starts with the error class word (`ERR`, `WRONGTYPE`, ...).
+    Error(String),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Status("OK".into())
+    }
+    pub fn err(text: impl Into<String>) -> Reply {
+        Reply::Error(text.into())
+    }
+    pub fn bulk(b: impl Into<Vec<u8>>) -> Reply {
+        Reply::Bulk(b.into())
+    }
+    pub fn opt_bulk(b: Option<&[u8]>) -> Reply {
+        match b {
+            Some(b) => Reply::Bulk(b.to_vec()),
+            None => Reply::Nil,
+        }
+    }
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+    pub fn bulks<I, B>(items: I) -> Reply
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<Vec<u8>>,
+    {
+        Reply::Array(items.into_iter().map(|b| Reply::Bulk(b.into())).collect())
+    }
+
+    /// Writes the RESP2 encoding, as a TCP client would receive it.
+    pub fn write_resp2(&self, out: &mut Vec<u8>) {
+        match self {
+            Reply::Status(s) => {
+                out.push(b'+');
+                out.extend_from_slice(s.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Error(s) => {
+                out.push(b'-');
+                out.extend_from_slice(s.as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Int(i) => {
+                out.push(b':');
+                out.extend_from_slice(i.to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Bulk(b) => {
+                out.push(b'$');
+                out.extend_from_slice(b.len().to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Reply::NilArray => out.extend_from_slice(b"*-1\r\n"),
+            Reply::Array(items) => {
+                out.push(b'*');
+                out.extend_from_slice(items.len().to_string().as_bytes());
+                out.extend_from_slice(b"\r\n");
+                for i in items {
+                    i.write_resp2(out);
+                }
+            }
+        }
+    }
+}
+
+/// Redis's standard error texts, in one place so that every command says them the same way.
+pub mod errors {
+    pub const SYNTAX: &str = "ERR syntax error";
+    pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+    pub const NOT_FLOAT: &str = "ERR value is not a valid float";
+    pub const OVERFLOW: &str = "ERR increment or decrement would overflow";
+    pub const NAN_OR_INF: &str = "ERR increment would produce NaN or Infinity";
+    pub const NO_SUCH_KEY: &str = "ERR no such key";
+    pub const INVALID_CURSOR: &str = "ERR invalid cursor";
+    pub const STRING_TOO_LONG: &str =
+        "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+    pub const OFFSET_OUT_OF_RANGE: &str = "ERR offset is out of range";
+    pub const HASH_NOT_INTEGER: &str = "ERR hash value is not an integer";
+    pub const HASH_NOT_FLOAT: &str = "ERR hash value is not a float";
+
+    pub fn wrong_arity(name: &str) -> String {
+        format!(
+            "ERR wrong number of arguments for '{}' command",
+            name.to_ascii_lowercase()
+        )
+    }
+    pub fn invalid_expire(name: &str) -> String {
+        format!(
+            "ERR invalid expire time in '{}' command",
+            name.to_ascii_lowercase()
+        )
+    }
+}

@@ -1,0 +1,102 @@
+//! The write-ahead log: format, reading with recovery, appending.
+//!
+//! `format` is the byte layout, `record` the payload kinds, `reader` walks a directory and
+//! applies the recovery table, `writer` appends, and `mmap` is the one small `unsafe`.
+
+pub mod format;
+pub mod mmap;
+pub mod reader;
+pub mod record;
+pub mod writer;
+
+use reader::{Action, Damage};
+use std::fs::OpenOptions;
+use std::path::Path;
+
+pub use record::Record;
+pub use writer::WalWriter;
+
+/// What recovery did, for the start-up message.
+#[derive(Debug, Default)]
+pub struct RecoveryReport {
+    pub records: u64,
+    pub segments: usize,
+    pub last_seq: u64,
+    /// A torn tail that was cut off, with a message naming file and offset.
+    pub cut_tail: Option<String>,
+}
+
+/// Replays the log in `dir` through `apply` (sequence, timestamp, record) and returns a writer
+/// positioned after the last good record. A torn tail is cut; any other damage is an error whose
+/// text names the file, the offset and the way to repair.
+pub fn recover<F>(
+    dir: &Path,
+    segment_bytes_max: u64,
+    mut apply: F,
+) -> Result<(WalWriter, RecoveryReport), String>
+where
+    F: FnMut(u64, u64, Record) -> Result<(), String>,
+{
+    let summary = reader::scan(dir, |_, _, frame| {
+        let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
+        apply(frame.seq, frame.timestamp_unix_ms, record)
+    })
+    .map_err(|e| {
+        format!(
+            "the log cannot be replayed: {e}. Run `tidepool-log verify {}` to see the damage.",
+            dir.display()
+        )
+    })?;
+    let mut report = RecoveryReport {
+        records: summary.records,
+        segments: summary.segments,
+        last_seq: summary.last_seq.unwrap_or(0),
+        cut_tail: None,
+    };
+    if let Some(damage) = &summary.damage {
+        match damage.action {
+            Action::Refuse => return Err(refusal(dir, damage)),
+            Action::CutTail => {
+                cut_tail(damage)
+                    .map_err(|e| format!("cutting the torn tail of {damage} failed: {e}"))?;
+                report.cut_tail = Some(format!(
+                    "cut a torn record off the log tail: {damage}; {} bytes dropped",
+                    damage.file_len - damage.offset
+                ));
+            }
+        }
+    }
+    // Segments whose header was torn were removed by cut_tail; list again.
+    let segments = reader::list_segments(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let newest = segments.last().map(|s| s.path.as_path());
+    let next_seq = report.last_seq + 1;
+    let last_ts = summary.last_timestamp_unix_ms.unwrap_or(0);
+    let writer = WalWriter::open(dir, newest, next_seq, last_ts, segment_bytes_max)
+        .map_err(|e| format!("cannot open the log in {} for writing: {e}", dir.display()))?;
+    Ok((writer, report))
+}
+
+/// The refusal message: where, what, and how to repair.
+pub fn refusal(dir: &Path, damage: &Damage) -> String {
+    format!(
+        "the log is damaged: {damage}. This is not a torn write at the end of the log, so tidepool \
+         will not guess. Inspect it with `tidepool-log verify {dir}`; `tidepool-log repair {dir}` \
+         can cut the log at that offset, dropping every record after it (back up the directory first).",
+        dir = dir.display()
+    )
+}
+
+/// Cuts a segment at the damaged offset; a segment left without a whole header is removed.
+pub fn cut_tail(damage: &Damage) -> std::io::Result<()> {
+    if damage.offset < format::SEGMENT_HEADER_BYTES as u64 {
+        std::fs::remove_file(&damage.path)?;
+    } else {
+        let f = OpenOptions::new().write(true).open(&damage.path)?;
+        f.set_len(damage.offset)?;
+        f.sync_all()?;
+    }
+    if let Some(parent) = damage.path.parent() {
+        writer::sync_dir(parent)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! Reading a log directory: every segment in order, every frame checked, and the recovery
+//! decision table applied. Reading never modifies a file; the caller decides what to do with a
+//! torn tail (the server cuts it with a warning, `tidepool-log repair` asks first).
+
+use super::format::{self, Frame, FrameRead, SegmentHeader, SEGMENT_HEADER_BYTES};
+use super::mmap::MappedFile;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A segment file found in the log directory.
+#[derive(Debug, Clone)]
+pub struct SegmentFile {
+    pub path: PathBuf,
+    pub first_seq: u64,
+}
+
+/// Lists `*.wal` segments in `dir`, ordered by their first sequence number.
+pub fn list_segments(dir: &Path) -> io::Result<Vec<SegmentFile>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if let Some(first_seq) = name.to_str().and_then(format::parse_segment_file_name) {
+            out.push(SegmentFile {
+                path: entry.path(),
+                first_seq,
+            });
+        }
+    }
+    out.sort_by_key(|s| s.first_seq);
+    Ok(out)
+}
+
+/// What the scan found wrong at one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// The segment header is missing or damaged.
+    Header(String),
+    /// Fewer bytes remain than the frame at this offset needs.
+    Incomplete { available: usize, needed: usize },
+    /// The frame declares an impossible payload length.
+    TooLarge { declared: u32 },
+    /// A complete frame whose CRC does not match.
+    BadCrc {
+        stored: u32,
+        computed: u32,
+        frame_len: usize,
+    },
+    /// The frame's sequence number does not follow the previous one.
+    SequenceGap { expected: u64, found: u64 },
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Finding::Header(e) => write!(f, "{e}"),
+            Finding::Incomplete { available, needed } => {
+                write!(
+                    f,
+                    "partial record: {available} bytes left, frame needs {needed}"
+                )
+            }
+            Finding::TooLarge { declared } => {
+                write!(f, "record declares an impossible length {declared}")
+            }
+            Finding::BadCrc {
+                stored, computed, ..
+            } => {
+                write!(
+                    f,
+                    "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                )
+            }
+            Finding::SequenceGap { expected, found } => {
+                write!(f, "sequence number {found} where {expected} was expected")
+            }
+        }
+    }
+}
+
+/// The recovery decision for one finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// A torn write at the very end of the log: cut the file at the offset and go on.
+    CutTail,
+    /// Damage anywhere else: refuse to start and say where.
+    Refuse,
+}
+
+/// The recovery table of `log-format.md`, as code. `in_newest` says whether the finding is in the
+/// newest segment; `nothing_after` whether every byte after the damaged frame is zero or absent
+/// (so no acknowledged record could follow it).
+pub fn decide(finding: &Finding, in_newest: bool, nothing_after: bool) -> Action {
+    match (finding, in_newest, nothing_after) {
+        (_, false, _) => Action::Refuse,
+        (Finding::Incomplete { .. }, true, _) => Action::CutTail,
+        (Finding::Header(_), true, true) => Action::CutTail,
+        (Finding::TooLarge { .. }, true, true) => Action::CutTail,
+        (Finding::BadCrc { .. }, true, true) => Action::CutTail,
+        (Finding::SequenceGap { .. }, _, _) => Action::Refuse,
+        (_, true, false) => Action::Refuse,
+    }
+}
+
+/// A place in the log where the scan stopped.
+#[derive(Debug, Clone)]
+pub struct Damage {
+    pub path: PathBuf,
+    pub offset: u64,
+    pub file_len: u64,
+    pub finding: Finding,
+    pub action: Action,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at offset {}: {}",
+            self.path.display(),
+            self.offset,
+            self.finding
+        )
+    }
+}
+
+/// Result of scanning a whole directory.
+#[derive(Debug, Default)]
+pub struct ScanSummary {
+    pub segments: usize,
+    pub records: u64,
+    pub first_seq: Option<u64>,
+    pub last_seq: Option<u64>,
+    pub last_timestamp_unix_ms: Option<u64>,
+    pub bytes: u64,
+    /// Where the scan stopped early, if it did. With `Action::CutTail` everything before it was
+    /// delivered to the callback; with `Action::Refuse` the log must not be used as it is.
+    pub damage: Option<Damage>,
+}
+
+/// Errors that stop a scan before any decision can be made.
+#[derive(Debug)]
+pub enum ScanError {
+    Io {
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// The callback refused a frame (for example its payload did not decode).
+    Callback {
+        path: PathBuf,
+        offset: u64,
+        message: String,
+    },
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            ScanError::Callback {
+                path,
+                offset,
+                message,
+            } => {
+                write!(f, "{} at offset {offset}: {message}", path.display())
+            }
+        }
+    }
+}
+
+/// Walks every frame of every segment in order, calling `on_frame(path, offset, frame)`.
+/// Stops at the first damage and reports it with its decided action.
+pub fn scan<F>(dir: &Path, mut on_frame: F) -> Result<ScanSummary, ScanError>
+where
+    F: FnMut(&Path, u64, &Frame<'_>) -> Result<(), String>,
+{
+    let segments = list_segments(dir).map_err(|error| ScanError::Io {
+        path: dir.to_path_buf(),
+        error,
+    })?;
+    let mut summary = ScanSummary {
+        segments: segments.len(),
+        ..Default::default()
+    };
+    let mut expected_seq: Option<u64> = None;
+    for (i, seg) in segments.iter().enumerate() {
+        let in_newest = i + 1 == segments.len();
+        let io_err = |error| ScanError::Io {
+            path: seg.path.clone(),
+            error,
+        };
+        let file = File::open(&seg.path).map_err(io_err)?;
+        let map = MappedFile::open(&file).map_err(io_err)?;
+        let data = map.bytes();
+        summary.bytes += data.len() as u64;
+        let damage = |offset: usize, finding: Finding, nothing_after: bool| Damage {
+            path: seg.path.clone(),
+            offset: offset as u64,
+            file_len: data.len() as u64,
+            action: decide(&finding, in_newest, nothing_after),
+            finding,
+        };
+        let header = match SegmentHeader::decode(data) {
+            Ok(h) => h,
+            Err(e) => {
+                let nothing_after = data.len() <= SEGMENT_HEADER_BYTES;
+                summary.damage = Some(damage(0, Finding::Header(e.to_string()), nothing_after));
+                return Ok(summary);
+            }
+        };
+        if header.first_seq != seg.first_seq {
+            let finding = Finding::Header(format!(
+                "header says first sequence {}, file name says {}",
+                header.first_seq, seg.first_seq
+            ));
+            summary.damage = Some(damage(0, finding, false));
+            return Ok(summary);
+        }
+        if let Some(exp) = expected_seq {
+            if header.first_seq != exp {
+                let finding = Finding::SequenceGap {
+                    expected: exp,
+                    found: header.first_seq,
+                };
+                summary.damage = Some(damage(0, finding, false));
+                return Ok(summary);
+            }
+        }
+        expected_seq = Some(header.first_seq);
+        let mut offset = SEGMENT_HEADER_BYTES;
+        loop {
+            let finding = match format::read_frame(data, offset) {
+                FrameRead::End => break,
+                FrameRead::Frame(frame) => {
+                    let exp = expected_seq.unwrap_or(frame.seq);
+                    if frame.seq != exp {
+                        let finding = Finding::SequenceGap {
+                            expected: exp,
+                            found: frame.seq,
+                        };
+                        summary.damage = Some(damage(offset, finding, false));
+                        return Ok(summary);
+                    }
+                    on_frame(&seg.path, offset as u64, &frame).map_err(|message| {
+                        ScanError::Callback {
+                            path: seg.path.clone(),
+                            offset: offset as u64,
+                            message,
+                        }
+                    })?;
+                    summary.records += 1;
+                    summary.first_seq.get_or_insert(frame.seq);
+                    summary.last_seq = Some(frame.seq);
+                    summary.last_timestamp_unix_ms = Some(frame.timestamp_unix_ms);
+                    expected_seq = Some(frame.seq + 1);
+                    offset += frame.encoded_len();
+                    continue;
+                }
+                FrameRead::Incomplete { available, needed } => {
+                    Finding::Incomplete { available, needed }
+                }
+                FrameRead::TooLarge { declared } => Finding::TooLarge { declared },
+                FrameRead::BadCrc {
+                    stored,
+                    computed,
+                    frame_len,
+                } => Finding::BadCrc {
+                    stored,
+                    computed,
+                    frame_len,
+                },
+            };
+            let after = match &finding {
+                Finding::BadCrc { frame_len, .. } => offset + frame_len,
+                _ => offset,
+            };
+            let zero_tail = data[offset..].iter().all(|&b| b == 0);
+            let nothing_after =
+                zero_tail || data.get(after..).is_none_or(|r| r.iter().all(|&b| b == 0));
+            summary.damage = Some(damage(offset, finding, nothing_after));
+            return Ok(summary);
+        }
+    }
+    Ok(summary)
+}

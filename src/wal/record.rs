@@ -1,0 +1,141 @@
+//! Record kinds and their MessagePack payloads.
+//!
+//! The frame (see `format.rs`) carries a one-byte kind; the payload is MessagePack written by
+//! `rmp-serde`. Kinds 1-15 belong to the key-value store, 16-63 are reserved for the message
+//! delivery service (publish, delivery outcome, schedule changes, waiters, notify), so both halves
+//! share one log, one sequence and one executor.
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Kind byte of a record that holds key-value commands.
+pub const KIND_KV_COMMANDS: u8 = 1;
+/// First kind byte reserved for the message-delivery service.
+pub const KIND_DELIVERY_FIRST: u8 = 16;
+/// Last kind byte reserved for the message-delivery service.
+pub const KIND_DELIVERY_LAST: u8 = 63;
+
+/// A decoded record payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Commands to apply, in order, atomically, at the frame's timestamp. Each command is in its
+    /// deterministic form: relative times are absolute, random choices are explicit.
+    KvCommands(Vec<Vec<Vec<u8>>>),
+}
+
+/// Why a payload could not be decoded.
+#[derive(Debug)]
+pub enum RecordError {
+    UnknownKind(u8),
+    Decode(String),
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::UnknownKind(k) => write!(f, "unknown record kind {k}"),
+            RecordError::Decode(e) => write!(f, "payload does not decode: {e}"),
+        }
+    }
+}
+
+impl Record {
+    pub fn kind(&self) -> u8 {
+        match self {
+            Record::KvCommands(_) => KIND_KV_COMMANDS,
+        }
+    }
+
+    /// Human name of a kind byte (for the inspection tool).
+    pub fn kind_name(kind: u8) -> &'static str {
+        match kind {
+            KIND_KV_COMMANDS => "kv-commands",
+            KIND_DELIVERY_FIRST..=KIND_DELIVERY_LAST => "delivery",
+            _ => "unknown",
+        }
+    }
+
+    pub fn encode_payload(&self, out: &mut Vec<u8>) {
+        match self {
+            Record::KvCommands(cmds) => encode_kv_commands(out, cmds),
+        }
+    }
+
+    pub fn decode(kind: u8, payload: &[u8]) -> Result<Record, RecordError> {
+        match kind {
+            KIND_KV_COMMANDS => {
+                let cmds: Vec<Vec<Bin>> = rmp_serde::from_slice(payload)
+                    .map_err(|e| RecordError::Decode(e.to_string()))?;
+                Ok(Record::KvCommands(
+                    cmds.into_iter()
+                        .map(|c| c.into_iter().map(|b| b.0).collect())
+                        .collect(),
+                ))
+            }
+            other => Err(RecordError::UnknownKind(other)),
+        }
+    }
+}
+
+/// Encodes `[[bin, ...], ...]` without copying the arguments into wrapper values.
+pub fn encode_kv_commands(out: &mut Vec<u8>, cmds: &[Vec<Vec<u8>>]) {
+    struct Cmds<'a>(&'a [Vec<Vec<u8>>]);
+    struct Args<'a>(&'a [Vec<u8>]);
+    struct BinRef<'a>(&'a [u8]);
+    impl Serialize for BinRef<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(self.0)
+        }
+    }
+    impl Serialize for Args<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(self.0.iter().map(|a| BinRef(a)))
+        }
+    }
+    impl Serialize for Cmds<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(self.0.iter().map(|c| Args(c)))
+        }
+    }
+    // Writing MessagePack into a Vec cannot fail: the only error source is the writer.
+    let _ = Cmds(cmds).serialize(&mut rmp_serde::Serializer::new(out));
+}
+
+/// A byte string that MessagePack writes as `bin`, not as an array of integers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bin(pub Vec<u8>);
+
+impl Serialize for Bin {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bin {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bin, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Bin;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Bin, E> {
+                Ok(Bin(v.to_vec()))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Bin, E> {
+                Ok(Bin(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Bin, E> {
+                Ok(Bin(v.as_bytes().to_vec()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bin, A::Error> {
+                let mut v = Vec::new();
+                while let Some(b) = seq.next_element::<u8>()? {
+                    v.push(b);
+                }
+                Ok(Bin(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

@@ -1,0 +1,158 @@
+//! Appending records: a buffer filled by the executor, written out once per batch, segments
+//! rotated at a size limit, and a poison flag once any write or sync has failed.
+
+use super::format::{self, SegmentHeader};
+use super::record::Record;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub struct WalWriter {
+    dir: PathBuf,
+    file: Arc<File>,
+    segment_bytes: u64,
+    segment_bytes_max: u64,
+    next_seq: u64,
+    last_timestamp_unix_ms: u64,
+    buf: Vec<u8>,
+    payload: Vec<u8>,
+    /// Set after the first failed write or sync. A log that failed once may have lost data the
+    /// kernel claimed to hold, so it takes no more writes.
+    poisoned: Option<String>,
+}
+
+impl WalWriter {
+    /// Opens `segment` for appending at its end, or creates a fresh segment starting at
+    /// `next_seq` when there is none.
+    pub fn open(
+        dir: &Path,
+        segment: Option<&Path>,
+        next_seq: u64,
+        last_timestamp_unix_ms: u64,
+        segment_bytes_max: u64,
+    ) -> io::Result<WalWriter> {
+        let (file, segment_bytes) = match segment {
+            Some(path) => {
+                let file = OpenOptions::new().append(true).open(path)?;
+                let len = file.metadata()?.len();
+                (file, len)
+            }
+            None => create_segment(dir, next_seq)?,
+        };
+        Ok(WalWriter {
+            dir: dir.to_path_buf(),
+            file: Arc::new(file),
+            segment_bytes,
+            segment_bytes_max,
+            next_seq,
+            last_timestamp_unix_ms,
+            buf: Vec::with_capacity(1 << 16),
+            payload: Vec::with_capacity(1 << 12),
+            poisoned: None,
+        })
+    }
+
+    /// The sequence number of the last appended record (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    /// A timestamp for the next record: wall-clock milliseconds, never below the previous
+    /// record's, so replay sees time move forward only.
+    pub fn next_timestamp(&mut self, wall_unix_ms: u64) -> u64 {
+        self.last_timestamp_unix_ms = self.last_timestamp_unix_ms.max(wall_unix_ms);
+        self.last_timestamp_unix_ms
+    }
+
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    pub fn poison(&mut self, why: String) {
+        if self.poisoned.is_none() {
+            self.poisoned = Some(why);
+        }
+    }
+
+    /// Frames `record` into the buffer and returns its sequence number.
+    pub fn append(&mut self, timestamp_unix_ms: u64, record: &Record) -> u64 {
+        self.payload.clear();
+        record.encode_payload(&mut self.payload);
+        let seq = self.next_seq;
+        format::encode_frame(
+            &mut self.buf,
+            seq,
+            timestamp_unix_ms,
+            record.kind(),
+            &self.payload,
+        );
+        self.next_seq += 1;
+        seq
+    }
+
+    pub fn has_buffered(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// Writes the buffer to the current segment (to the OS, not yet to the disk), then rotates
+    /// if the segment is full. Rotation syncs the finished segment first, so every segment but
+    /// the newest is always wholly durable.
+    pub fn write_buffered(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(why) = &self.poisoned {
+            return Err(io::Error::other(why.clone()));
+        }
+        let result = (&*self.file).write_all(&self.buf);
+        self.segment_bytes += self.buf.len() as u64;
+        self.buf.clear();
+        if let Err(e) = result {
+            self.poison(format!("write to the log failed: {e}"));
+            return Err(e);
+        }
+        if self.segment_bytes >= self.segment_bytes_max {
+            if let Err(e) = self.rotate() {
+                self.poison(format!("rotating the log segment failed: {e}"));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.sync_data()?;
+        let (file, len) = create_segment(&self.dir, self.next_seq)?;
+        self.file = Arc::new(file);
+        self.segment_bytes = len;
+        Ok(())
+    }
+
+    /// The segment being appended to, for the thread that syncs it.
+    pub fn current_file(&self) -> Arc<File> {
+        self.file.clone()
+    }
+}
+
+/// Creates a segment file with its header, synced together with the directory entry.
+fn create_segment(dir: &Path, first_seq: u64) -> io::Result<(File, u64)> {
+    let path = dir.join(format::segment_file_name(first_seq));
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)?;
+    let header = SegmentHeader {
+        first_seq,
+        created_unix_ms: crate::clock::wall_unix_ms(),
+    };
+    file.write_all(&header.encode())?;
+    file.sync_all()?;
+    sync_dir(dir)?;
+    Ok((file, format::SEGMENT_HEADER_BYTES as u64))
+}
+
+/// Makes a directory entry (a created or removed file) durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
