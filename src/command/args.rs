@@ -213,6 +213,21 @@ fn glob(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
     p.is_empty() && s.is_empty()
 }
 
+/// A cursor as `strtoul` reads it: optional sign (a negative value wraps), decimal digits,
+/// no overflow.
+pub fn parse_cursor(b: &[u8]) -> Option<u64> {
+    let (neg, digits) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        b'+' => (false, &b[1..]),
+        _ => (false, b),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
 /// Options shared by SCAN, HSCAN (and later SSCAN, ZSCAN): MATCH, COUNT, TYPE.
 pub struct ScanOpts {
     pub cursor: u64,
@@ -224,10 +239,7 @@ pub struct ScanOpts {
 
 /// Parses `cursor [MATCH p] [COUNT n] [TYPE t]` starting at `args[at]` (the cursor).
 pub fn scan_opts(args: &[Vec<u8>], at: usize, allow_type: bool) -> Result<ScanOpts, Reply> {
-    let cursor = std::str::from_utf8(&args[at])
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| Reply::err(errors::INVALID_CURSOR))?;
+    let cursor = parse_cursor(&args[at]).ok_or_else(|| Reply::err(errors::INVALID_CURSOR))?;
     let mut o = ScanOpts {
         cursor,
         pattern: None,

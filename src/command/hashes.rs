@@ -1,6 +1,7 @@
 //! Hash commands.
 
-use super::args::{fmt_human, int_arg, is, parse_f64, parse_i64, scan_opts};
+use super::args::{int_arg, is, parse_i64, scan_opts};
+use super::longdouble;
 use super::strings::tri;
 use super::Ctx;
 use crate::reply::{errors, Reply};
@@ -179,21 +180,24 @@ pub fn hincrby(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hincrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let Some(by) = parse_f64(&a[3]) else {
+    let Some(by) = longdouble::parse(&a[3]) else {
         return Reply::err(errors::NOT_FLOAT);
     };
+    if by.is_inf() {
+        return Reply::err("ERR value is NaN or Infinity");
+    }
     let cur = match tri!(read(ctx, &a[1])).and_then(|h| h.get(&a[2])) {
-        None => 0.0,
-        Some(v) => match parse_f64(v) {
-            Some(n) => n,
+        None => longdouble::parse(b"0"),
+        Some(v) => match longdouble::parse(v) {
+            Some(n) => Some(n),
             None => return Reply::err(errors::HASH_NOT_FLOAT),
         },
     };
-    let n = cur + by;
-    if n.is_nan() || n.is_infinite() {
-        return Reply::err(errors::NAN_OR_INF);
-    }
-    let s = fmt_human(n).into_bytes();
+    let n = match cur.and_then(|c| longdouble::add(c, by)) {
+        Some(n) if !n.is_inf() => n,
+        _ => return Reply::err(errors::NAN_OR_INF),
+    };
+    let s = longdouble::format_human(n).into_bytes();
     let h = tri!(write(ctx, &a[1]));
     h.insert(&a[2], s.clone());
     ctx.dirty = true;
@@ -270,8 +274,15 @@ pub fn hrandfield(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let o = tri!(scan_opts(a, 2, false));
+    // Redis reads the cursor, then the key, and only then the options.
+    if super::args::parse_cursor(&a[2]).is_none() {
+        return Reply::err(errors::INVALID_CURSOR);
+    }
     let h = tri!(read(ctx, &a[1]));
+    if h.is_none() {
+        return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
+    }
+    let o = tri!(scan_opts(a, 2, false));
     let mut out = Vec::new();
     let next = match h {
         None => 0,

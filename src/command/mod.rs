@@ -8,6 +8,7 @@
 pub mod args;
 pub mod hashes;
 pub mod keys;
+pub mod longdouble;
 pub mod server;
 pub mod strings;
 pub mod table;

@@ -1,6 +1,7 @@
 //! String commands, with Redis 7 grammar, replies and error texts.
 
-use super::args::{fmt_human, int_arg, is, parse_f64, parse_i64};
+use super::args::{int_arg, is, parse_i64};
+use super::longdouble;
 use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
 use crate::reply::{errors, Reply};
@@ -47,11 +48,10 @@ enum Ttl {
 /// Parses SET's and GETEX's option lists (Redis's `parseExtendedStringArgumentsOrReply`).
 /// Returns (nx, xx, get, ttl).
 fn parse_set_opts(
-    ctx: &Ctx,
     a: &[Vec<u8>],
     from: usize,
     is_set: bool,
-) -> Result<(bool, bool, bool, Ttl), Reply> {
+) -> Result<(bool, bool, bool, TtlSpec), Reply> {
     let (mut nx, mut xx, mut get, mut keep, mut persist) = (false, false, false, false, false);
     let mut expire: Option<(&[u8], i64, bool)> = None; // (value, unit ms, relative)
     let mut j = from;
@@ -95,20 +95,38 @@ fn parse_set_opts(
         }
         j += 1;
     }
-    let name = String::from_utf8_lossy(&a[0]).to_string();
     let ttl = match expire {
-        None if keep => Ttl::Keep,
-        None if persist => Ttl::Persist,
-        None => Ttl::None,
-        Some((v, unit, rel)) => {
-            let t = int_arg(v)?;
+        None if keep => TtlSpec::Keep,
+        None if persist => TtlSpec::Persist,
+        None => TtlSpec::None,
+        Some((v, unit, rel)) => TtlSpec::Expire(v.to_vec(), unit, rel),
+    };
+    Ok((nx, xx, get, ttl))
+}
+
+/// An expiry option as given, not yet validated (SET validates it before looking at the key,
+/// GETEX after).
+enum TtlSpec {
+    None,
+    Keep,
+    Persist,
+    Expire(Vec<u8>, i64, bool),
+}
+
+fn resolve_ttl(ctx: &Ctx, spec: TtlSpec, name: &[u8]) -> Result<Ttl, Reply> {
+    Ok(match spec {
+        TtlSpec::None => Ttl::None,
+        TtlSpec::Keep => Ttl::Keep,
+        TtlSpec::Persist => Ttl::Persist,
+        TtlSpec::Expire(v, unit, rel) => {
+            let t = int_arg(&v)?;
+            let name = String::from_utf8_lossy(name);
             Ttl::At(
                 expire_at(t, unit, rel, ctx.now_ms)
                     .ok_or_else(|| Reply::err(errors::invalid_expire(&name)))?,
             )
         }
-    };
-    Ok((nx, xx, get, ttl))
+    })
 }
 
 /// Redis's `getExpireMillisecondsOrReply`: positive, no overflow on the unit or base.
@@ -133,7 +151,8 @@ fn to_expire(t: i64) -> Option<u64> {
 }
 
 pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let (nx, xx, get, ttl) = tri!(parse_set_opts(ctx, a, 3, true));
+    let (nx, xx, get, spec) = tri!(parse_set_opts(a, 3, true));
+    let ttl = tri!(resolve_ttl(ctx, spec, &a[0]));
     let key = &a[1];
     let old = if get {
         tri!(read_str(ctx.db, key, ctx.now_ms)).map(|v| v.to_vec())
@@ -226,11 +245,12 @@ pub fn getdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn getex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let (_, _, _, ttl) = tri!(parse_set_opts(ctx, a, 2, false));
+    let (_, _, _, spec) = tri!(parse_set_opts(a, 2, false));
     let key = &a[1];
     let Some(v) = tri!(read_str(ctx.db, key, ctx.now_ms)).map(|v| v.to_vec()) else {
         return Reply::Nil;
     };
+    let ttl = tri!(resolve_ttl(ctx, spec, &a[0]));
     match ttl {
         Ttl::At(t) if t <= ctx.now_ms as i64 => {
             ctx.db.remove(key);
@@ -374,23 +394,20 @@ pub fn incrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
     let key = &a[1];
     let (cur, expire) = match ctx.db.get_mut(key, now) {
-        None => (0.0, None),
+        None => (longdouble::parse(b"0"), None),
         Some(e) => match &e.value {
-            Value::Str(s) => match parse_f64(s) {
-                Some(v) => (v, e.expire_at_ms),
-                None => return Reply::err(errors::NOT_FLOAT),
-            },
+            Value::Str(s) => (longdouble::parse(s), e.expire_at_ms),
             _ => return Reply::err(errors::WRONGTYPE),
         },
     };
-    let Some(by) = parse_f64(&a[2]) else {
+    let (Some(cur), Some(by)) = (cur, longdouble::parse(&a[2])) else {
         return Reply::err(errors::NOT_FLOAT);
     };
-    let n = cur + by;
-    if n.is_nan() || n.is_infinite() {
-        return Reply::err(errors::NAN_OR_INF);
-    }
-    let s = fmt_human(n).into_bytes();
+    let n = match longdouble::add(cur, by) {
+        Some(n) if !n.is_inf() => n,
+        _ => return Reply::err(errors::NAN_OR_INF),
+    };
+    let s = longdouble::format_human(n).into_bytes();
     ctx.db.insert(key, Value::Str(s.clone()), expire, now);
     ctx.dirty = true;
     ctx.log_as(vec![
@@ -470,6 +487,16 @@ pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 const LCS_CELLS_MAX: u64 = 1 << 28;
 
 pub fn lcs(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    let strval = |k: &[u8]| match ctx.db.get(k, now).map(|e| &e.value) {
+        None => Ok(&[][..]),
+        Some(Value::Str(s)) => Ok(s.as_slice()),
+        Some(_) => Err(Reply::err(
+            "ERR The specified keys must contain string values",
+        )),
+    };
+    let x = tri!(strval(&a[1]));
+    let y = tri!(strval(&a[2]));
     let (mut getlen, mut getidx, mut withmatchlen, mut minmatchlen) = (false, false, false, 0i64);
     let mut j = 3;
     while j < a.len() {
@@ -488,16 +515,6 @@ pub fn lcs(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         }
         j += 1;
     }
-    let now = ctx.now_ms;
-    let strval = |k: &[u8]| match ctx.db.get(k, now).map(|e| &e.value) {
-        None => Ok(&[][..]),
-        Some(Value::Str(s)) => Ok(s.as_slice()),
-        Some(_) => Err(Reply::err(
-            "ERR The specified keys must contain string values",
-        )),
-    };
-    let x = tri!(strval(&a[1]));
-    let y = tri!(strval(&a[2]));
     if getidx && getlen {
         return Reply::err("ERR If you want both the length and indexes, please just use IDX.");
     }

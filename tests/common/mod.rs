@@ -1,0 +1,550 @@
+//! Test support: the real binary on port 0 in a temporary directory, a minimal keep-alive
+//! HTTP/1.1 client, a RESP client for `redis-server`, and a canonical reply form both can be
+//! compared in.
+#![allow(dead_code)]
+
+use base64::Engine;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let p = std::env::temp_dir().join(format!(
+            "tidepool-test-{tag}-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub const TOKEN: &str = "test-token";
+pub const RO_TOKEN: &str = "test-read-only-token";
+
+/// A running `tidepool serve`.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    pub stderr_path: PathBuf,
+}
+
+impl Server {
+    /// Starts the binary on 127.0.0.1:0 with `data` and the test tokens.
+    pub fn start(data: &Path, extra: &[&str]) -> Server {
+        Self::try_start(data, extra).unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
+    }
+
+    pub fn try_start(data: &Path, extra: &[&str]) -> Result<Server, String> {
+        let stderr_path = data.with_extension("stderr");
+        let stderr = std::fs::File::create(&stderr_path).map_err(|e| e.to_string())?;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                TOKEN,
+                "--read-only-token",
+                RO_TOKEN,
+                "--data",
+            ])
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next();
+        let line = match first {
+            Some(Ok(l)) => l,
+            _ => {
+                let _ = child.wait();
+                let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+                return Err(format!("no start line; stderr: {err}"));
+            }
+        };
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .ok_or_else(|| format!("unexpected start line {line}"))?
+            .trim()
+            .to_string();
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Ok(Server {
+            child,
+            addr,
+            stderr_path,
+        })
+    }
+
+    pub fn client(&self) -> Http {
+        Http::connect(&self.addr, TOKEN)
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// SIGKILL, no chance to flush anything.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait; returns the exit status code.
+    pub fn terminate(mut self) -> Option<i32> {
+        unsafe_free_kill(self.child.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn unsafe_free_kill(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP/1.1 response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A keep-alive HTTP/1.1 client that speaks just enough of the protocol for these tests.
+pub struct Http {
+    addr: String,
+    pub token: String,
+    reader: BufReader<TcpStream>,
+}
+
+impl Http {
+    pub fn connect(addr: &str, token: &str) -> Http {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_nodelay(true).ok();
+        s.set_read_timeout(Some(Duration::from_secs(60))).ok();
+        Http {
+            addr: addr.to_string(),
+            token: token.to_string(),
+            reader: BufReader::new(s),
+        }
+    }
+
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Resp {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if !self.token.is_empty()
+            && !headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        {
+            req.push_str(&format!("Authorization: Bearer {}\r\n", self.token));
+        }
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        self.reader
+            .get_mut()
+            .write_all(&bytes)
+            .expect("write request");
+        read_response(&mut self.reader, method == "HEAD")
+    }
+
+    pub fn post(&mut self, path: &str, body: &[u8]) -> Resp {
+        self.request("POST", path, &[], body)
+    }
+
+    pub fn get(&mut self, path: &str) -> Resp {
+        self.request("GET", path, &[], b"")
+    }
+
+    /// POSTs a JSON command with base64 mode on and returns the decoded canonical reply.
+    pub fn cmd(&mut self, args: &[Vec<u8>]) -> Canon {
+        let body = json_array(args);
+        let r = self.request(
+            "POST",
+            "/",
+            &[("Upstash-Encoding", "base64")],
+            body.as_bytes(),
+        );
+        envelope_to_canon(&r.json())
+    }
+
+    pub fn cmd_str(&mut self, args: &[&str]) -> Canon {
+        self.cmd(
+            &args
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// A pipeline, decoded entry by entry.
+    pub fn pipeline(&mut self, cmds: &[Vec<Vec<u8>>]) -> Vec<Canon> {
+        let body = format!(
+            "[{}]",
+            cmds.iter()
+                .map(|c| json_array(c))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let r = self.request(
+            "POST",
+            "/pipeline",
+            &[("Upstash-Encoding", "base64")],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "pipeline status: {}", r.text());
+        r.json()
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(envelope_to_canon)
+            .collect()
+    }
+}
+
+fn read_response(r: &mut BufReader<TcpStream>, head: bool) -> Resp {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("status line");
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).expect("header");
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let get = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _): &&(String, String)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if !head {
+        if let Some(len) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
+            body.resize(len, 0);
+            r.read_exact(&mut body).expect("body");
+        } else if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            loop {
+                let mut sz = String::new();
+                r.read_line(&mut sz).expect("chunk size");
+                let n = usize::from_str_radix(sz.trim(), 16).expect("chunk size hex");
+                let mut chunk = vec![0; n + 2];
+                r.read_exact(&mut chunk).expect("chunk");
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        }
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A JSON array of strings (binary-safe only for UTF-8 arguments; others go through \u escapes
+/// of their lossy form, so generators keep arguments UTF-8).
+pub fn json_array(args: &[Vec<u8>]) -> String {
+    let items: Vec<String> = args
+        .iter()
+        .map(|a| serde_json::to_string(&String::from_utf8_lossy(a)).unwrap_or_default())
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// A reply in a form both servers' answers convert to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Canon {
+    Str(Vec<u8>),
+    Int(i64),
+    Nil,
+    Arr(Vec<Canon>),
+    Err(String),
+}
+
+impl Canon {
+    pub fn s(v: &str) -> Canon {
+        Canon::Str(v.as_bytes().to_vec())
+    }
+    pub fn is_err(&self) -> bool {
+        matches!(self, Canon::Err(_))
+    }
+}
+
+fn b64(v: &serde_json::Value, top: bool) -> Canon {
+    match v {
+        serde_json::Value::Null => Canon::Nil,
+        serde_json::Value::Number(n) => Canon::Int(
+            n.as_i64()
+                .unwrap_or_else(|| panic!("non-integer number {n} in a result")),
+        ),
+        serde_json::Value::String(s) if top && s == "OK" => Canon::s("OK"),
+        serde_json::Value::String(s) => Canon::Str(
+            base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .unwrap_or_else(|e| panic!("not base64 {s:?}: {e}")),
+        ),
+        serde_json::Value::Array(a) => Canon::Arr(a.iter().map(|x| b64(x, false)).collect()),
+        other => panic!("a result must never hold {other}"),
+    }
+}
+
+/// `{"result": ...}` (base64 mode) or `{"error": "..."}` to canonical form.
+pub fn envelope_to_canon(v: &serde_json::Value) -> Canon {
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("envelope is not an object: {v}"));
+    assert_eq!(o.len(), 1, "an envelope has exactly one key: {v}");
+    if let Some(e) = o.get("error") {
+        return Canon::Err(e.as_str().expect("error is a string").to_string());
+    }
+    b64(
+        o.get("result")
+            .unwrap_or_else(|| panic!("no result key: {v}")),
+        true,
+    )
+}
+
+/// A RESP2 client for redis-server.
+pub struct Redis {
+    r: BufReader<TcpStream>,
+}
+
+impl Redis {
+    pub fn connect(port: u16) -> Redis {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect redis");
+        s.set_nodelay(true).ok();
+        Redis {
+            r: BufReader::new(s),
+        }
+    }
+
+    pub fn cmd(&mut self, args: &[Vec<u8>]) -> Canon {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.r.get_mut().write_all(&out).expect("write redis");
+        read_resp(&mut self.r)
+    }
+
+    pub fn cmd_str(&mut self, args: &[&str]) -> Canon {
+        self.cmd(
+            &args
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+fn read_resp(r: &mut BufReader<TcpStream>) -> Canon {
+    let mut line = Vec::new();
+    r.read_until(b'\n', &mut line).expect("resp line");
+    let text = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+    match line[0] {
+        b'+' => Canon::Str(text.into_bytes()),
+        b'-' => Canon::Err(text),
+        b':' => Canon::Int(text.parse().expect("int")),
+        b'$' => {
+            let n: i64 = text.parse().expect("len");
+            if n < 0 {
+                return Canon::Nil;
+            }
+            let mut b = vec![0; n as usize + 2];
+            r.read_exact(&mut b).expect("bulk");
+            b.truncate(n as usize);
+            Canon::Str(b)
+        }
+        b'*' => {
+            let n: i64 = text.parse().expect("len");
+            if n < 0 {
+                return Canon::Nil;
+            }
+            Canon::Arr((0..n).map(|_| read_resp(r)).collect())
+        }
+        c => panic!("unexpected RESP type {c}"),
+    }
+}
+
+/// A `redis-server` on a free port, without persistence, killed on drop.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    _dir: TempDir,
+}
+
+impl RedisServer {
+    /// None when redis-server is not installed (the caller decides whether that is fatal).
+    pub fn start() -> Option<RedisServer> {
+        let port = free_port();
+        let dir = TempDir::new("redis");
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(RedisServer {
+            child,
+            port,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A redis-server for a differential test; missing redis-server fails the test unless
+/// TIDEPOOL_SKIP_REDIS=1 says the machine has none on purpose.
+pub fn redis_or_skip() -> Option<RedisServer> {
+    match RedisServer::start() {
+        Some(r) => Some(r),
+        None if std::env::var("TIDEPOOL_SKIP_REDIS").as_deref() == Ok("1") => {
+            eprintln!("skipping: redis-server not available and TIDEPOOL_SKIP_REDIS=1");
+            None
+        }
+        None => panic!("redis-server is not installed (apt-get install -y redis-server), or set TIDEPOOL_SKIP_REDIS=1"),
+    }
+}
+
+/// xorshift for test generators (fixed seeds, so a failure replays).
+pub struct TestRng(pub u64);
+
+impl TestRng {
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}

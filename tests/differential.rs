@@ -1,0 +1,433 @@
+//! Differential test: the same random command sequences go to a real `redis-server` and to
+//! tidepool (as single commands and as pipelines), and every reply must match exactly
+//! (unordered replies as multisets). This is where tidepool's semantics and error texts come
+//! from.
+//!
+//! `TIDEPOOL_DIFF_COMMANDS` sets the number of commands (CI runs the fixed-seed default);
+//! `TIDEPOOL_DIFF_SEED` picks another seed.
+
+mod common;
+use common::*;
+
+const KEYS: &[&str] = &["k0", "k1", "k2", "k3", "k4", "h0", "h1"];
+const FIELDS: &[&str] = &["f0", "f1", "f2", "f3", "f4"];
+const VALUES: &[&str] = &[
+    "",
+    "0",
+    "1",
+    "-1",
+    "10",
+    "42",
+    "abc",
+    "hello world",
+    "3.5",
+    "OK",
+    "-0",
+    "007",
+    "+5",
+    "1e3",
+    " 1",
+    "0x10",
+    "123456789012345678901",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "9223372036854775806",
+    "é ü",
+    "inf",
+    "-inf",
+    "nan",
+    "abcabcxyz",
+    "axbycz",
+];
+const INTS: &[&str] = &[
+    "0",
+    "1",
+    "-1",
+    "2",
+    "5",
+    "-3",
+    "100",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "x",
+    "1.5",
+    "",
+];
+const FLOATS: &[&str] = &[
+    "0", "0.5", "-0.25", "1.5", "3", "-2", "1e2", "2.5e-1", "inf", "x", "", "1_0",
+];
+const OFFSETS: &[&str] = &["0", "1", "2", "5", "-1", "-3", "10", "100", "-100"];
+const PATTERNS: &[&str] = &[
+    "*", "k*", "h?", "k[0-2]", "k[^0]", "*1", "\\k0", "[a-z]0", "x*",
+];
+
+fn gen(r: &mut TestRng, abs_base_ms: u64) -> Vec<String> {
+    let k = |r: &mut TestRng| r.pick(KEYS).to_string();
+    let f = |r: &mut TestRng| r.pick(FIELDS).to_string();
+    let v = |r: &mut TestRng| r.pick(VALUES).to_string();
+    let i = |r: &mut TestRng| r.pick(INTS).to_string();
+    let fl = |r: &mut TestRng| r.pick(FLOATS).to_string();
+    let off = |r: &mut TestRng| r.pick(OFFSETS).to_string();
+    let ttl_s = |r: &mut TestRng| {
+        r.pick(&["1000", "2000", "5000", "0", "-5", "x"])
+            .to_string()
+    };
+    // Absolute times far enough apart that GT/LT comparisons never depend on the moment.
+    let abs_s =
+        |r: &mut TestRng| ((abs_base_ms / 1000) + [1000u64, 3000, 7000][r.below(3)]).to_string();
+    let abs_ms = |r: &mut TestRng| {
+        (abs_base_ms + [1_000_000u64, 3_000_000, 7_000_000][r.below(3)]).to_string()
+    };
+    let mut c: Vec<String> = match r.below(62) {
+        0..=3 => vec!["SET".into(), k(r), v(r)],
+        4 => {
+            let mut c = vec!["SET".into(), k(r), v(r)];
+            for _ in 0..r.below(4) {
+                match r.below(10) {
+                    0 => c.push("NX".into()),
+                    1 => c.push("XX".into()),
+                    2 => c.push("GET".into()),
+                    3 => c.push("KEEPTTL".into()),
+                    4 => c.extend(["EX".into(), ttl_s(r)]),
+                    5 => c.extend(["PX".into(), "3000000".into()]),
+                    6 => c.extend(["EXAT".into(), abs_s(r)]),
+                    7 => c.extend(["PXAT".into(), abs_ms(r)]),
+                    8 => c.push("ex".into()),
+                    _ => c.push("BOGUS".into()),
+                }
+            }
+            c
+        }
+        5..=7 => vec!["GET".into(), k(r)],
+        8 => vec!["SETNX".into(), k(r), v(r)],
+        9 => vec!["SETEX".into(), k(r), ttl_s(r), v(r)],
+        10 => vec![
+            "PSETEX".into(),
+            k(r),
+            r.pick(&["5000000", "0", "-1", "x"]).to_string(),
+            v(r),
+        ],
+        11 => vec!["GETSET".into(), k(r), v(r)],
+        12 => vec!["GETDEL".into(), k(r)],
+        13 => {
+            let mut c = vec!["GETEX".into(), k(r)];
+            match r.below(7) {
+                0 => c.extend(["EX".into(), ttl_s(r)]),
+                1 => c.extend(["PXAT".into(), abs_ms(r)]),
+                2 => c.push("PERSIST".into()),
+                3 => c.extend(["EXAT".into(), "1".into()]),
+                4 => c.extend(["PERSIST".into(), "EX".into(), "10".into()]),
+                5 => c.push("KEEPTTL".into()),
+                _ => {}
+            }
+            c
+        }
+        14 => {
+            let mut c = vec!["MGET".into()];
+            for _ in 0..1 + r.below(4) {
+                c.push(k(r));
+            }
+            c
+        }
+        15 => {
+            let mut c = vec![r.pick(&["MSET", "MSETNX"]).to_string()];
+            for _ in 0..1 + r.below(3) {
+                c.push(k(r));
+                c.push(v(r));
+            }
+            if r.chance(10) {
+                c.pop();
+            }
+            c
+        }
+        16 => vec!["APPEND".into(), k(r), v(r)],
+        17 => vec!["STRLEN".into(), k(r)],
+        18 => vec![r.pick(&["INCR", "DECR"]).to_string(), k(r)],
+        19 => vec![r.pick(&["INCRBY", "DECRBY"]).to_string(), k(r), i(r)],
+        20 => vec!["INCRBYFLOAT".into(), k(r), fl(r)],
+        21 => vec![
+            r.pick(&["GETRANGE", "SUBSTR"]).to_string(),
+            k(r),
+            off(r),
+            off(r),
+        ],
+        22 => vec![
+            "SETRANGE".into(),
+            k(r),
+            r.pick(&["0", "1", "3", "10", "-1", "536870912", "x"])
+                .to_string(),
+            v(r),
+        ],
+        23 => {
+            let mut c = vec!["LCS".into(), k(r), k(r)];
+            for _ in 0..r.below(3) {
+                match r.below(5) {
+                    0 => c.push("LEN".into()),
+                    1 => c.push("IDX".into()),
+                    2 => c.push("WITHMATCHLEN".into()),
+                    3 => c.extend([
+                        "MINMATCHLEN".into(),
+                        r.pick(&["0", "1", "2", "-1", "x"]).to_string(),
+                    ]),
+                    _ => c.push("FOO".into()),
+                }
+            }
+            c
+        }
+        24 | 25 => {
+            let mut c = vec![r.pick(&["DEL", "UNLINK", "EXISTS", "TOUCH"]).to_string()];
+            for _ in 0..1 + r.below(3) {
+                c.push(k(r));
+            }
+            c
+        }
+        26 => vec!["TYPE".into(), k(r)],
+        27 => {
+            let mut c = vec![r.pick(&["EXPIRE", "PEXPIRE"]).to_string(), k(r)];
+            c.push(if c[0] == "EXPIRE" {
+                ttl_s(r)
+            } else {
+                r.pick(&["5000000", "0", "-1", "x"]).to_string()
+            });
+            if r.chance(30) {
+                c.push(r.pick(&["NX", "XX", "YY"]).to_string());
+            }
+            c
+        }
+        28 => {
+            let mut c = vec![r.pick(&["EXPIREAT", "PEXPIREAT"]).to_string(), k(r)];
+            c.push(if c[0] == "EXPIREAT" {
+                abs_s(r)
+            } else {
+                abs_ms(r)
+            });
+            for _ in 0..r.below(3) {
+                c.push(r.pick(&["NX", "XX", "GT", "LT", "gt", "ZZ"]).to_string());
+            }
+            c
+        }
+        29 => vec![
+            "EXPIREAT".into(),
+            k(r),
+            r.pick(&["1", "0", "-1"]).to_string(),
+        ],
+        30 => vec![
+            r.pick(&["TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"])
+                .to_string(),
+            k(r),
+        ],
+        31 => vec!["PERSIST".into(), k(r)],
+        32 => vec![r.pick(&["RENAME", "RENAMENX"]).to_string(), k(r), k(r)],
+        33 => {
+            let mut c = vec!["COPY".into(), k(r), k(r)];
+            match r.below(5) {
+                0 => c.push("REPLACE".into()),
+                1 => c.extend(["DB".into(), r.pick(&["0", "99", "x"]).to_string()]),
+                2 => c.push("BAD".into()),
+                _ => {}
+            }
+            c
+        }
+        34 => vec!["KEYS".into(), r.pick(PATTERNS).to_string()],
+        35 => {
+            let mut c = vec!["SCAN".into(), "0".into(), "COUNT".into(), "1000".into()];
+            match r.below(4) {
+                0 => c.extend(["MATCH".into(), r.pick(PATTERNS).to_string()]),
+                1 => c.extend([
+                    "TYPE".into(),
+                    r.pick(&["string", "hash", "list"]).to_string(),
+                ]),
+                2 => {
+                    c = vec![
+                        "SCAN".into(),
+                        r.pick(&["x", "1.5", "99999999999999999999"]).to_string(),
+                    ]
+                }
+                _ => {}
+            }
+            c
+        }
+        36 => vec!["DBSIZE".into()],
+        37..=39 => {
+            let mut c = vec![r.pick(&["HSET", "HMSET"]).to_string(), k(r)];
+            for _ in 0..1 + r.below(3) {
+                c.push(f(r));
+                c.push(v(r));
+            }
+            if r.chance(10) {
+                c.pop();
+            }
+            c
+        }
+        40 => vec!["HSETNX".into(), k(r), f(r), v(r)],
+        41 | 42 => vec!["HGET".into(), k(r), f(r)],
+        43 => vec!["HMGET".into(), k(r), f(r), f(r)],
+        44 => {
+            let mut c = vec!["HDEL".into(), k(r)];
+            for _ in 0..1 + r.below(3) {
+                c.push(f(r));
+            }
+            c
+        }
+        45 => vec!["HLEN".into(), k(r)],
+        46 => vec!["HSTRLEN".into(), k(r), f(r)],
+        47 => vec!["HEXISTS".into(), k(r), f(r)],
+        48 => vec![r.pick(&["HKEYS", "HVALS", "HGETALL"]).to_string(), k(r)],
+        49 => vec!["HINCRBY".into(), k(r), f(r), i(r)],
+        50 => vec!["HINCRBYFLOAT".into(), k(r), f(r), fl(r)],
+        51 => {
+            let mut c = vec![
+                "HSCAN".into(),
+                k(r),
+                "0".into(),
+                "COUNT".into(),
+                "1000".into(),
+            ];
+            if r.chance(40) {
+                c.extend([
+                    "MATCH".into(),
+                    r.pick(&["f*", "f[0-2]", "*3", "x"]).to_string(),
+                ]);
+            }
+            c
+        }
+        52 => vec![
+            "HRANDFIELD".into(),
+            k(r),
+            r.pick(&["5", "-5", "0", "x"]).to_string(),
+        ],
+        53 => vec!["PING".into()],
+        54 => vec!["ECHO".into(), v(r)],
+        55 => vec!["GET".into()],
+        56 => vec!["NOSUCHCMD".into(), k(r)],
+        57 => vec!["OBJECT".into(), r.pick(&["FOO", "ENCODING"]).to_string()],
+        58 => vec!["HGET".into(), k(r)],
+        59 => vec!["SET".into(), k(r)],
+        60 => vec!["RENAME".into(), k(r), k(r), k(r)],
+        _ => {
+            if r.chance(10) {
+                vec!["FLUSHDB".into()]
+            } else {
+                vec!["EXISTS".into(), k(r)]
+            }
+        }
+    };
+    if r.chance(2) && c.len() > 1 {
+        c.pop();
+    }
+    c
+}
+
+/// Puts unordered replies in a canonical order and blurs the few that depend on the clock.
+fn normalize(cmd: &[String], reply: Canon) -> Canon {
+    let name = cmd[0].to_ascii_lowercase();
+    match (name.as_str(), reply) {
+        ("keys" | "hkeys" | "hvals", Canon::Arr(mut v)) => {
+            v.sort();
+            Canon::Arr(v)
+        }
+        ("hgetall", Canon::Arr(v)) => Canon::Arr(sort_pairs(v)),
+        ("scan", Canon::Arr(mut v)) if v.len() == 2 => {
+            if let Canon::Arr(keys) = &mut v[1] {
+                keys.sort();
+            }
+            Canon::Arr(v)
+        }
+        ("hscan", Canon::Arr(mut v)) if v.len() == 2 => {
+            if let Canon::Arr(items) = std::mem::replace(&mut v[1], Canon::Nil) {
+                v[1] = Canon::Arr(sort_pairs(items));
+            }
+            Canon::Arr(v)
+        }
+        // Random picks: compare the shape (count), not the choice.
+        ("hrandfield", Canon::Arr(v)) => Canon::Int(v.len() as i64),
+        ("hrandfield", Canon::Str(_)) => Canon::s("<one field>"),
+        (_, r) => r,
+    }
+}
+
+/// Equal, or (for time-to-live replies) within the few milliseconds between the two servers
+/// running the same command.
+fn same(cmd: &[String], got: &Canon, want: &Canon) -> bool {
+    let tolerance = match cmd[0].to_ascii_lowercase().as_str() {
+        "pttl" | "pexpiretime" => 2000,
+        "ttl" | "expiretime" => 2,
+        _ => 0,
+    };
+    match (got, want) {
+        (Canon::Int(a), Canon::Int(b)) if *a > 0 && *b > 0 => (a - b).abs() <= tolerance,
+        _ => got == want,
+    }
+}
+
+fn sort_pairs(v: Vec<Canon>) -> Vec<Canon> {
+    let mut pairs: Vec<(Canon, Canon)> = v
+        .chunks(2)
+        .map(|p| (p[0].clone(), p.get(1).cloned().unwrap_or(Canon::Nil)))
+        .collect();
+    pairs.sort();
+    pairs.into_iter().flat_map(|(a, b)| [a, b]).collect()
+}
+
+fn to_bytes(c: &[String]) -> Vec<Vec<u8>> {
+    c.iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn random_commands_match_redis() {
+    let Some(redis_server) = redis_or_skip() else {
+        return;
+    };
+    let n: usize = std::env::var("TIDEPOOL_DIFF_COMMANDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let seed: u64 = std::env::var("TIDEPOOL_DIFF_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_1234_abcd);
+    let dir = TempDir::new("diff");
+    let tp = Server::start(dir.path(), &["--fsync", "never"]);
+    let mut http = tp.client();
+    let mut redis = Redis::connect(redis_server.port);
+    redis.cmd_str(&["FLUSHALL"]);
+    let abs_base_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut r = TestRng(seed);
+    let mut done = 0;
+    let mut history: Vec<String> = Vec::new();
+    while done < n {
+        let batch = if r.chance(20) { 1 + r.below(10) } else { 1 };
+        let cmds: Vec<Vec<String>> = (0..batch).map(|_| gen(&mut r, abs_base_ms)).collect();
+        let expected: Vec<Canon> = cmds
+            .iter()
+            .map(|c| normalize(c, redis.cmd(&to_bytes(c))))
+            .collect();
+        let got: Vec<Canon> = if batch == 1 {
+            vec![normalize(&cmds[0], http.cmd(&to_bytes(&cmds[0])))]
+        } else {
+            let raw = http.pipeline(&cmds.iter().map(|c| to_bytes(c)).collect::<Vec<_>>());
+            cmds.iter().zip(raw).map(|(c, g)| normalize(c, g)).collect()
+        };
+        for ((c, e), g) in cmds.iter().zip(&expected).zip(&got) {
+            history.push(c.join(" "));
+            if history.len() > 30 {
+                history.remove(0);
+            }
+            assert!(
+                same(c, g, e),
+                "divergence after {done} commands (seed {seed:#x}) on: {}\nlast commands:\n  {}\n  tidepool: {g:?}\n  redis:    {e:?}",
+                c.join(" "),
+                history.join("\n  ")
+            );
+            done += 1;
+        }
+    }
+    // Full-state check at the end: every key's type and value.
+    let keys_redis = normalize(&["KEYS".into()], redis.cmd_str(&["KEYS", "*"]));
+    let keys_tp = normalize(&["KEYS".into()], http.cmd_str(&["KEYS", "*"]));
+    assert_eq!(keys_tp, keys_redis);
+    eprintln!("{done} commands, no divergence (seed {seed:#x})");
+}
