@@ -108,7 +108,7 @@ impl Big {
     fn any_below(&self, i: u32) -> bool {
         let full = (i / 32) as usize;
         self.0.iter().take(full).any(|&l| l != 0)
-            || (i % 32 > 0
+            || (!i.is_multiple_of(32)
                 && self
                     .0
                     .get(full)
