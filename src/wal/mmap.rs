@@ -14,11 +14,12 @@ impl MappedFile {
         if file.metadata()?.len() == 0 {
             return Ok(MappedFile { map: None });
         }
-        // SAFETY: the mapping is read-only and lives only while a segment is scanned. tidepool never
-        // writes to a segment another process could be reading: the server holds an exclusive
-        // lock on the data directory, and the inspection tool refuses to run against a
-        // directory a live server has locked (it maps only files nobody appends to). A file
-        // truncated underneath the map would raise SIGBUS; the lock is what rules that out.
+        // SAFETY: the mapping is read-only and lives only while one segment is scanned. Mapped
+        // memory is undefined behaviour only if the file shrinks underneath it (SIGBUS) or
+        // changes where we read. Files only ever grow by appends past what we read, with one
+        // exception: truncation, which happens in the server at start-up before anything else
+        // maps the file, and in `tidepool-log repair`, which refuses to run while a server
+        // holds the data directory's lock.
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(MappedFile { map: Some(map) })
     }
