@@ -548,3 +548,89 @@ impl TestRng {
         self.next() % 100 < percent
     }
 }
+
+/// Reads server-sent events from a raw connection (hyper sends streams chunked).
+pub struct SseReader {
+    r: BufReader<TcpStream>,
+    buf: Vec<u8>,
+    pub status: u16,
+}
+
+impl SseReader {
+    /// Opens `path` with POST and reads the response head.
+    pub fn open(addr: &str, path: &str, token: &str) -> SseReader {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        let mut r = BufReader::new(s);
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\nContent-Length: 2\r\n\r\n[]"
+        );
+        r.get_mut().write_all(req.as_bytes()).expect("write");
+        let mut line = String::new();
+        r.read_line(&mut line).expect("status");
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).expect("header");
+            if h.trim_end().is_empty() {
+                break;
+            }
+        }
+        SseReader {
+            r,
+            buf: Vec::new(),
+            status,
+        }
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut sz = String::new();
+        if self.r.read_line(&mut sz).unwrap_or(0) == 0 {
+            return false;
+        }
+        let n = match usize::from_str_radix(sz.trim(), 16) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        if n == 0 {
+            return false;
+        }
+        let mut chunk = vec![0; n + 2];
+        if self.r.read_exact(&mut chunk).is_err() {
+            return false;
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        true
+    }
+
+    /// The next line of the stream (data lines and comments alike), or None at its end.
+    pub fn next_line(&mut self) -> Option<String> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+                if text.is_empty() {
+                    continue;
+                }
+                return Some(text);
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    /// The payload of the next `data: ` line, skipping comments.
+    pub fn next_data(&mut self) -> Option<String> {
+        loop {
+            let l = self.next_line()?;
+            if let Some(d) = l.strip_prefix("data: ") {
+                return Some(d.to_string());
+            }
+        }
+    }
+}
