@@ -1,0 +1,169 @@
+//! The command line: bad flags, unusable directories and ports fail with one clear line and a
+//! non-zero exit, never a panic; SIGTERM stops cleanly with exit 0.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidepool"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run tidepool");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_one_clear_line(code: i32, err: &str, needle: &str) {
+    assert_ne!(code, 0);
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+    assert!(err.lines().next().unwrap_or("").contains(needle), "{err}");
+}
+
+#[test]
+fn bad_flags_fail_clearly() {
+    let (code, err) = run(&["serve", "--bogus"], &[]);
+    assert_one_clear_line(code, &err, "unknown flag '--bogus'");
+    let (code, err) = run(&["serve", "--fsync", "sometimes"], &[]);
+    assert_one_clear_line(
+        code,
+        &err,
+        "--fsync 'sometimes' must be always, everysec or never",
+    );
+    let (code, err) = run(&["serve", "--listen", "nowhere"], &[]);
+    assert_one_clear_line(code, &err, "is not an address");
+    let (code, err) = run(&["serve"], &[("TIDEPOOL_FSYNC", "maybe")]);
+    assert_one_clear_line(code, &err, "must be always, everysec or never");
+    let (code, err) = run(&["frobnicate"], &[]);
+    assert_one_clear_line(code, &err, "unknown command");
+}
+
+#[test]
+fn unusable_data_directory_and_port_in_use_fail_clearly() {
+    let dir = TempDir::new("cli");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (code, err) = run(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_one_clear_line(code, &err, "data directory");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (code, err) = run(
+        &[
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data",
+            dir.path().join("d").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_one_clear_line(code, &err, "cannot listen on");
+
+    // A second server on the same directory is refused.
+    let data = dir.path().join("shared");
+    let _first = Server::start(&data, &[]);
+    let (code, err) = run(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_one_clear_line(code, &err, "in use by another tidepool");
+}
+
+#[test]
+fn tokens_are_generated_once_and_kept() {
+    let dir = TempDir::new("tokens");
+    let data = dir.path().join("d");
+    let start = || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data",
+                data.to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = String::new();
+        let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+        for _ in 0..5 {
+            std::io::BufRead::read_line(&mut r, &mut out).unwrap();
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let token = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("UPSTASH_REDIS_REST_TOKEN="))
+            .unwrap()
+            .to_string();
+        let ro = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("read-only token: "))
+            .unwrap()
+            .to_string();
+        (token, ro)
+    };
+    let (t1, r1) = start();
+    let (t2, r2) = start();
+    assert!(t1.len() >= 32 && r1.len() >= 32 && t1 != r1);
+    assert_eq!((t1, r1), (t2, r2));
+}
+
+#[test]
+fn environment_configures_the_server_and_sigterm_exits_zero() {
+    let dir = TempDir::new("env");
+    let data = dir.path().join("d");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .arg("serve")
+        .env("TIDEPOOL_LISTEN", "127.0.0.1:0")
+        .env("TIDEPOOL_DATA", &data)
+        .env("TIDEPOOL_TOKEN", "env-token")
+        .env("TIDEPOOL_READ_ONLY_TOKEN", "env-ro")
+        .env("TIDEPOOL_FSYNC", "everysec")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line.split("http://").nth(1).unwrap().trim().to_string();
+    let mut c = Http::connect(&addr, "env-token");
+    assert_eq!(c.cmd_str(&["SET", "a", "1"]), Canon::s("OK"));
+    let info = c.cmd_str(&["INFO", "persistence"]);
+    let Canon::Str(info) = info else { panic!() };
+    assert!(String::from_utf8_lossy(&info).contains("tidepool_fsync:everysec"));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
