@@ -1,0 +1,141 @@
+"""The official Python SDK (`upstash-redis` on PyPI) against tidepool, unchanged but for the
+base URL and the token. Base64 mode is the SDK's default, so every reply here went through it.
+
+The server binary comes from TIDEPOOL_BIN (default: target/debug/tidepool)."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+from upstash_redis import Redis
+from upstash_redis.errors import UpstashError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("TIDEPOOL_BIN", os.path.join(ROOT, "target", "debug", "tidepool"))
+TOKEN = "py-token"
+RO_TOKEN = "py-read-only"
+
+
+@pytest.fixture(scope="module")
+def server():
+    data = tempfile.mkdtemp(prefix="tidepool-py-")
+    proc = subprocess.Popen(
+        [BIN, "serve", "--listen", "127.0.0.1:0", "--data", data, "--token", TOKEN,
+         "--read-only-token", RO_TOKEN],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"(http://\S+)", line)
+    assert m, f"no start line: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    yield m.group(1)
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0
+    shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def redis(server):
+    r = Redis(url=server, token=TOKEN, rest_retries=0)
+    r.flushdb()
+    return r
+
+
+def test_strings(redis):
+    assert redis.set("k", "v") is True
+    assert redis.get("k") == "v"
+    assert redis.set("k", "w", get=True) == "v"
+    assert redis.set("k", "x", nx=True) is False  # the SDK maps the nil reply to False
+    assert redis.incr("n") == 1
+    assert redis.incrby("n", 41) == 42
+    assert redis.incrbyfloat("f", 0.1) == pytest.approx(0.1)
+    assert redis.incrbyfloat("f", 0.2) == pytest.approx(0.3)
+    assert redis.get("f") == "0.3"
+    assert redis.mset({"a": "1", "b": "2"}) is True
+    assert redis.mget("a", "b", "missing") == ["1", "2", None]
+    assert redis.append("a", "23") == 3
+    assert redis.getrange("a", 0, 1) == "12"
+    assert redis.strlen("a") == 3
+    assert redis.getdel("a") == "123"
+    assert redis.exists("a") == 0
+    assert redis.set("unicode", "héllo ✓") is True
+    assert redis.get("unicode") == "héllo ✓"
+
+
+def test_expiry(redis):
+    redis.set("t", "v", ex=100)
+    assert redis.ttl("t") == 100
+    assert 99_000 < redis.pttl("t") <= 100_000
+    assert redis.persist("t") is True
+    assert redis.ttl("t") == -1
+    assert redis.expire("t", 50) is True
+    assert redis.ttl("t") == 50
+    redis.set("soon", "v", px=50)
+    time.sleep(0.2)
+    assert redis.get("soon") is None
+
+
+def test_hashes(redis):
+    assert redis.hset("h", values={"f1": "OK", "f2": "7"}) == 2
+    assert redis.hgetall("h") == {"f1": "OK", "f2": "7"}
+    assert redis.hget("h", "f1") == "OK"
+    assert redis.hincrby("h", "f2", 3) == 10
+    assert sorted(redis.hkeys("h")) == ["f1", "f2"]
+    assert redis.hlen("h") == 2
+    assert redis.hdel("h", "f1") == 1
+    assert redis.hexists("h", "f1") is False
+
+
+def test_keyspace(redis):
+    redis.mset({"a1": "x", "a2": "y", "b1": "z"})
+    assert sorted(redis.keys("a*")) == ["a1", "a2"]
+    cursor, keys = redis.scan(0, match="*1", count=100)
+    assert cursor == 0 and sorted(keys) == ["a1", "b1"]
+    assert redis.type("a1") == "string"
+    assert redis.rename("a1", "c1") is True
+    assert redis.dbsize() == 3
+    assert redis.delete("a2", "b1", "nope") == 2
+
+
+def test_pipeline_and_transaction(redis):
+    p = redis.pipeline()
+    p.set("p", "1")
+    p.incr("p")
+    p.get("p")
+    assert p.exec() == [True, 2, "2"]
+    tx = redis.multi()
+    tx.set("t", "a")
+    tx.append("t", "b")
+    tx.get("t")
+    assert tx.exec() == [True, 2, "ab"]
+
+
+def test_errors_raise(redis):
+    redis.set("s", "text")
+    with pytest.raises(UpstashError, match="ERR value is not an integer or out of range"):
+        redis.incr("s")
+    with pytest.raises(UpstashError, match="WRONGTYPE"):
+        redis.hget("s", "f")
+
+
+def test_read_your_writes_token_moves(redis):
+    before = redis._sync_token
+    redis.set("ryw", "1")
+    after = redis._sync_token
+    assert after and after != before
+
+
+def test_read_only_token(server, redis):
+    redis.set("ro", "v")
+    ro = Redis(url=server, token=RO_TOKEN, rest_retries=0)
+    assert ro.get("ro") == "v"
+    with pytest.raises(UpstashError, match="NOPERM"):
+        ro.set("ro", "w")
+
+
+def test_wrong_token_is_a_clean_error(server):
+    bad = Redis(url=server, token="nope", rest_retries=0)
+    with pytest.raises(UpstashError, match="WRONGPASS"):
+        bad.get("x")
