@@ -1,1 +1,360 @@
-fn main() {}
+//! Load benchmark: tidepool against webdis in front of redis-server (both from Debian), driven
+//! by the same HTTP load generator (wrk) in the same run on the same machine.
+//!
+//!     cargo build --release && target/release/tidepool-bench [--seconds N] [--connections C]
+//!
+//! Workloads: GET, SET (tidepool --fsync never vs redis without persistence), durable SET
+//! (tidepool --fsync always vs redis with appendfsync always), and POST /pipeline with 100
+//! SETs (commands/s). Prints a Markdown table for the README.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+fn wait_port(port: u16) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("nothing listens on port {port}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn tidepool(bin: &Path, dir: &Path, fsync: &str) -> Result<(Proc, u16), String> {
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "bench",
+            "--read-only-token",
+            "bench-ro",
+            "--fsync",
+            fsync,
+            "--data",
+        ])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut r = BufReader::new(stdout);
+    r.read_line(&mut line).map_err(|e| e.to_string())?;
+    std::thread::spawn(move || for _ in r.lines() {});
+    let port = line
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or(format!("bad start line {line}"))?;
+    Ok((Proc(child), port))
+}
+
+fn redis_and_webdis(dir: &Path, aof_always: bool) -> Result<(Proc, Proc, u16), String> {
+    let rport = free_port();
+    let mut args = vec![
+        "--port".to_string(),
+        rport.to_string(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--save".into(),
+        "".into(),
+    ];
+    if aof_always {
+        args.extend([
+            "--appendonly".into(),
+            "yes".into(),
+            "--appendfsync".into(),
+            "always".into(),
+        ]);
+    } else {
+        args.extend(["--appendonly".into(), "no".into()]);
+    }
+    args.extend(["--dir".into(), dir.display().to_string()]);
+    let redis = Proc(
+        Command::new("redis-server")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server: {e}"))?,
+    );
+    wait_port(rport)?;
+    let wport = free_port();
+    let conf = dir.join("webdis.json");
+    std::fs::write(
+        &conf,
+        format!(r#"{{"redis_host":"127.0.0.1","redis_port":{rport},"http_host":"127.0.0.1","http_port":{wport},"threads":1,"daemonize":false,"database":0,"verbosity":0,"logfile":"{}/webdis.log"}}"#, dir.display()),
+    )
+    .map_err(|e| e.to_string())?;
+    let webdis = Proc(
+        Command::new("webdis")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("webdis: {e}"))?,
+    );
+    wait_port(wport)?;
+    Ok((redis, webdis, wport))
+}
+
+#[derive(Default, Clone, Copy)]
+struct Result_ {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+fn parse_ms(s: &str) -> f64 {
+    let s = s.trim();
+    if let Some(v) = s.strip_suffix("us") {
+        v.parse::<f64>().unwrap_or(0.0) / 1000.0
+    } else if let Some(v) = s.strip_suffix("ms") {
+        v.parse().unwrap_or(0.0)
+    } else if let Some(v) = s.strip_suffix('s') {
+        v.parse::<f64>().unwrap_or(0.0) * 1000.0
+    } else {
+        0.0
+    }
+}
+
+fn wrk(
+    url: &str,
+    seconds: u64,
+    conns: u32,
+    script: Option<&Path>,
+    token: Option<&str>,
+) -> Result<Result_, String> {
+    let mut cmd = Command::new("wrk");
+    cmd.args([
+        "-t1",
+        &format!("-c{conns}"),
+        &format!("-d{seconds}s"),
+        "--latency",
+    ]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    if let Some(s) = script {
+        cmd.arg("-s").arg(s);
+    }
+    cmd.arg(url);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("wrk: {e} (apt-get install -y wrk)"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut r = Result_::default();
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(v) = l.strip_prefix("Requests/sec:") {
+            r.rps = v.trim().parse().unwrap_or(0.0);
+        } else if let Some(v) = l.strip_prefix("50%") {
+            r.p50_ms = parse_ms(v);
+        } else if let Some(v) = l.strip_prefix("99%") {
+            r.p99_ms = parse_ms(v);
+        }
+        if l.starts_with("Non-2xx") {
+            return Err(format!("{url}: wrk saw error responses:\n{text}"));
+        }
+    }
+    if r.rps == 0.0 {
+        return Err(format!("{url}: no result from wrk:\n{text}"));
+    }
+    Ok(r)
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("tidepool-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |name: &str, default: u64| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let seconds = arg("--seconds", 5);
+    let conns = arg("--connections", 50) as u32;
+    let rounds = arg("--rounds", 3).max(1) as usize;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin: PathBuf = exe.with_file_name("tidepool");
+    let tmp = std::env::temp_dir().join(format!("tidepool-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+    let script = |name: &str, body: &str| -> Result<PathBuf, String> {
+        let p = tmp.join(name);
+        let mut f = std::fs::File::create(&p).map_err(|e| e.to_string())?;
+        write!(f, "wrk.method = \"POST\"\nwrk.body = '{body}'\n").map_err(|e| e.to_string())?;
+        Ok(p)
+    };
+    let pipeline_body = format!(
+        "[{}]",
+        (0..100)
+            .map(|i| format!(r#"["SET","p{i}","value-{i}"]"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let pipe_script = script("pipeline.lua", &pipeline_body)?;
+
+    // Not durable: tidepool --fsync never against redis without persistence.
+    let (tp, tport) = tidepool(&bin, &tmp.join("tp-never"), "never")?;
+    let (_r, _w, wport) = redis_and_webdis(&tmp.join("redis-plain").tap_mkdir()?, false)?;
+    let t = format!("http://127.0.0.1:{tport}");
+    let w = format!("http://127.0.0.1:{wport}");
+    let bench = Some("bench");
+    wrk(&format!("{t}/set/key/value"), 1, conns, None, bench)?; // warm up
+    wrk(&format!("{w}/SET/key/value"), 1, conns, None, None)?;
+    // Each workload alternates tidepool and webdis for `rounds` rounds; the median round (by
+    // requests/s) is reported, so one noisy interval does not decide the ratio.
+    let get = paired(
+        rounds,
+        || wrk(&format!("{t}/get/key"), seconds, conns, None, bench),
+        || wrk(&format!("{w}/GET/key"), seconds, conns, None, None),
+    )?;
+    let set = paired(
+        rounds,
+        || wrk(&format!("{t}/set/key/value"), seconds, conns, None, bench),
+        || wrk(&format!("{w}/SET/key/value"), seconds, conns, None, None),
+    )?;
+    let (get_t, get_w) = get;
+    let (set_t, set_w) = set;
+    let pipe_t = median(
+        (0..rounds)
+            .map(|_| {
+                wrk(
+                    &format!("{t}/pipeline"),
+                    seconds,
+                    conns,
+                    Some(&pipe_script),
+                    bench,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    );
+    drop(tp);
+
+    // Durable: tidepool --fsync always against redis appendfsync always.
+    let (tp, tport) = tidepool(&bin, &tmp.join("tp-always"), "always")?;
+    let (_r2, _w2, wport2) = redis_and_webdis(&tmp.join("redis-aof").tap_mkdir()?, true)?;
+    let (dset_t, dset_w) = paired(
+        rounds,
+        || {
+            wrk(
+                &format!("http://127.0.0.1:{tport}/set/key/value"),
+                seconds,
+                conns,
+                None,
+                bench,
+            )
+        },
+        || {
+            wrk(
+                &format!("http://127.0.0.1:{wport2}/SET/key/value"),
+                seconds,
+                conns,
+                None,
+                None,
+            )
+        },
+    )?;
+    drop(tp);
+
+    println!(
+        "| workload | tidepool req/s | p50 / p99 ms | webdis+redis req/s | p50 / p99 ms | ratio |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let row = |name: &str, a: Result_, b: Option<Result_>| {
+        let (bs, bl, ratio) = match b {
+            Some(b) => (
+                format!("{:.0}", b.rps),
+                format!("{:.2} / {:.2}", b.p50_ms, b.p99_ms),
+                format!("{:.2}x", a.rps / b.rps),
+            ),
+            None => ("—".into(), "—".into(), "—".into()),
+        };
+        println!(
+            "| {name} | {:.0} | {:.2} / {:.2} | {bs} | {bl} | {ratio} |",
+            a.rps, a.p50_ms, a.p99_ms
+        );
+    };
+    row("GET", get_t, Some(get_w));
+    row("SET", set_t, Some(set_w));
+    row(
+        "durable SET (tidepool fsync always vs redis appendfsync always)",
+        dset_t,
+        Some(dset_w),
+    );
+    row(
+        "durable SET vs webdis+redis non-durable SET",
+        dset_t,
+        Some(set_w),
+    );
+    row("/pipeline of 100 SETs (requests/s)", pipe_t, None);
+    println!();
+    println!("/pipeline: {:.0} commands/s", pipe_t.rps * 100.0);
+    println!(
+        "(wrk -t1 -c{conns} -d{seconds}s, keep-alive, median of {rounds} alternating rounds; {} cores)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}
+
+fn median(mut v: Vec<Result_>) -> Result_ {
+    v.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+    v[v.len() / 2]
+}
+
+/// Runs `a` and `b` alternately, `rounds` times each; the median of each.
+fn paired(
+    rounds: usize,
+    a: impl Fn() -> Result<Result_, String>,
+    b: impl Fn() -> Result<Result_, String>,
+) -> Result<(Result_, Result_), String> {
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        ra.push(a()?);
+        rb.push(b()?);
+    }
+    Ok((median(ra), median(rb)))
+}
+
+trait MkDir {
+    fn tap_mkdir(self) -> Result<PathBuf, String>;
+}
+impl MkDir for PathBuf {
+    fn tap_mkdir(self) -> Result<PathBuf, String> {
+        std::fs::create_dir_all(&self).map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+}

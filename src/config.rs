@@ -65,4 +65,6 @@ pub struct Config {
     pub token: Option<String>,
     pub read_only_token: Option<String>,
     pub fsync: FsyncMode,
+    /// Threads that run HTTP connections (the executor and the flusher have their own).
+    pub http_threads: usize,
 }

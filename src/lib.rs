@@ -12,7 +12,7 @@
 //! - [`config`]: every limit and default, units in the names.
 //! - [`http`]: hyper service, auth, the request forms (path, JSON body, pipeline, multi-exec),
 //!   envelopes, base64 and RESP2, server-sent event streams.
-//! - [`executor`]: the single thread that owns the state: batches jobs, logs changes, replies
+//! - [`executor`]: the single task that owns the state: batches jobs, logs changes, replies
 //!   after group commit; monitor and pub/sub fan-out.
 //! - [`command`]: the command table (from Redis's own), the one dispatch on names, one file per
 //!   family.

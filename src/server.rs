@@ -104,6 +104,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot create {}: {e}", wal_dir.display()))?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.http_threads)
         .enable_all()
         .thread_name("http")
         .build()
@@ -151,7 +152,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         if ex.tx.send(Job::Shutdown { done }).await.is_ok() {
             let _ = wait.await;
         }
-        let _ = ex.thread.join();
+        let _ = ex.task.await;
         drop(lock);
         eprintln!("tidepool: stopped cleanly; the log is synced");
         Ok::<(), String>(())

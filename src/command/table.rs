@@ -93,11 +93,18 @@ impl CommandTable {
         let Some(first) = args.first() else {
             return Lookup::Unknown;
         };
-        let Ok(name) = std::str::from_utf8(first) else {
+        // Command names are short: lowercase them on the stack.
+        let mut buf = [0u8; 32];
+        if first.len() > buf.len() {
+            return Lookup::Unknown;
+        }
+        let lower_bytes = &mut buf[..first.len()];
+        lower_bytes.copy_from_slice(first);
+        lower_bytes.make_ascii_lowercase();
+        let Ok(lower) = std::str::from_utf8(lower_bytes) else {
             return Lookup::Unknown;
         };
-        let lower = name.to_ascii_lowercase();
-        let Some(info) = self.map.get(&lower) else {
+        let Some(info) = self.map.get(lower) else {
             return Lookup::Unknown;
         };
         if !info.has_subcommands || args.len() < 2 {

@@ -1,6 +1,9 @@
-//! The single thread that owns all state.
+//! The single task that owns all state.
 //!
-//! HTTP handlers send `Job`s through a bounded queue. The executor takes a batch, runs each job
+//! Exactly one task ever touches the state, so nothing locks the keyspace and every job runs
+//! alone, in queue order: that is what makes a transaction atomic and orders the monitor stream.
+//! The task lives on the HTTP runtime (a task switch per hand-off instead of a thread wake-up;
+//! see `start`). HTTP handlers send `Job`s through a bounded queue. The executor takes a batch, runs each job
 //! against the state, frames every change into the log buffer, writes the batch out once, and
 //! hands the replies to the flusher, which sends them after one `fdatasync` covers them (group
 //! commit). Reads in a batch that follows unsynced writes wait for that sync as well, so no reply
@@ -82,7 +85,7 @@ pub struct Shared {
     pub fsync_failed: std::sync::OnceLock<String>,
 }
 
-/// Everything the executor thread owns.
+/// Everything the executor task owns.
 pub struct Executor {
     db: Db,
     rng: Rng,
@@ -96,15 +99,17 @@ pub struct Executor {
     listen_port: u16,
 }
 
-/// A started executor: its queue, its counters, and the thread to join.
+/// A started executor: its queue, its counters, and the task to await.
 pub struct ExecutorHandle {
     pub tx: mpsc::Sender<Job>,
     pub shared: Arc<Shared>,
-    pub thread: std::thread::JoinHandle<()>,
+    /// The executor task; it ends after a `Shutdown` job, once the log is synced.
+    pub task: tokio::task::JoinHandle<()>,
     pub report: wal::RecoveryReport,
 }
 
-/// Replays the log in `dir` and starts the executor thread.
+/// Replays the log in `dir` and starts the executor task.
+/// Must be called inside the tokio runtime.
 pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorHandle, String> {
     let mut db = Db::new();
     let mut rng = Rng::new(clock::wall_unix_us());
@@ -136,14 +141,14 @@ pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorH
         commands_processed: 0,
         listen_port,
     };
-    let thread = std::thread::Builder::new()
-        .name("executor".into())
-        .spawn(move || ex.run(rx))
-        .map_err(|e| format!("cannot start the executor thread: {e}"))?;
+    // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
+    // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
+    // took a fifth of the CPU under load). Still one owner, one queue, one order.
+    let task = tokio::spawn(async move { ex.run(rx).await });
     Ok(ExecutorHandle {
         tx,
         shared,
-        thread,
+        task,
         report,
     })
 }
@@ -184,11 +189,11 @@ impl Executor {
             .or_else(|| self.shared.fsync_failed.get().cloned())
     }
 
-    fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
+    async fn run(&mut self, mut rx: mpsc::Receiver<Job>) {
         let mut batch = Vec::with_capacity(config::EXECUTOR_BATCH_JOBS_MAX);
         let mut shutdown: Option<oneshot::Sender<()>> = None;
         while shutdown.is_none() {
-            let Some(first) = rx.blocking_recv() else {
+            let Some(first) = rx.recv().await else {
                 break;
             };
             batch.push(first);
@@ -477,7 +482,6 @@ impl Executor {
 /// Commands refused over REST, with the reason.
 fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
     let name = info.name.as_str();
-    let upper = name.to_ascii_uppercase();
     let why = match (info.group.as_str(), name) {
         (_, "ping" | "echo") => return None,
         (_, "xread" | "xreadgroup") if args.iter().any(|a| a.eq_ignore_ascii_case(b"block")) => {
@@ -503,7 +507,10 @@ fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
         }
         _ => return None,
     };
-    Some(format!("ERR '{upper}' is not supported over REST: {why}"))
+    Some(format!(
+        "ERR '{}' is not supported over REST: {why}",
+        name.to_ascii_uppercase()
+    ))
 }
 
 /// The Read Only token's profile: the `@read` category minus `@dangerous`, minus the scan

@@ -239,7 +239,8 @@ async fn handle(
     client: Arc<str>,
     _peer: SocketAddr,
 ) -> Response<Body> {
-    let method = req.method().clone();
+    let (parts, body) = req.into_parts();
+    let method = parts.method.clone();
     if !matches!(
         method,
         Method::GET | Method::POST | Method::PUT | Method::HEAD
@@ -250,15 +251,15 @@ async fn handle(
             &format!("ERR HTTP method {method} is not allowed: use GET, POST, PUT or HEAD"),
         );
     }
-    let query = req.uri().query().map(str::to_string);
-    let Some(access) = authenticate(req.headers(), query.as_deref(), app) else {
+    let query = parts.uri.query();
+    let Some(access) = authenticate(&parts.headers, query, app) else {
         return error(
             app,
             StatusCode::UNAUTHORIZED,
             "WRONGPASS invalid or missing auth token",
         );
     };
-    let headers = req.headers();
+    let headers = &parts.headers;
     let enc = match headers.get("upstash-encoding").map(|v| v.as_bytes()) {
         Some(v) if v.eq_ignore_ascii_case(b"base64") => Encoding::Base64,
         _ => Encoding::Plain,
@@ -288,17 +289,20 @@ async fn handle(
             "ERR Upstash-Encoding: base64 cannot be combined with Upstash-Response-Format: resp2",
         );
     }
-    let path = req.uri().path().trim_start_matches('/').to_string();
+    let path = parts.uri.path().trim_start_matches('/');
     let segments: Vec<&str> = if path.is_empty() {
         Vec::new()
     } else {
         path.split('/').collect()
     };
-    let first = segments.first().map(|s| s.to_ascii_lowercase());
+    let first = segments
+        .first()
+        .filter(|s| s.len() <= 10)
+        .map(|s| s.to_ascii_lowercase());
     let body_allowed = matches!(method, Method::POST | Method::PUT);
     match first.as_deref() {
         None => {
-            let body = match read_body(app, req.into_body()).await {
+            let body = match read_body(app, body).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
@@ -315,7 +319,7 @@ async fn handle(
                 return error(app, StatusCode::NOT_FOUND, "ERR unknown endpoint");
             }
             let multi = ep == "multi-exec";
-            let body = match read_body(app, req.into_body()).await {
+            let body = match read_body(app, body).await {
                 Ok(b) => b,
                 Err(r) => return r,
             };
@@ -351,7 +355,7 @@ async fn handle(
                 .map(|s| request::percent_decode(s, false))
                 .collect();
             if body_allowed {
-                let body = match read_body(app, req.into_body()).await {
+                let body = match read_body(app, body).await {
                     Ok(b) => b,
                     Err(r) => return r,
                 };
@@ -359,7 +363,7 @@ async fn handle(
                     cmd.push(body.to_vec());
                 }
             }
-            cmd.extend(request::query_args(query.as_deref()));
+            cmd.extend(request::query_args(query));
             single(app, cmd, access, client, enc, format).await
         }
     }
