@@ -96,15 +96,52 @@ pub fn is(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
-/// Redis's glob matcher (`stringmatchlen`): `*`, `?`, `[...]` with `^` and ranges, `\` escapes.
+/// Redis's glob matcher (`stringmatchlen`): `*`, `?`, `[...]` with `^` and ranges, `\\`
+/// escapes. Iterative, backtracking only to the last `*`, so it is O(len(pattern) *
+/// len(string)) where the recursive form is exponential on patterns like `*a*a*a*b`.
 pub fn glob_match(pattern: &[u8], s: &[u8], nocase: bool) -> bool {
-    glob(pattern, s, nocase, 0)
+    let (mut p, mut i) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None; // (pattern index after '*', string index)
+    while i < s.len() {
+        let step = if p < pattern.len() {
+            glob_token(pattern, p, s[i], nocase)
+        } else {
+            None
+        };
+        match step {
+            Some(Token::Star) => {
+                star = Some((p + 1, i));
+                p += 1;
+            }
+            Some(Token::Matched(next)) => {
+                p = next;
+                i += 1;
+            }
+            Some(Token::Failed) | None => match star {
+                Some((sp, si)) => {
+                    p = sp;
+                    i = si + 1;
+                    star = Some((sp, si + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    while p < pattern.len() && pattern[p] == b'*' {
+        p += 1;
+    }
+    p == pattern.len()
 }
 
-fn glob(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
-    if depth > 1000 {
-        return false;
-    }
+enum Token {
+    Star,
+    /// The token at the pattern index matched the character; the next token starts here.
+    Matched(usize),
+    Failed,
+}
+
+/// Matches one pattern token at `p` against the character `c`.
+fn glob_token(pat: &[u8], p: usize, c: u8, nocase: bool) -> Option<Token> {
     let eq = |a: u8, b: u8| {
         if nocase {
             a.eq_ignore_ascii_case(&b)
@@ -112,105 +149,99 @@ fn glob(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
             a == b
         }
     };
-    while !p.is_empty() && !s.is_empty() {
-        match p[0] {
-            b'*' => {
-                while p.len() > 1 && p[1] == b'*' {
-                    p = &p[1..];
-                }
-                if p.len() == 1 {
-                    return true;
-                }
-                for i in 0..s.len() {
-                    if glob(&p[1..], &s[i..], nocase, depth + 1) {
-                        return true;
-                    }
-                }
-                return false;
+    Some(match pat[p] {
+        b'*' => Token::Star,
+        b'?' => Token::Matched(p + 1),
+        b'\\' if p + 1 < pat.len() => {
+            if eq(pat[p + 1], c) {
+                Token::Matched(p + 2)
+            } else {
+                Token::Failed
             }
-            b'?' => {
-                s = &s[1..];
+        }
+        b'[' => {
+            let mut q = p + 1;
+            let not = pat.get(q) == Some(&b'^');
+            if not {
+                q += 1;
             }
-            b'[' => {
-                p = &p[1..];
-                let not = p.first() == Some(&b'^');
-                if not {
-                    p = &p[1..];
+            let mut matched = false;
+            loop {
+                if q >= pat.len() {
+                    // Unterminated class: Redis treats the end of the pattern as its end.
+                    q = pat.len() - 1;
+                    break;
                 }
-                let mut matched = false;
-                loop {
-                    if p.is_empty() {
-                        break;
-                    }
-                    if p[0] == b'\\' && p.len() >= 2 {
-                        p = &p[1..];
-                        if eq(p[0], s[0]) {
-                            matched = true;
-                        }
-                    } else if p[0] == b']' {
-                        break;
-                    } else if p.len() >= 3 && p[1] == b'-' {
-                        let (mut start, mut end) = (p[0], p[2]);
-                        let mut c = s[0];
-                        if start > end {
-                            std::mem::swap(&mut start, &mut end);
-                        }
-                        if nocase {
-                            start = start.to_ascii_lowercase();
-                            end = end.to_ascii_lowercase();
-                            c = c.to_ascii_lowercase();
-                        }
-                        p = &p[2..];
-                        if c >= start && c <= end {
-                            matched = true;
-                        }
-                    } else if eq(p[0], s[0]) {
+                if pat[q] == b'\\' && q + 1 < pat.len() {
+                    q += 1;
+                    if eq(pat[q], c) {
                         matched = true;
                     }
-                    p = &p[1..];
-                }
-                if p.is_empty() {
-                    // Unterminated class: Redis treats the end as the class end.
-                    if not {
-                        matched = !matched;
+                } else if pat[q] == b']' {
+                    break;
+                } else if q + 2 < pat.len() && pat[q + 1] == b'-' {
+                    let (mut lo, mut hi, mut ch) = (pat[q], pat[q + 2], c);
+                    if lo > hi {
+                        std::mem::swap(&mut lo, &mut hi);
                     }
-                    if !matched {
-                        return false;
+                    if nocase {
+                        lo = lo.to_ascii_lowercase();
+                        hi = hi.to_ascii_lowercase();
+                        ch = ch.to_ascii_lowercase();
                     }
-                    s = &s[1..];
-                    continue;
+                    q += 2;
+                    if ch >= lo && ch <= hi {
+                        matched = true;
+                    }
+                } else if eq(pat[q], c) {
+                    matched = true;
                 }
-                if not {
-                    matched = !matched;
-                }
-                if !matched {
-                    return false;
-                }
-                s = &s[1..];
+                q += 1;
             }
-            b'\\' if p.len() >= 2 => {
-                p = &p[1..];
-                if !eq(p[0], s[0]) {
-                    return false;
-                }
-                s = &s[1..];
-            }
-            c => {
-                if !eq(c, s[0]) {
-                    return false;
-                }
-                s = &s[1..];
+            if matched != not {
+                Token::Matched(q + 1)
+            } else {
+                Token::Failed
             }
         }
-        p = &p[1..];
-        if s.is_empty() {
-            while p.first() == Some(&b'*') {
-                p = &p[1..];
+        other => {
+            if eq(other, c) {
+                Token::Matched(p + 1)
+            } else {
+                Token::Failed
             }
-            break;
         }
+    })
+}
+
+#[cfg(test)]
+mod glob_tests {
+    use super::glob_match;
+
+    #[test]
+    fn glob_cases() {
+        let m = |p: &str, s: &str| glob_match(p.as_bytes(), s.as_bytes(), false);
+        assert!(m("*", "") && m("*", "abc") && m("a*c", "abbbc") && m("a?c", "abc"));
+        assert!(!m("a?c", "ac") && !m("a*d", "abc"));
+        assert!(m("h[ae]llo", "hello") && m("h[^e]llo", "hallo") && !m("h[^e]llo", "hello"));
+        assert!(
+            m("h[a-b]llo", "hbllo")
+                && m("h[b-a]llo", "hallo")
+                && m("\\*x", "*x")
+                && !m("\\*x", "ax")
+        );
+        assert!(
+            !m("k[", "k[") && m("k[ab", "ka"),
+            "an unterminated class ends at the pattern end"
+        );
+        // Linear time on the pattern that makes the recursive form exponential.
+        let long = "a".repeat(5000);
+        assert!(!glob_match(
+            b"*a*a*a*a*a*a*a*a*a*a*b",
+            long.as_bytes(),
+            false
+        ));
     }
-    p.is_empty() && s.is_empty()
 }
 
 /// A cursor as `strtoul` reads it: optional sign (a negative value wraps), decimal digits,

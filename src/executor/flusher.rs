@@ -71,6 +71,7 @@ fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
     match file.sync_data() {
         Ok(()) => {
             shared.durable_seq.store(seq, Ordering::SeqCst);
+            shared.syncs.fetch_add(1, Ordering::Relaxed);
             None
         }
         Err(e) => {

@@ -81,6 +81,8 @@ pub struct Shared {
     pub last_seq: AtomicU64,
     /// Sequence number of the last record known to be on disk.
     pub durable_seq: AtomicU64,
+    /// Successful syncs of the log (group commit: many records per sync).
+    pub syncs: AtomicU64,
     /// Set once when a sync failed; the log takes no more writes after that.
     pub fsync_failed: std::sync::OnceLock<String>,
 }
@@ -450,10 +452,11 @@ impl Executor {
         }
         if want("persistence") {
             out.push_str(&format!(
-                "# Persistence\r\nloading:0\r\naof_enabled:1\r\ntidepool_fsync:{}\r\ntidepool_log_last_seq:{}\r\ntidepool_log_durable_seq:{}\r\ntidepool_log_writable:{}\r\n\r\n",
+                "# Persistence\r\nloading:0\r\naof_enabled:1\r\ntidepool_fsync:{}\r\ntidepool_log_last_seq:{}\r\ntidepool_log_durable_seq:{}\r\ntidepool_log_syncs:{}\r\ntidepool_log_writable:{}\r\n\r\n",
                 self.fsync.name(),
                 self.wal.last_seq(),
                 self.shared.durable_seq.load(Ordering::SeqCst),
+                self.shared.syncs.load(Ordering::Relaxed),
                 if self.poisoned().is_none() { 1 } else { 0 }
             ));
         }
