@@ -214,36 +214,6 @@ fn glob_token(pat: &[u8], p: usize, c: u8, nocase: bool) -> Option<Token> {
     })
 }
 
-#[cfg(test)]
-mod glob_tests {
-    use super::glob_match;
-
-    #[test]
-    fn glob_cases() {
-        let m = |p: &str, s: &str| glob_match(p.as_bytes(), s.as_bytes(), false);
-        assert!(m("*", "") && m("*", "abc") && m("a*c", "abbbc") && m("a?c", "abc"));
-        assert!(!m("a?c", "ac") && !m("a*d", "abc"));
-        assert!(m("h[ae]llo", "hello") && m("h[^e]llo", "hallo") && !m("h[^e]llo", "hello"));
-        assert!(
-            m("h[a-b]llo", "hbllo")
-                && m("h[b-a]llo", "hallo")
-                && m("\\*x", "*x")
-                && !m("\\*x", "ax")
-        );
-        assert!(
-            !m("k[", "k[") && m("k[ab", "ka"),
-            "an unterminated class ends at the pattern end"
-        );
-        // Linear time on the pattern that makes the recursive form exponential.
-        let long = "a".repeat(5000);
-        assert!(!glob_match(
-            b"*a*a*a*a*a*a*a*a*a*a*b",
-            long.as_bytes(),
-            false
-        ));
-    }
-}
-
 /// A cursor as `strtoul` reads it: optional sign (a negative value wraps), decimal digits,
 /// no overflow.
 pub fn parse_cursor(b: &[u8]) -> Option<u64> {
@@ -310,5 +280,35 @@ impl ScanOpts {
             None => true,
             Some(p) => p.as_slice() == b"*" || glob_match(p, item, false),
         }
+    }
+}
+
+#[cfg(test)]
+mod glob_tests {
+    use super::glob_match;
+
+    #[test]
+    fn glob_cases() {
+        let m = |p: &str, s: &str| glob_match(p.as_bytes(), s.as_bytes(), false);
+        assert!(m("*", "") && m("*", "abc") && m("a*c", "abbbc") && m("a?c", "abc"));
+        assert!(!m("a?c", "ac") && !m("a*d", "abc"));
+        assert!(m("h[ae]llo", "hello") && m("h[^e]llo", "hallo") && !m("h[^e]llo", "hello"));
+        assert!(
+            m("h[a-b]llo", "hbllo")
+                && m("h[b-a]llo", "hallo")
+                && m("\\*x", "*x")
+                && !m("\\*x", "ax")
+        );
+        assert!(
+            !m("k[", "k[") && m("k[ab", "ka"),
+            "an unterminated class ends at the pattern end"
+        );
+        // Linear time on the pattern that makes the recursive form exponential.
+        let long = "a".repeat(5000);
+        assert!(!glob_match(
+            b"*a*a*a*a*a*a*a*a*a*a*b",
+            long.as_bytes(),
+            false
+        ));
     }
 }
