@@ -52,6 +52,16 @@ fn full_dump(c: &mut Http) -> BTreeMap<Vec<u8>, (Canon, Canon, Canon)> {
                 pairs.sort();
                 Canon::Arr(pairs.into_iter().flatten().collect())
             }
+            Canon::Str(s) if s == b"list" => {
+                c.cmd(&[b"LRANGE".to_vec(), k.clone(), b"0".to_vec(), b"-1".to_vec()])
+            }
+            Canon::Str(s) if s == b"set" => {
+                let Canon::Arr(mut items) = c.cmd(&[b"SMEMBERS".to_vec(), k.clone()]) else {
+                    panic!("smembers")
+                };
+                items.sort();
+                Canon::Arr(items)
+            }
             other => panic!("unexpected type {other:?}"),
         };
         let ttl = c.cmd(&[b"PEXPIRETIME".to_vec(), k.clone()]);
@@ -284,7 +294,7 @@ fn replay_rebuilds_exactly_the_same_state() {
     for i in 0..5000 {
         let k = format!("k{}", r.below(50));
         let f = format!("f{}", r.below(8));
-        let cmd: Vec<String> = match r.below(14) {
+        let cmd: Vec<String> = match r.below(20) {
             0 => vec!["SET".into(), k, format!("{i}")],
             1 => vec!["SET".into(), k, "x".into(), "EX".into(), "5000".into()],
             2 => vec!["INCRBY".into(), k, "3".into()],
@@ -298,6 +308,24 @@ fn replay_rebuilds_exactly_the_same_state() {
             10 => vec!["RENAME".into(), k, format!("k{}", r.below(50))],
             11 => vec!["GETEX".into(), k, "PX".into(), "900000".into()],
             12 => vec!["SETRANGE".into(), k, "3".into(), "zz".into()],
+            13 => vec!["RPUSH".into(), k, f, format!("{i}")],
+            14 => vec![
+                "LMOVE".into(),
+                k,
+                format!("k{}", r.below(50)),
+                "LEFT".into(),
+                "RIGHT".into(),
+            ],
+            15 => vec!["SADD".into(), k, f, format!("{}", i % 7)],
+            16 => vec!["SPOP".into(), k, "2".into()],
+            17 => vec![
+                "SORT".into(),
+                k,
+                "ALPHA".into(),
+                "STORE".into(),
+                format!("k{}", r.below(50)),
+            ],
+            18 => vec!["LTRIM".into(), k, "1".into(), "-2".into()],
             _ => vec!["HDEL".into(), k, f],
         };
         c.cmd(

@@ -292,6 +292,14 @@ pub fn encoding(v: &Value) -> &'static str {
                 "hashtable"
             }
         }
+        Value::List(_) => "quicklist",
+        Value::Set(s) => {
+            if s.len() <= 512 && s.keys().all(|m| m.len() <= 20 && parse_i64(m).is_some()) {
+                "intset"
+            } else {
+                "hashtable"
+            }
+        }
     }
 }
 

@@ -8,8 +8,11 @@
 pub mod args;
 pub mod hashes;
 pub mod keys;
+pub mod lists;
 pub mod longdouble;
 pub mod server;
+pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod table;
 
@@ -148,6 +151,44 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "hincrbyfloat" => h::hincrbyfloat(ctx, args),
         "hrandfield" => h::hrandfield(ctx, args),
         "hscan" => h::hscan(ctx, args),
+        // lists
+        "lpush" => lists::push(ctx, args, true, false),
+        "rpush" => lists::push(ctx, args, false, false),
+        "lpushx" => lists::push(ctx, args, true, true),
+        "rpushx" => lists::push(ctx, args, false, true),
+        "lpop" => lists::pop(ctx, args, true),
+        "rpop" => lists::pop(ctx, args, false),
+        "llen" => lists::llen(ctx, args),
+        "lrange" => lists::lrange(ctx, args),
+        "lindex" => lists::lindex(ctx, args),
+        "lset" => lists::lset(ctx, args),
+        "linsert" => lists::linsert(ctx, args),
+        "lrem" => lists::lrem(ctx, args),
+        "ltrim" => lists::ltrim(ctx, args),
+        "lpos" => lists::lpos(ctx, args),
+        "lmove" => lists::lmove(ctx, args, None),
+        "rpoplpush" => lists::lmove(ctx, args, Some((false, true))),
+        "lmpop" => lists::lmpop(ctx, args),
+        // sets
+        "sadd" => sets::sadd(ctx, args),
+        "srem" => sets::srem(ctx, args),
+        "smembers" => sets::smembers(ctx, args),
+        "sismember" => sets::sismember(ctx, args),
+        "smismember" => sets::smismember(ctx, args),
+        "scard" => sets::scard(ctx, args),
+        "spop" => sets::spop(ctx, args),
+        "srandmember" => sets::srandmember(ctx, args),
+        "smove" => sets::smove(ctx, args),
+        "sinter" => sets::sinter(ctx, args, false),
+        "sinterstore" => sets::sinter(ctx, args, true),
+        "sunion" => sets::sunion(ctx, args, false),
+        "sunionstore" => sets::sunion(ctx, args, true),
+        "sdiff" => sets::sdiff(ctx, args, false),
+        "sdiffstore" => sets::sdiff(ctx, args, true),
+        "sintercard" => sets::sintercard(ctx, args),
+        "sscan" => sets::sscan(ctx, args),
+        "sort" => sort::sort(ctx, args, false),
+        "sort_ro" => sort::sort(ctx, args, true),
         // server and connection
         "ping" => sv::ping(args),
         "echo" => Reply::Bulk(args[1].clone()),

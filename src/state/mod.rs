@@ -7,13 +7,15 @@
 pub mod scanmap;
 
 use scanmap::ScanMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 /// A stored value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Str(Vec<u8>),
     Hash(ScanMap<Vec<u8>>),
+    List(VecDeque<Vec<u8>>),
+    Set(ScanMap<()>),
 }
 
 impl Value {
@@ -22,6 +24,8 @@ impl Value {
         match self {
             Value::Str(_) => "string",
             Value::Hash(_) => "hash",
+            Value::List(_) => "list",
+            Value::Set(_) => "set",
         }
     }
 }

@@ -1,0 +1,104 @@
+//! What the differential test cannot compare: random picks. SPOP must remove exactly what it
+//! returns, and a restart must rebuild the same set (the log holds the effect, an SREM, not the
+//! random request).
+
+mod common;
+use common::*;
+
+fn members(c: &mut Http, key: &str) -> Vec<Vec<u8>> {
+    let Canon::Arr(items) = c.cmd_str(&["SMEMBERS", key]) else {
+        panic!("SMEMBERS")
+    };
+    let mut v: Vec<Vec<u8>> = items
+        .into_iter()
+        .map(|m| if let Canon::Str(s) = m { s } else { panic!() })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn spop_removes_what_it_returns_and_replays_the_same() {
+    let dir = TempDir::new("spop");
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    let all: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+    let mut sadd = vec!["SADD".to_string(), "s".into()];
+    sadd.extend(all.iter().cloned());
+    c.cmd(
+        &sadd
+            .iter()
+            .map(|x| x.as_bytes().to_vec())
+            .collect::<Vec<_>>(),
+    );
+
+    let Canon::Str(one) = c.cmd_str(&["SPOP", "s"]) else {
+        panic!("SPOP returns a member")
+    };
+    let Canon::Arr(many) = c.cmd_str(&["SPOP", "s", "50"]) else {
+        panic!("SPOP count returns an array")
+    };
+    assert_eq!(many.len(), 50);
+    let mut popped: Vec<Vec<u8>> = many
+        .into_iter()
+        .map(|m| if let Canon::Str(s) = m { s } else { panic!() })
+        .collect();
+    popped.push(one);
+    popped.sort();
+    popped.dedup();
+    assert_eq!(popped.len(), 51, "distinct members");
+    let left = members(&mut c, "s");
+    assert_eq!(left.len(), 149);
+    for p in &popped {
+        assert!(!left.contains(p), "popped member still in the set");
+        assert!(all.iter().any(|a| a.as_bytes() == p.as_slice()));
+    }
+    // SRANDMEMBER with a negative count repeats, with a positive one it does not.
+    let Canon::Arr(r) = c.cmd_str(&["SRANDMEMBER", "s", "-500"]) else {
+        panic!()
+    };
+    assert_eq!(r.len(), 500);
+    let Canon::Arr(r) = c.cmd_str(&["SRANDMEMBER", "s", "20"]) else {
+        panic!()
+    };
+    let mut r: Vec<Canon> = r;
+    r.sort();
+    r.dedup();
+    assert_eq!(r.len(), 20);
+    // Popping everything deletes the key.
+    let Canon::Arr(rest) = c.cmd_str(&["SPOP", "s", "1000"]) else {
+        panic!()
+    };
+    assert_eq!(rest.len(), 149);
+    assert_eq!(c.cmd_str(&["EXISTS", "s"]), Canon::Int(0));
+    c.cmd(
+        &sadd
+            .iter()
+            .map(|x| x.as_bytes().to_vec())
+            .collect::<Vec<_>>(),
+    );
+    c.cmd_str(&["SPOP", "s", "77"]);
+    let before = members(&mut c, "s");
+    server.terminate();
+
+    let server = Server::start(&data, &[]);
+    let after = members(&mut server.client(), "s");
+    assert_eq!(before, after, "replay rebuilt the same set");
+    let (code, dump) = {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
+            .args(["dump", data.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0));
+    assert!(
+        dump.contains("\"SREM\" \"s\""),
+        "SPOP is logged as its effect"
+    );
+    assert!(!dump.contains("\"SPOP\""), "{dump}");
+}
