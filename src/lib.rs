@@ -18,6 +18,7 @@
 //!   family.
 //! - [`state`]: the pure state machine: keyspace, values, expiry. No clock, no I/O.
 //! - [`wal`]: the log format, reading with recovery, appending; `log-format.md` describes it.
+//! - [`log`]: operator lines on stderr that never panic.
 //! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
 
 pub mod clock;
@@ -25,6 +26,7 @@ pub mod command;
 pub mod config;
 pub mod executor;
 pub mod http;
+pub mod log;
 pub mod reply;
 pub mod server;
 pub mod state;

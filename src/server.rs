@@ -116,21 +116,22 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let ex = executor::start(&wal_dir, cfg.fsync, addr.port())?;
         if let Some(cut) = &ex.report.cut_tail {
-            eprintln!("warning: {cut}");
+            crate::log::line(&format!("warning: {cut}"));
         }
         let url = format!("http://{addr}");
-        println!("tidepool {} listening on {url}", env!("CARGO_PKG_VERSION"));
-        println!(
-            "  data: {} (fsync {}; replayed {} records from {} segments)",
+        // The banner goes out with errors ignored: a closed stdout (`tidepool serve | head -1`)
+        // must not take the server down, and println! would panic on EPIPE.
+        let banner = format!(
+            "tidepool {} listening on {url}\n  data: {} (fsync {}; replayed {} records from {} segments)\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n",
+            env!("CARGO_PKG_VERSION"),
             dir.display(),
             cfg.fsync.name(),
             ex.report.records,
             ex.report.segments
         );
-        println!("  UPSTASH_REDIS_REST_URL={url}");
-        println!("  UPSTASH_REDIS_REST_TOKEN={token}");
-        println!("  read-only token: {ro_token}");
-        let _ = std::io::stdout().flush();
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(banner.as_bytes()).and_then(|_| out.flush());
+        drop(out);
 
         let app = Arc::new(App::new(ex.tx.clone(), ex.shared.clone(), token, ro_token));
         let ticker = ex.tx.clone();
@@ -154,7 +155,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
         let _ = ex.task.await;
         drop(lock);
-        eprintln!("tidepool: stopped cleanly; the log is synced");
+        crate::log::line("tidepool: stopped cleanly; the log is synced");
         Ok::<(), String>(())
     })
 }

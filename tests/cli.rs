@@ -167,3 +167,42 @@ fn environment_configures_the_server_and_sigterm_exits_zero() {
         .unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// Regression: the start-up banner was printed with println!, which panics on EPIPE, so a
+/// server whose stdout was closed after the first line died.
+#[test]
+fn a_closed_stdout_does_not_stop_the_server() {
+    let dir = TempDir::new("epipe");
+    for _ in 0..5 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--token",
+                "t",
+                "--read-only-token",
+                "r",
+                "--data",
+            ])
+            .arg(dir.path().join("d"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        {
+            let mut r = std::io::BufReader::new(child.stdout.take().unwrap());
+            std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+        } // stdout closed here, before the rest of the banner may have been written
+        let addr = line.split("http://").nth(1).unwrap().trim().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut c = Http::connect(&addr, "t");
+        assert_eq!(c.cmd_str(&["PING"]), Canon::s("PONG"));
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+    }
+}

@@ -38,7 +38,7 @@ impl Flusher {
             })
             .unwrap_or_else(|e| {
                 // Without a flusher no write could ever be acknowledged: stop at start-up.
-                eprintln!("error: cannot start the log flusher thread: {e}");
+                crate::log::line(&format!("error: cannot start the log flusher thread: {e}"));
                 std::process::exit(1)
             });
         Flusher { tx, thread }
@@ -76,7 +76,7 @@ fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
         }
         Err(e) => {
             let why = format!("fdatasync failed: {e}");
-            eprintln!("error: {why}; the log now refuses writes");
+            crate::log::line(&format!("error: {why}; the log now refuses writes"));
             let _ = shared.fsync_failed.set(why.clone());
             Some(format!(
                 "ERR the write-ahead log failed ({why}); writes are refused, reads still work"

@@ -121,7 +121,7 @@ pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorH
         Ok(())
     })?;
     if replay_errors > 0 {
-        eprintln!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)");
+        crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
     let shared = Arc::new(Shared::default());
     shared.last_seq.store(wal.last_seq(), Ordering::SeqCst);
@@ -242,7 +242,7 @@ impl Executor {
         }
         if self.poisoned().is_none() {
             if let Err(e) = self.wal.current_file().sync_data() {
-                eprintln!("error: final sync of the log failed: {e}");
+                crate::log::line(&format!("error: final sync of the log failed: {e}"));
             }
         }
         if let Some(done) = shutdown {
@@ -255,7 +255,7 @@ impl Executor {
         let wrote = self.wal.has_buffered();
         if wrote {
             if let Err(e) = self.wal.write_buffered() {
-                eprintln!("error: {e}; the log now refuses writes");
+                crate::log::line(&format!("error: {e}; the log now refuses writes"));
             }
         }
         let last = self.wal.last_seq();

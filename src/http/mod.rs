@@ -92,7 +92,7 @@ pub async fn serve(
                 Ok(c) => c,
                 Err(e) => {
                     // Out of file descriptors and the like: wait a moment rather than spin.
-                    eprintln!("warning: accept failed: {e}");
+                    crate::log::line(&format!("warning: accept failed: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
