@@ -16,7 +16,7 @@ if ! python3 -c "import upstash_redis, pytest" >/dev/null 2>&1; then
 fi
 
 echo "== cargo test (unit, golden bytes, HTTP, CLI, crash, differential vs redis-server)"
-cargo test --locked --all-targets
+cargo test --locked --all-targets --features fault-injection
 
 echo "== the official Python SDK against tidepool"
 cargo build --locked --bin tidepool

@@ -196,6 +196,13 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "flushdb" | "flushall" => sv::flush(ctx, args),
         "time" => sv::time(ctx),
         "lastsave" => Reply::Int((ctx.now_ms / 1000) as i64),
+        // No replicas: every write is already as replicated as it will be (as a standalone
+        // Redis answers).
+        "wait" => match (args::int_arg(&args[1]), args::int_arg(&args[2])) {
+            (Ok(_), Ok(t)) if t >= 0 => Reply::Int(0),
+            (Ok(_), Ok(_)) => Reply::err("ERR timeout is negative"),
+            (Err(e), _) | (_, Err(e)) => e,
+        },
         "command|count" => Reply::Int(table::global().len_top_level() as i64),
         _ => Reply::Error(format!(
             "ERR '{}' is known to Redis but not implemented by tidepool yet",

@@ -68,7 +68,7 @@ fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
     if seq <= shared.durable_seq.load(Ordering::SeqCst) {
         return None;
     }
-    match file.sync_data() {
+    match sync_data(file) {
         Ok(()) => {
             shared.durable_seq.store(seq, Ordering::SeqCst);
             shared.syncs.fetch_add(1, Ordering::Relaxed);
@@ -83,6 +83,30 @@ fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
             ))
         }
     }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+fn sync_data(file: &File) -> std::io::Result<()> {
+    file.sync_data()
+}
+
+/// With the `fault-injection` feature, syncs after the first TIDEPOOL_FAULT_FSYNC_FAIL_AFTER
+/// succeed no more.
+#[cfg(feature = "fault-injection")]
+fn sync_data(file: &File) -> std::io::Result<()> {
+    use std::sync::atomic::AtomicU64;
+    static DONE: AtomicU64 = AtomicU64::new(0);
+    let limit = std::env::var("TIDEPOOL_FAULT_FSYNC_FAIL_AFTER")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(limit) = limit {
+        if DONE.fetch_add(1, Ordering::SeqCst) >= limit {
+            return Err(std::io::Error::other(
+                "injected fault: the disk refused the sync",
+            ));
+        }
+    }
+    file.sync_data()
 }
 
 fn always(rx: mpsc::Receiver<FlushItem>, shared: &Shared) {

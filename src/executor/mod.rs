@@ -268,8 +268,15 @@ impl Executor {
                 for p in pending {
                     p(Some(&msg));
                 }
-                return;
+            } else {
+                // Nothing will ever be synced again, so nothing is worth waiting for: reads
+                // answer at once (they may show writes that were answered with this error,
+                // whose fate was unknown anyway).
+                for p in pending {
+                    p(None);
+                }
             }
+            return;
         }
         let needs_sync = self.shared.durable_seq.load(Ordering::SeqCst) < last;
         match (&self.flusher, self.fsync) {
@@ -505,6 +512,7 @@ fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
             "only PING and ECHO are supported over REST; a request has no connection state"
         }
         _ if info.blocking => "blocking commands need a connection that HTTP does not keep",
+        (_, "migrate") => "tidepool has no TCP peers to migrate keys to",
         (_, "shutdown" | "debug" | "sync" | "psync" | "replicaof" | "slaveof" | "failover") => {
             "it controls a Redis process, which tidepool is not"
         }
