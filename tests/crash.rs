@@ -62,6 +62,13 @@ fn full_dump(c: &mut Http) -> BTreeMap<Vec<u8>, (Canon, Canon, Canon)> {
                 items.sort();
                 Canon::Arr(items)
             }
+            Canon::Str(s) if s == b"zset" => c.cmd(&[
+                b"ZRANGE".to_vec(),
+                k.clone(),
+                b"0".to_vec(),
+                b"-1".to_vec(),
+                b"WITHSCORES".to_vec(),
+            ]),
             other => panic!("unexpected type {other:?}"),
         };
         let ttl = c.cmd(&[b"PEXPIRETIME".to_vec(), k.clone()]);
@@ -294,7 +301,7 @@ fn replay_rebuilds_exactly_the_same_state() {
     for i in 0..5000 {
         let k = format!("k{}", r.below(50));
         let f = format!("f{}", r.below(8));
-        let cmd: Vec<String> = match r.below(20) {
+        let cmd: Vec<String> = match r.below(24) {
             0 => vec!["SET".into(), k, format!("{i}")],
             1 => vec!["SET".into(), k, "x".into(), "EX".into(), "5000".into()],
             2 => vec!["INCRBY".into(), k, "3".into()],
@@ -326,6 +333,16 @@ fn replay_rebuilds_exactly_the_same_state() {
                 format!("k{}", r.below(50)),
             ],
             18 => vec!["LTRIM".into(), k, "1".into(), "-2".into()],
+            19 => vec!["ZADD".into(), k, format!("{}", i % 13), f],
+            20 => vec!["ZINCRBY".into(), k, "0.1".into(), f],
+            21 => vec!["ZPOPMIN".into(), k],
+            22 => vec![
+                "ZUNIONSTORE".into(),
+                k,
+                "2".into(),
+                format!("k{}", r.below(50)),
+                format!("k{}", r.below(50)),
+            ],
             _ => vec!["HDEL".into(), k, f],
         };
         c.cmd(

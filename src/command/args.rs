@@ -91,6 +91,109 @@ pub fn fmt_human(x: f64) -> String {
     s
 }
 
+/// A double as Redis 7.0 replies with it: `%.17g`, and `inf`/`-inf`.
+pub fn fmt_g17(x: f64) -> String {
+    if x.is_infinite() {
+        return if x > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    let sci = format!("{x:.16e}"); // d.dddddddddddddddde<exp>, correctly rounded to 17 digits
+    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let neg = mant.starts_with('-');
+    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
+    let sign = if neg { "-" } else { "" };
+    if (-4..17).contains(&exp) {
+        let mut out = String::new();
+        if exp >= 0 {
+            let (int, frac) = digits.split_at((exp + 1) as usize);
+            out.push_str(int);
+            out.push('.');
+            out.push_str(frac);
+        } else {
+            out.push_str("0.");
+            out.push_str(&"0".repeat((-exp - 1) as usize));
+            out.push_str(&digits);
+        }
+        let out = out.trim_end_matches('0').trim_end_matches('.');
+        format!("{sign}{out}")
+    } else {
+        let (first, rest) = digits.split_at(1);
+        let rest = rest.trim_end_matches('0');
+        let m = if rest.is_empty() {
+            first.to_string()
+        } else {
+            format!("{first}.{rest}")
+        };
+        format!(
+            "{sign}{m}e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.abs()
+        )
+    }
+}
+
+/// A double as Redis's `string2d` accepts it (ZADD scores, weights, increments): the whole
+/// string, no leading space, no NaN, no overflow.
+pub fn parse_double(b: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_whitespace()) {
+        return None;
+    }
+    let v = strtod_full(s)?;
+    if v.is_nan() {
+        return None;
+    }
+    Some(v)
+}
+
+/// `strtod` over the whole string (decimal, `inf`/`infinity`, hex integers); None if anything
+/// is left over or the value overflows or underflows to zero from a non-zero text.
+pub fn strtod_full(s: &str) -> Option<f64> {
+    let lower = s.to_ascii_lowercase();
+    let body = lower.trim_start_matches(['+', '-']);
+    if lower.len() - body.len() > 1 {
+        return None;
+    }
+    let neg = lower.starts_with('-');
+    if body == "inf" || body == "infinity" {
+        return Some(if neg {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        });
+    }
+    if body.starts_with("nan") {
+        return Some(f64::NAN);
+    }
+    if let Some(hex) = body.strip_prefix("0x") {
+        let v = u64::from_str_radix(hex, 16).ok()? as f64;
+        return Some(if neg { -v } else { v });
+    }
+    if !body.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return None;
+    }
+    let v: f64 = lower.parse().ok()?;
+    if v.is_infinite() {
+        return None; // ERANGE
+    }
+    if v == 0.0
+        && body
+            .split('e')
+            .next()
+            .is_some_and(|m| m.bytes().any(|c| (b'1'..=b'9').contains(&c)))
+    {
+        return None; // underflow to zero: ERANGE
+    }
+    Some(v)
+}
+
 /// Case-insensitive comparison of an argument with an ASCII keyword.
 pub fn is(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
@@ -310,5 +413,23 @@ mod glob_tests {
             long.as_bytes(),
             false
         ));
+    }
+}
+
+#[cfg(test)]
+mod double_tests {
+    use super::fmt_g17;
+
+    #[test]
+    fn g17_matches_printf() {
+        assert_eq!(fmt_g17(1.1), "1.1000000000000001");
+        assert_eq!(fmt_g17(1.5), "1.5");
+        assert_eq!(fmt_g17(100.0), "100");
+        assert_eq!(fmt_g17(-0.0), "-0");
+        assert_eq!(fmt_g17(1e17), "1e+17");
+        assert_eq!(fmt_g17(1.5e-5), "1.5e-05"); // each expectation checked against glibc printf
+        assert_eq!(fmt_g17(0.0001), "0.0001");
+        assert_eq!(fmt_g17(123456789012345678.0), "1.2345678901234568e+17");
+        assert_eq!(fmt_g17(f64::INFINITY), "inf");
     }
 }

@@ -293,6 +293,13 @@ pub fn encoding(v: &Value) -> &'static str {
             }
         }
         Value::List(_) => "quicklist",
+        Value::ZSet(z) => {
+            if z.is_skiplist() {
+                "skiplist"
+            } else {
+                "listpack"
+            }
+        }
         Value::Set(s) => {
             if s.len() <= 512 && s.keys().all(|m| m.len() <= 20 && parse_i64(m).is_some()) {
                 "intset"

@@ -15,6 +15,7 @@ pub mod sets;
 pub mod sort;
 pub mod strings;
 pub mod table;
+pub mod zsets;
 
 use crate::reply::{errors, Reply};
 use crate::state::Db;
@@ -86,6 +87,7 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
     use keys as k;
     use server as sv;
     use strings as s;
+    use zsets::{Direction as Dir, RangeType as Rt, SetOp as Op};
     match info.name.as_str() {
         // strings
         "get" => s::get(ctx, args),
@@ -187,6 +189,39 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "sdiffstore" => sets::sdiff(ctx, args, true),
         "sintercard" => sets::sintercard(ctx, args),
         "sscan" => sets::sscan(ctx, args),
+        // sorted sets
+        "zadd" => zsets::zadd(ctx, args, false),
+        "zincrby" => zsets::zadd(ctx, args, true),
+        "zrem" => zsets::zrem(ctx, args),
+        "zcard" => zsets::zcard(ctx, args),
+        "zscore" => zsets::zscore(ctx, args),
+        "zmscore" => zsets::zmscore(ctx, args),
+        "zrank" => zsets::zrank(ctx, args, false),
+        "zrevrank" => zsets::zrank(ctx, args, true),
+        "zrange" => zsets::zrange(ctx, args, 1, false, Rt::Auto, Dir::Auto),
+        "zrangestore" => zsets::zrange(ctx, args, 2, true, Rt::Auto, Dir::Auto),
+        "zrevrange" => zsets::zrange(ctx, args, 1, false, Rt::Rank, Dir::Reverse),
+        "zrangebyscore" => zsets::zrange(ctx, args, 1, false, Rt::Score, Dir::Forward),
+        "zrevrangebyscore" => zsets::zrange(ctx, args, 1, false, Rt::Score, Dir::Reverse),
+        "zrangebylex" => zsets::zrange(ctx, args, 1, false, Rt::Lex, Dir::Forward),
+        "zrevrangebylex" => zsets::zrange(ctx, args, 1, false, Rt::Lex, Dir::Reverse),
+        "zcount" => zsets::zcount(ctx, args),
+        "zlexcount" => zsets::zlexcount(ctx, args),
+        "zremrangebyrank" => zsets::zremrange(ctx, args, Rt::Rank),
+        "zremrangebyscore" => zsets::zremrange(ctx, args, Rt::Score),
+        "zremrangebylex" => zsets::zremrange(ctx, args, Rt::Lex),
+        "zpopmin" => zsets::zpop(ctx, args, true),
+        "zpopmax" => zsets::zpop(ctx, args, false),
+        "zmpop" => zsets::zmpop(ctx, args),
+        "zrandmember" => zsets::zrandmember(ctx, args),
+        "zscan" => zsets::zscan(ctx, args),
+        "zunion" => zsets::zsetop(ctx, args, 1, Op::Union, false, false),
+        "zinter" => zsets::zsetop(ctx, args, 1, Op::Inter, false, false),
+        "zdiff" => zsets::zsetop(ctx, args, 1, Op::Diff, false, false),
+        "zunionstore" => zsets::zsetop(ctx, args, 2, Op::Union, true, false),
+        "zinterstore" => zsets::zsetop(ctx, args, 2, Op::Inter, true, false),
+        "zdiffstore" => zsets::zsetop(ctx, args, 2, Op::Diff, true, false),
+        "zintercard" => zsets::zsetop(ctx, args, 1, Op::Inter, false, true),
         "sort" => sort::sort(ctx, args, false),
         "sort_ro" => sort::sort(ctx, args, true),
         // server and connection

@@ -107,6 +107,11 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
         // Unsorted, a list keeps its own order, walked from the tail under DESC (as Redis).
         Some(Value::List(l)) if dontsort && desc => (l.iter().rev().cloned().collect(), false),
         Some(Value::List(l)) => (l.iter().cloned().collect(), false),
+        // A sorted set's own order is by score; DESC walks it from the top.
+        Some(Value::ZSet(z)) if dontsort && desc => {
+            (z.iter().rev().map(|(m, _)| m.to_vec()).collect(), false)
+        }
+        Some(Value::ZSet(z)) => (z.iter().map(|(m, _)| m.to_vec()).collect(), false),
         Some(Value::Set(s)) => (s.keys().map(<[u8]>::to_vec).collect(), true),
         Some(_) => return Reply::err(errors::WRONGTYPE),
     };

@@ -5,6 +5,7 @@
 //! always yields the same state.
 
 pub mod scanmap;
+pub mod zset;
 
 use scanmap::ScanMap;
 use std::collections::{BTreeSet, VecDeque};
@@ -16,6 +17,7 @@ pub enum Value {
     Hash(ScanMap<Vec<u8>>),
     List(VecDeque<Vec<u8>>),
     Set(ScanMap<()>),
+    ZSet(zset::ZSet),
 }
 
 impl Value {
@@ -26,6 +28,7 @@ impl Value {
             Value::Hash(_) => "hash",
             Value::List(_) => "list",
             Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
         }
     }
 }
