@@ -18,6 +18,16 @@ fn segments(data: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Where the valid records of a segment end: segments are preallocated with zeros, and every
+/// record these tests write ends with a non-zero byte.
+fn valid_end(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map(|i| i + 1)
+        .unwrap_or(0)
+}
+
 fn log_tool(args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
         .args(args)
@@ -182,10 +192,12 @@ fn torn_tail_is_cut_with_a_warning() {
     let data = dir.path().join("data");
     seeded(&data, 20);
     let seg = segments(&data).pop().unwrap();
-    let good_len = std::fs::metadata(&seg).unwrap().len();
-    // Half a frame: a length, a CRC and a few payload bytes, as a crash mid-write leaves.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&seg).unwrap();
-    std::io::Write::write_all(&mut f, &[40, 0, 0, 0, 1, 2, 3, 4, 21, 0, 0]).unwrap();
+    let good_len = valid_end(&std::fs::read(&seg).unwrap()) as u64;
+    // Half a frame at the write position: a length, a CRC and a few payload bytes, as a crash
+    // mid-write leaves (the preallocated zeros follow it).
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[40, 0, 0, 0, 1, 2, 3, 4, 21, 0, 7], good_len)
+        .unwrap();
     drop(f);
     let (code, out) = log_tool(&["verify", data.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
@@ -209,10 +221,14 @@ fn torn_tail_is_cut_with_a_warning() {
         "{err}"
     );
     assert_eq!(
-        std::fs::metadata(&seg).unwrap().len(),
+        valid_end(&std::fs::read(&seg).unwrap()) as u64,
         good_len,
         "the tail was cut at the last good record"
     );
+    // The inspection tool will not map a log a live server is writing.
+    let (code, out) = log_tool(&["verify", data.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("in use by a running tidepool"), "{out}");
     // And it keeps working after the cut.
     assert_eq!(c.cmd_str(&["SET", "after", "cut"]), Canon::s("OK"));
     server.terminate();
@@ -227,7 +243,7 @@ fn a_complete_last_record_with_a_bad_crc_is_a_torn_tail() {
     seeded(&data, 5);
     let seg = segments(&data).pop().unwrap();
     let mut bytes = std::fs::read(&seg).unwrap();
-    let n = bytes.len();
+    let n = valid_end(&bytes);
     bytes[n - 1] ^= 0x55; // last byte of the last record's payload
     std::fs::write(&seg, &bytes).unwrap();
     let server = Server::start(&data, &[]);
@@ -247,7 +263,7 @@ fn a_flipped_byte_in_the_middle_refuses_to_start_until_repaired() {
     seeded(&data, 50);
     let seg = segments(&data).pop().unwrap();
     let mut bytes = std::fs::read(&seg).unwrap();
-    let mid = bytes.len() / 2;
+    let mid = valid_end(&bytes) / 2;
     bytes[mid] ^= 0x01;
     std::fs::write(&seg, &bytes).unwrap();
 

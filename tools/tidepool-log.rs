@@ -64,6 +64,7 @@ fn run() -> Result<(), Failure> {
     if !wal.is_dir() {
         return Err(Failure::Io(format!("{} is not a directory", wal.display())));
     }
+    refuse_if_live(Path::new(dir))?;
     let known = |allowed: &[&str]| {
         flags
             .iter()
@@ -85,7 +86,7 @@ fn run() -> Result<(), Failure> {
         }
         "repair" => {
             known(&["--yes"])?;
-            repair(Path::new(dir), &wal, flags.contains(&"--yes"))
+            repair(&wal, flags.contains(&"--yes"))
         }
         other => Err(Failure::Usage(format!("unknown command '{other}'"))),
     }
@@ -261,17 +262,26 @@ fn stats(wal: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-fn repair(data_dir: &Path, wal: &Path, yes: bool) -> Result<(), Failure> {
-    // A running server appends to the newest segment; never cut under it.
-    let lock_path = data_dir.join("LOCK");
-    if let Ok(f) = OpenOptions::new().write(true).open(&lock_path) {
+/// A running server writes into its newest segment (over preallocated zeros), so reading it
+/// through a memory map, let alone cutting it, is only safe when no server holds the lock.
+fn refuse_if_live(dir: &Path) -> Result<(), Failure> {
+    let data_dir = if dir.join("wal").is_dir() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    if let Ok(f) = OpenOptions::new().write(true).open(data_dir.join("LOCK")) {
         if let Err(fs::TryLockError::WouldBlock) = f.try_lock() {
             return Err(Failure::Io(format!(
-                "{} is in use by a running tidepool; stop it first",
+                "{} is in use by a running tidepool; stop it first (or inspect a copy of the directory)",
                 data_dir.display()
             )));
         }
     }
+    Ok(())
+}
+
+fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
     let s = match reader::scan(wal, |_, _, frame| {
         Record::decode(frame.kind, frame.payload)
             .map(|_| ())

@@ -14,12 +14,12 @@ impl MappedFile {
         if file.metadata()?.len() == 0 {
             return Ok(MappedFile { map: None });
         }
-        // SAFETY: the mapping is read-only and lives only while one segment is scanned. Mapped
-        // memory is undefined behaviour only if the file shrinks underneath it (SIGBUS) or
-        // changes where we read. Files only ever grow by appends past what we read, with one
-        // exception: truncation, which happens in the server at start-up before anything else
-        // maps the file, and in `tidepool-log repair`, which refuses to run while a server
-        // holds the data directory's lock.
+        // SAFETY: the mapping is read-only and lives only while one segment is scanned. It is
+        // undefined behaviour only if the file changes underneath it: shrinks (SIGBUS) or has
+        // bytes rewritten (a live server writes records over the zeros it preallocated). Nothing
+        // writes a segment while it is mapped: the server maps segments only at start-up,
+        // before it writes, and holds the data directory's lock from then on; `tidepool-log`
+        // refuses to run on a directory whose lock a server holds.
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(MappedFile { map: Some(map) })
     }

@@ -68,7 +68,16 @@ where
     }
     // Segments whose header was torn were removed by cut_tail; list again.
     let segments = reader::list_segments(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let newest = segments.last().map(|s| s.path.as_path());
+    // After a cut the valid end is the cut offset; a removed torn segment leaves the previous
+    // one newest, whose end the scan recorded only if it was last: scan again in that case.
+    let end = match &summary.damage {
+        Some(d) if d.offset >= format::SEGMENT_HEADER_BYTES as u64 => d.offset,
+        Some(_) => reader::scan(dir, |_, _, _| Ok(()))
+            .map(|s| s.end_offset)
+            .unwrap_or(0),
+        None => summary.end_offset,
+    };
+    let newest = segments.last().map(|s| (s.path.as_path(), end));
     let next_seq = report.last_seq + 1;
     let last_ts = summary.last_timestamp_unix_ms.unwrap_or(0);
     let writer = WalWriter::open(dir, newest, next_seq, last_ts, segment_bytes_max)

@@ -137,6 +137,8 @@ pub struct ScanSummary {
     /// Where the scan stopped early, if it did. With `Action::CutTail` everything before it was
     /// delivered to the callback; with `Action::Refuse` the log must not be used as it is.
     pub damage: Option<Damage>,
+    /// Where the last segment's valid records end (its append position).
+    pub end_offset: u64,
 }
 
 /// Errors that stop a scan before any decision can be made.
@@ -230,8 +232,21 @@ where
         expected_seq = Some(header.first_seq);
         let mut offset = SEGMENT_HEADER_BYTES;
         loop {
+            // Segments are preallocated with zeros: an all-zero remainder is the end of the log.
+            let at = offset.min(data.len());
+            let zero_header = data[at..]
+                .iter()
+                .take(format::FRAME_HEADER_BYTES)
+                .all(|&b| b == 0);
+            if zero_header && data[at..].iter().all(|&b| b == 0) {
+                summary.end_offset = offset as u64;
+                break;
+            }
             let finding = match format::read_frame(data, offset) {
-                FrameRead::End => break,
+                FrameRead::End => {
+                    summary.end_offset = offset as u64;
+                    break;
+                }
                 FrameRead::Frame(frame) => {
                     let exp = expected_seq.unwrap_or(frame.seq);
                     if frame.seq != exp {
