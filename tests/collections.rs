@@ -85,6 +85,7 @@ fn spop_removes_what_it_returns_and_replays_the_same() {
     let server = Server::start(&data, &[]);
     let after = members(&mut server.client(), "s");
     assert_eq!(before, after, "replay rebuilt the same set");
+    server.terminate(); // tidepool-log reads only logs no server holds
     let (code, dump) = {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
             .args(["dump", data.to_str().unwrap()])
