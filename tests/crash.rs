@@ -170,6 +170,7 @@ fn kill_9_under_concurrent_writes_keeps_every_acknowledged_write_ten_rounds() {
             );
         }
     }
+    server.terminate(); // tidepool-log reads only logs no server holds
     let (code, out) = log_tool(&["verify", data.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
 }
