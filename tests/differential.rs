@@ -468,7 +468,129 @@ fn gen_zsets(r: &mut TestRng) -> Vec<String> {
     c
 }
 
+/// Bitmaps over the same keys.
+fn gen_bits(r: &mut TestRng) -> Vec<String> {
+    let k = |r: &mut TestRng| r.pick(KEYS).to_string();
+    let off = |r: &mut TestRng| {
+        r.pick(&[
+            "0",
+            "1",
+            "7",
+            "8",
+            "13",
+            "31",
+            "64",
+            "100",
+            "-1",
+            "x",
+            "4294967296",
+            "99999",
+        ])
+        .to_string()
+    };
+    let idx = |r: &mut TestRng| {
+        r.pick(&["0", "1", "2", "-1", "-2", "5", "-10", "100", "x"])
+            .to_string()
+    };
+    let ty = |r: &mut TestRng| {
+        r.pick(&[
+            "u1", "u4", "u8", "i5", "i8", "i16", "u63", "i64", "u64", "i0", "x8",
+        ])
+        .to_string()
+    };
+    let foff = |r: &mut TestRng| {
+        r.pick(&["0", "3", "8", "#1", "#2", "100", "-1"])
+            .to_string()
+    };
+    let val = |r: &mut TestRng| {
+        r.pick(&[
+            "0",
+            "1",
+            "-1",
+            "100",
+            "127",
+            "128",
+            "255",
+            "-128",
+            "1000",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "x",
+        ])
+        .to_string()
+    };
+    let mut c: Vec<String> = match r.below(12) {
+        0..=2 => vec![
+            "SETBIT".into(),
+            k(r),
+            off(r),
+            r.pick(&["0", "1", "1", "2", "x"]).to_string(),
+        ],
+        3 => vec!["GETBIT".into(), k(r), off(r)],
+        4 | 5 => {
+            let mut c = vec!["BITCOUNT".into(), k(r)];
+            if r.chance(70) {
+                c.extend([idx(r), idx(r)]);
+                if r.chance(50) {
+                    c.push(r.pick(&["BIT", "BYTE", "bit", "NIBBLE"]).to_string());
+                }
+            }
+            c
+        }
+        6 | 7 => {
+            let mut c = vec![
+                "BITPOS".into(),
+                k(r),
+                r.pick(&["0", "1", "1", "2"]).to_string(),
+            ];
+            for _ in 0..r.below(3) {
+                c.push(idx(r));
+            }
+            if c.len() == 5 && r.chance(50) {
+                c.push(r.pick(&["BIT", "BYTE", "X"]).to_string());
+            }
+            c
+        }
+        8 => {
+            let mut c = vec![
+                "BITOP".into(),
+                r.pick(&["AND", "OR", "XOR", "NOT", "NAND"]).to_string(),
+                k(r),
+            ];
+            for _ in 0..1 + r.below(3) {
+                c.push(k(r));
+            }
+            c
+        }
+        _ => {
+            let mut c = vec![
+                r.pick(&["BITFIELD", "BITFIELD", "BITFIELD_RO"]).to_string(),
+                k(r),
+            ];
+            for _ in 0..1 + r.below(3) {
+                match r.below(5) {
+                    0 | 1 => c.extend(["GET".into(), ty(r), foff(r)]),
+                    2 => c.extend(["SET".into(), ty(r), foff(r), val(r)]),
+                    3 => c.extend(["INCRBY".into(), ty(r), foff(r), val(r)]),
+                    _ => c.extend([
+                        "OVERFLOW".into(),
+                        r.pick(&["WRAP", "SAT", "FAIL", "BAD"]).to_string(),
+                    ]),
+                }
+            }
+            c
+        }
+    };
+    if r.chance(2) && c.len() > 1 {
+        c.pop();
+    }
+    c
+}
+
 fn gen(r: &mut TestRng, abs_base_ms: u64) -> Vec<String> {
+    if r.chance(12) {
+        return gen_bits(r);
+    }
     if r.chance(30) {
         return gen_zsets(r);
     }

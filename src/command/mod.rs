@@ -6,6 +6,7 @@
 //! expiry, a random pick) it also sets `ctx.rewrite` to the deterministic form that is logged.
 
 pub mod args;
+pub mod bitmaps;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
@@ -111,6 +112,14 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "getrange" | "substr" => s::getrange(ctx, args),
         "setrange" => s::setrange(ctx, args),
         "lcs" => s::lcs(ctx, args),
+        // bitmaps
+        "setbit" => bitmaps::setbit(ctx, args),
+        "getbit" => bitmaps::getbit(ctx, args),
+        "bitcount" => bitmaps::bitcount(ctx, args),
+        "bitpos" => bitmaps::bitpos(ctx, args),
+        "bitop" => bitmaps::bitop(ctx, args),
+        "bitfield" => bitmaps::bitfield(ctx, args, false),
+        "bitfield_ro" => bitmaps::bitfield(ctx, args, true),
         // generic keyspace
         "del" | "unlink" => k::del(ctx, args),
         "exists" => k::exists(ctx, args),

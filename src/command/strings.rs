@@ -483,8 +483,9 @@ pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
 }
 
-/// Cells of the LCS table beyond which the command refuses instead of allocating.
-const LCS_CELLS_MAX: u64 = 1 << 28;
+/// Cells of the LCS table beyond which the command refuses instead of allocating: Redis's rule,
+/// 4 bytes a cell at most proto-max-bulk-len (512 MB).
+const LCS_CELLS_MAX: u64 = STRING_BYTES_MAX as u64 / 4;
 
 pub fn lcs(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
