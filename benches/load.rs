@@ -3,6 +3,12 @@
 //!
 //!     cargo build --release && target/release/tidepool-bench [--seconds N] [--connections C]
 //!
+//!     target/release/tidepool-bench --structures
+//!
+//! The second form times range reads on big structures (LRANGE, ZRANGEBYSCORE, ZRANGE BYSCORE
+//! LIMIT) at 10,000 and at 1,000,000 elements: with O(log n + m) structures the two sizes cost
+//! about the same.
+//!
 //! Workloads: GET, SET (tidepool --fsync never vs redis without persistence), durable SET
 //! (tidepool --fsync always vs redis with appendfsync always), and POST /pipeline with 100
 //! SETs (commands/s). Prints a Markdown table for the README.
@@ -192,6 +198,110 @@ fn main() {
     }
 }
 
+/// A minimal keep-alive HTTP client for the structure benchmark.
+struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Result<Client, String> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(Client {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    /// POSTs `body` to `path` and returns the response body.
+    fn post(&mut self, path: &str, body: &str) -> Result<Vec<u8>, String> {
+        use std::io::Read;
+        let req = format!("POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        self.stream
+            .write_all(req.as_bytes())
+            .map_err(|e| e.to_string())?;
+        self.buf.clear();
+        let mut chunk = [0u8; 65536];
+        loop {
+            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("connection closed".into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+            if let Some(h) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..h]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .ok_or("no content-length")?;
+                if self.buf.len() >= h + 4 + len {
+                    return Ok(self.buf[h + 4..h + 4 + len].to_vec());
+                }
+            }
+        }
+    }
+}
+
+/// Median microseconds of `runs` calls of one command.
+fn time_cmd(c: &mut Client, body: &str, runs: usize) -> Result<f64, String> {
+    let mut t = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        let r = c.post("/", body)?;
+        t.push(start.elapsed().as_secs_f64() * 1e6);
+        if r.starts_with(b"{\"error\"") {
+            return Err(format!("{body}: {}", String::from_utf8_lossy(&r)));
+        }
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
+    let (_tp, port) = tidepool(bin, &tmp.join("structures"), "never")?;
+    let mut c = Client::connect(port)?;
+    println!("| operation (100 elements from the middle) | 10,000 elements | 1,000,000 elements |");
+    println!("|---|---|---|");
+    let mut rows: Vec<(String, Vec<f64>)> = vec![
+        ("LRANGE".into(), Vec::new()),
+        ("ZRANGEBYSCORE min max".into(), Vec::new()),
+        ("ZRANGE BYSCORE LIMIT 0 100".into(), Vec::new()),
+    ];
+    for n in [10_000usize, 1_000_000] {
+        c.post("/", r#"["FLUSHALL"]"#)?;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+            let push: Vec<String> = chunk.iter().map(|i| format!(r#""e{i}""#)).collect();
+            c.post("/", &format!(r#"["RPUSH","l",{}]"#, push.join(",")))?;
+            let zadd: Vec<String> = chunk.iter().map(|i| format!(r#"{i},"m{i}""#)).collect();
+            c.post("/", &format!(r#"["ZADD","z",{}]"#, zadd.join(",")))?;
+        }
+        let mid = n / 2;
+        rows[0].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["LRANGE","l",{mid},{}]"#, mid + 99),
+            200,
+        )?);
+        rows[1].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["ZRANGEBYSCORE","z",{mid},{}]"#, mid + 99),
+            200,
+        )?);
+        rows[2].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["ZRANGE","z",{mid},"+inf","BYSCORE","LIMIT",0,100]"#),
+            200,
+        )?);
+    }
+    for (name, t) in rows {
+        println!("| {name} | {:.0} µs | {:.0} µs |", t[0], t[1]);
+    }
+    println!();
+    println!("(median of 200 requests each, one keep-alive connection, the whole HTTP round trip)");
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |name: &str, default: u64| {
@@ -215,6 +325,11 @@ fn run() -> Result<(), String> {
         write!(f, "wrk.method = \"POST\"\nwrk.body = '{body}'\n").map_err(|e| e.to_string())?;
         Ok(p)
     };
+    if args.iter().any(|a| a == "--structures") {
+        let r = structures(&bin, &tmp);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
     let pipeline_body = format!(
         "[{}]",
         (0..100)
