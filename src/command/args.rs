@@ -69,28 +69,6 @@ pub fn parse_f64(b: &[u8]) -> Option<f64> {
     Some(v)
 }
 
-/// Formats like Redis's `ld2string(..., LD_STR_HUMAN)`: `%.17f` with trailing zeros trimmed.
-/// Redis computes in `long double`; tidepool in `f64`, which prints the same for every value
-/// whose sum is exact in binary (see README, "Known differences").
-pub fn fmt_human(x: f64) -> String {
-    if x.is_infinite() {
-        return if x > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    let mut s = format!("{x:.17}");
-    if s.contains('.') {
-        while s.ends_with('0') {
-            s.pop();
-        }
-        if s.ends_with('.') {
-            s.pop();
-        }
-    }
-    if s == "-0" {
-        s = "0".into();
-    }
-    s
-}
-
 /// A double as Redis 7.0 replies with it: `%.17g`, and `inf`/`-inf`.
 pub fn fmt_g17(x: f64) -> String {
     if x.is_infinite() {

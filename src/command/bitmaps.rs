@@ -258,15 +258,7 @@ pub fn bitop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             Op::Xor => srcs.iter().fold(0, |acc, s| acc ^ byte(s)),
         };
     }
-    let dst = &a[2];
-    let existed = ctx.db.get_mut(dst, now).is_some();
-    ctx.db.remove(dst);
-    if maxlen > 0 {
-        ctx.db.insert(dst, Value::Str(out), None, now);
-    }
-    if maxlen > 0 || existed {
-        ctx.dirty = true;
-    }
+    ctx.store_or_delete(&a[2], (maxlen > 0).then_some(Value::Str(out)));
     Reply::Int(maxlen as i64)
 }
 

@@ -134,8 +134,9 @@ pub fn llen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     )
 }
 
-/// Redis's LRANGE index arithmetic: the inclusive range, or None when empty.
-fn range(len: usize, start: i64, end: i64) -> Option<(usize, usize)> {
+/// Redis's LRANGE index arithmetic (also ZRANGE's and ZREMRANGEBYRANK's): the inclusive range,
+/// or None when empty.
+pub fn range(len: usize, start: i64, end: i64) -> Option<(usize, usize)> {
     let len = len as i64;
     let (mut s, mut e) = (start, end);
     if s < 0 {

@@ -74,6 +74,20 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Replaces `key` with `value` (no expiry), or deletes it when `value` is None: what every
+    /// STORE form does with its destination. Marks the change when there was one.
+    pub fn store_or_delete(&mut self, key: &[u8], value: Option<crate::state::Value>) {
+        let existed = self.db.get_mut(key, self.now_ms).is_some();
+        self.db.remove(key);
+        let stored = value.is_some();
+        if let Some(v) = value {
+            self.db.insert(key, v, None, self.now_ms);
+        }
+        if stored || existed {
+            self.dirty = true;
+        }
+    }
+
     /// Logs `cmd` in place of the command as sent (adds to the list: one command may need
     /// several deterministic commands).
     pub fn log_as(&mut self, cmd: Vec<Vec<u8>>) {

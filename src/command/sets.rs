@@ -289,20 +289,12 @@ fn algebra(ctx: &mut Ctx, a: &[Vec<u8>], op: Op, store: bool) -> Reply {
     if !store {
         return Reply::bulks(result);
     }
-    let dst = &a[1];
     let n = result.len();
-    let existed = ctx.db.get_mut(dst, now).is_some();
-    ctx.db.remove(dst);
-    if n > 0 {
-        let mut s = Set::new();
-        for m in &result {
-            s.insert(m, ());
-        }
-        ctx.db.insert(dst, Value::Set(s), None, now);
+    let mut s = Set::new();
+    for m in &result {
+        s.insert(m, ());
     }
-    if n > 0 || existed {
-        ctx.dirty = true;
-    }
+    ctx.store_or_delete(&a[1], (n > 0).then_some(Value::Set(s)));
     Reply::Int(n as i64)
 }
 

@@ -214,14 +214,7 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
         Some(dst) => {
             let n = out.len();
             let list: VecDeque<Vec<u8>> = out.into_iter().map(Option::unwrap_or_default).collect();
-            let existed = ctx.db.get_mut(&dst, now).is_some();
-            ctx.db.remove(&dst);
-            if n > 0 {
-                ctx.db.insert(&dst, Value::List(list), None, now);
-            }
-            if n > 0 || existed {
-                ctx.dirty = true;
-            }
+            ctx.store_or_delete(&dst, (n > 0).then_some(Value::List(list)));
             Reply::Int(n as i64)
         }
     }

@@ -41,15 +41,7 @@ fn score_reply(s: f64) -> Reply {
 fn store(ctx: &mut Ctx, dst: &[u8], z: ZSet) -> Reply {
     let z = z.into_stored();
     let n = z.len();
-    let now = ctx.now_ms;
-    let existed = ctx.db.get_mut(dst, now).is_some();
-    ctx.db.remove(dst);
-    if n > 0 {
-        ctx.db.insert(dst, Value::ZSet(z), None, now);
-    }
-    if n > 0 || existed {
-        ctx.dirty = true;
-    }
+    ctx.store_or_delete(dst, (n > 0).then_some(Value::ZSet(z)));
     Reply::Int(n as i64)
 }
 
@@ -341,28 +333,11 @@ pub fn zrange(
         };
         let own = |(m, s): (&[u8], f64)| (m.to_vec(), s);
         match spec {
-            Spec::Rank(start, end) => {
-                let len = z.len() as i64;
-                let (mut s, mut e) = (start, end);
-                if s < 0 {
-                    s += len;
-                }
-                if e < 0 {
-                    e += len;
-                }
-                s = s.max(0);
-                if s > e || s >= len {
-                    Vec::new()
-                } else {
-                    e = e.min(len - 1);
-                    let n = (e - s + 1) as usize;
-                    if rev {
-                        z.iter().rev().skip(s as usize).take(n).map(own).collect()
-                    } else {
-                        z.iter().skip(s as usize).take(n).map(own).collect()
-                    }
-                }
-            }
+            Spec::Rank(start, end) => match super::lists::range(z.len(), start, end) {
+                None => Vec::new(),
+                Some((s, e)) if rev => z.iter().rev().skip(s).take(e - s + 1).map(own).collect(),
+                Some((s, e)) => z.iter().skip(s).take(e - s + 1).map(own).collect(),
+            },
             Spec::Score(r) => {
                 if offset < 0 || (offset > 0 && offset as usize >= z.len()) {
                     Vec::new()
@@ -456,25 +431,15 @@ pub fn zremrange(ctx: &mut Ctx, a: &[Vec<u8>], rt: RangeType) -> Reply {
             return Reply::Int(0);
         };
         match spec {
-            Spec::Rank(mut s, mut e) => {
-                let len = z.len() as i64;
-                if s < 0 {
-                    s += len;
-                }
-                if e < 0 {
-                    e += len;
-                }
-                s = s.max(0);
-                if s > e || s >= len {
-                    return Reply::Int(0);
-                }
-                e = e.min(len - 1);
-                z.iter()
-                    .skip(s as usize)
-                    .take((e - s + 1) as usize)
+            Spec::Rank(start, end) => match super::lists::range(z.len(), start, end) {
+                None => return Reply::Int(0),
+                Some((s, e)) => z
+                    .iter()
+                    .skip(s)
+                    .take(e - s + 1)
                     .map(|(m, _)| m.to_vec())
-                    .collect()
-            }
+                    .collect(),
+            },
             Spec::Score(r) => z.range_by_score(&r).map(|(m, _)| m.to_vec()).collect(),
             Spec::Lex(r) => z
                 .range_by_lex(&r)
