@@ -204,6 +204,26 @@ fn round_to_ld(neg: bool, n: &Big, scale: i64, sticky: bool) -> Ld {
     }
 }
 
+/// A double, exactly (every f64 is a long double).
+pub fn from_f64(x: f64) -> Ld {
+    if x.is_infinite() {
+        return Ld::inf(x < 0.0);
+    }
+    let bits = x.to_bits();
+    let neg = bits >> 63 == 1;
+    let exp_bits = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (m, e) = if exp_bits == 0 {
+        (frac, -1074)
+    } else {
+        (frac | (1u64 << 52), exp_bits - 1075)
+    };
+    if m == 0 {
+        return Ld { neg, ..Ld::ZERO };
+    }
+    round_to_ld(neg, &Big::from_u64(m), e, false)
+}
+
 /// Parses like Redis's `string2ld`: all of the string must be a number `strtold` accepts; no
 /// spaces; NaN, overflow and underflow refused.
 pub fn parse(b: &[u8]) -> Option<Ld> {

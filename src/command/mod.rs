@@ -7,6 +7,7 @@
 
 pub mod args;
 pub mod bitmaps;
+pub mod geo;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
@@ -134,6 +135,17 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "bitop" => bitmaps::bitop(ctx, args),
         "bitfield" => bitmaps::bitfield(ctx, args, false),
         "bitfield_ro" => bitmaps::bitfield(ctx, args, true),
+        // geo
+        "geoadd" => geo::geoadd(ctx, args),
+        "geopos" => geo::geopos(ctx, args),
+        "geodist" => geo::geodist(ctx, args),
+        "geohash" => geo::geohash(ctx, args),
+        "geosearch"
+        | "geosearchstore"
+        | "georadius"
+        | "georadius_ro"
+        | "georadiusbymember"
+        | "georadiusbymember_ro" => geo::search(ctx, args, info.name.as_str()),
         // generic keyspace
         "del" | "unlink" => k::del(ctx, args),
         "exists" => k::exists(ctx, args),
