@@ -110,6 +110,9 @@ pub async fn serve(
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let _ = hyper::server::conn::http1::Builder::new()
+                // One plain write of a flattened buffer per response: measured 5-6% more SET/s
+                // than writev of headers and body (3 interleaved rounds, same machine).
+                .writev(false)
                 .keep_alive(true)
                 .serve_connection(io, svc)
                 .await;
