@@ -9,6 +9,7 @@ pub mod args;
 pub mod bitmaps;
 pub mod geo;
 pub mod hashes;
+pub mod hll;
 pub mod keys;
 pub mod lists;
 pub mod longdouble;
@@ -146,6 +147,10 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         | "georadius_ro"
         | "georadiusbymember"
         | "georadiusbymember_ro" => geo::search(ctx, args, info.name.as_str()),
+        // HyperLogLog
+        "pfadd" => hll::pfadd(ctx, args),
+        "pfcount" => hll::pfcount(ctx, args),
+        "pfmerge" => hll::pfmerge(ctx, args),
         // generic keyspace
         "del" | "unlink" => k::del(ctx, args),
         "exists" => k::exists(ctx, args),

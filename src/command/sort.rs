@@ -34,6 +34,11 @@ fn lookup(db: &Db, now: u64, pattern: &[u8], elem: &[u8]) -> Option<Vec<u8>> {
 /// `strtod` as SORT uses it: leading spaces allowed, the whole rest must be a number, an empty
 /// string is 0, NaN is an error.
 fn sort_score(b: &[u8]) -> Option<f64> {
+    // strtod reads a C string: a NUL byte ends it.
+    let b = match b.iter().position(|&c| c == 0) {
+        Some(i) => &b[..i],
+        None => b,
+    };
     let s = std::str::from_utf8(b).ok()?;
     let t = s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
     if t.is_empty() {
