@@ -332,57 +332,48 @@ pub fn zrange(
             None => return Reply::Array(vec![]),
         };
         let own = |(m, s): (&[u8], f64)| (m.to_vec(), s);
+        // LIMIT offset count: a negative offset, or one past the end, selects nothing
+        // (genericZrangebyscoreCommand); a negative count means all.
+        let window = (offset >= 0 && !(offset > 0 && offset as usize >= z.len())).then_some((
+            offset as usize,
+            if limit < 0 {
+                usize::MAX
+            } else {
+                limit as usize
+            },
+        ));
         match spec {
             Spec::Rank(start, end) => match super::lists::range(z.len(), start, end) {
                 None => Vec::new(),
                 Some((s, e)) if rev => z.iter().rev().skip(s).take(e - s + 1).map(own).collect(),
                 Some((s, e)) => z.iter().skip(s).take(e - s + 1).map(own).collect(),
             },
-            Spec::Score(r) => {
-                if offset < 0 || (offset > 0 && offset as usize >= z.len()) {
-                    Vec::new()
-                } else {
-                    let take = if limit < 0 {
-                        usize::MAX
-                    } else {
-                        limit as usize
-                    };
-                    if rev {
-                        z.range_by_score(&r)
-                            .rev()
-                            .skip(offset as usize)
-                            .take(take)
-                            .map(own)
-                            .collect()
-                    } else {
-                        z.range_by_score(&r)
-                            .skip(offset as usize)
-                            .take(take)
-                            .map(own)
-                            .collect()
-                    }
-                }
-            }
-            Spec::Lex(r) => {
-                if offset < 0 || (offset > 0 && offset as usize >= z.len()) {
-                    Vec::new()
-                } else {
-                    let take = if limit < 0 {
-                        usize::MAX
-                    } else {
-                        limit as usize
-                    };
+            Spec::Score(r) => match window {
+                None => Vec::new(),
+                Some((skip, take)) if rev => z
+                    .range_by_score(&r)
+                    .rev()
+                    .skip(skip)
+                    .take(take)
+                    .map(own)
+                    .collect(),
+                Some((skip, take)) => z
+                    .range_by_score(&r)
+                    .skip(skip)
+                    .take(take)
+                    .map(own)
+                    .collect(),
+            },
+            Spec::Lex(r) => match window {
+                None => Vec::new(),
+                Some((skip, take)) => {
                     let mut v = z.range_by_lex(&r);
                     if rev {
                         v.reverse();
                     }
-                    v.into_iter()
-                        .skip(offset as usize)
-                        .take(take)
-                        .map(own)
-                        .collect()
+                    v.into_iter().skip(skip).take(take).map(own).collect()
                 }
-            }
+            },
         }
     };
     if storing {
