@@ -103,3 +103,24 @@ fn spop_removes_what_it_returns_and_replays_the_same() {
     );
     assert!(!dump.contains("\"SPOP\""), "{dump}");
 }
+
+/// Regression: rotating a one-element list onto itself (RPOPLPUSH l l) deleted and recreated
+/// the key, dropping its TTL; Redis pushes before it checks whether the source is empty.
+#[test]
+fn rotating_a_one_element_list_keeps_its_ttl() {
+    let dir = TempDir::new("rotate");
+    let server = Server::start(dir.path(), &["--fsync", "never"]);
+    let mut c = server.client();
+    c.cmd_str(&["RPUSH", "l", "x"]);
+    c.cmd_str(&["EXPIRE", "l", "1000"]);
+    assert_eq!(c.cmd_str(&["RPOPLPUSH", "l", "l"]), Canon::s("x"));
+    assert_eq!(
+        c.cmd_str(&["LMOVE", "l", "l", "LEFT", "RIGHT"]),
+        Canon::s("x")
+    );
+    assert_eq!(
+        c.cmd_str(&["LRANGE", "l", "0", "-1"]),
+        Canon::Arr(vec![Canon::s("x")])
+    );
+    assert_eq!(c.cmd_str(&["TTL", "l"]), Canon::Int(1000));
+}

@@ -1037,7 +1037,9 @@ fn normalize(cmd: &[String], reply: Canon) -> Canon {
         // Geo searches list equal distances in Redis's box-walk order; COUNT ANY keeps whichever
         // it met first.
         ("geosearch" | "georadius" | "georadius_ro", Canon::Arr(v))
-            if cmd.iter().any(|a| a.eq_ignore_ascii_case("any")) =>
+            if cmd
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case("any") || a.eq_ignore_ascii_case("count")) =>
         {
             Canon::Int(v.len() as i64)
         }
@@ -1126,7 +1128,12 @@ fn state_of(mut run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)
             Canon::Str(s) if s == b"zset" => run(&["ZRANGE", k, "0", "-1", "WITHSCORES"]),
             _ => Canon::Nil,
         };
-        out.push((k.to_string(), t, v));
+        // Whether the key expires (not when: the two servers set relative times a few ms apart).
+        let ttl = match run(&["PTTL", k]) {
+            Canon::Int(n) if n > 0 => Canon::s("expires"),
+            other => other,
+        };
+        out.push((k.to_string(), t, Canon::Arr(vec![v, ttl])));
     }
     out
 }

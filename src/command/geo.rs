@@ -242,8 +242,8 @@ pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], kind: &str) -> Reply {
     let key = &a[src_at];
     let now = ctx.now_ms;
     // As georadiusGeneric: the key first, then the positional center and radius, then options.
-    let zobj: Option<ZSet> = tri!(read(ctx.db, key, now)).cloned();
-    let z = zobj.as_ref();
+    let zobj: Option<&ZSet> = tri!(read(ctx.db, key, now));
+    let z = zobj;
     let member_xy = |m: &[u8]| z.and_then(|z| z.score(m)).map(decode);
     let mut center: Option<(f64, f64)> = None;
     let mut shape: Option<(Shape, f64)> = None;

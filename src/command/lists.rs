@@ -362,13 +362,15 @@ pub fn lmove(ctx: &mut Ctx, a: &[Vec<u8>], sides: Option<(bool, bool)>) -> Reply
     let Some(v) = tri!(existing(ctx, src)).and_then(|l| pop_one(l, from_left)) else {
         return Reply::Nil;
     };
-    drop_if_empty(ctx, src);
+    // Push before the source's emptiness check, as Redis does: rotating a one-element list onto
+    // itself must not delete and recreate the key (which would drop its TTL).
     let l = tri!(create(ctx, dst));
     if to_left {
         l.push_front(v.clone());
     } else {
         l.push_back(v.clone());
     }
+    drop_if_empty(ctx, src);
     ctx.dirty = true;
     Reply::Bulk(v)
 }
