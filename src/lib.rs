@@ -15,7 +15,7 @@
 //! - [`executor`]: the single task that owns the state: batches jobs, logs changes, replies
 //!   after group commit; monitor and pub/sub fan-out.
 //! - [`command`]: the command table (from Redis's own), the one dispatch on names, one file per
-//!   family.
+//!   family; `command::typed` is the shared typed access to aggregate values.
 //! - [`state`]: the pure state machine: keyspace, values, expiry. No clock, no I/O.
 //! - [`wal`]: the log format, reading with recovery, appending; `log-format.md` describes it.
 //! - [`log`]: operator lines on stderr that never panic.

@@ -5,7 +5,6 @@
 use super::args::{is, parse_double};
 use super::longdouble;
 use super::strings::tri;
-use super::zsets::read;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::zset::ZSet;
@@ -155,7 +154,7 @@ pub fn geoadd(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn geopos(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let z = tri!(read(ctx.db, &a[1], ctx.now_ms));
+    let z = tri!(super::typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         a[2..]
             .iter()
@@ -176,7 +175,7 @@ pub fn geodist(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         5 => tri!(unit(&a[4])),
         _ => return Reply::err(errors::SYNTAX),
     };
-    let Some(z) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(z) = tri!(super::typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Nil;
     };
     match (z.score(&a[2]), z.score(&a[3])) {
@@ -190,7 +189,7 @@ pub fn geodist(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 pub fn geohash(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     const ALPHABET: &[u8] = b"0123456789bcdefghjkmnpqrstuvwxyz";
-    let z = tri!(read(ctx.db, &a[1], ctx.now_ms));
+    let z = tri!(super::typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         a[2..]
             .iter()
@@ -242,7 +241,7 @@ pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], kind: &str) -> Reply {
     let key = &a[src_at];
     let now = ctx.now_ms;
     // As georadiusGeneric: the key first, then the positional center and radius, then options.
-    let zobj: Option<&ZSet> = tri!(read(ctx.db, key, now));
+    let zobj: Option<&ZSet> = tri!(super::typed::read::<ZSet>(ctx.db, key, now));
     let z = zobj;
     let member_xy = |m: &[u8]| z.and_then(|z| z.score(m)).map(decode);
     let mut center: Option<(f64, f64)> = None;

@@ -3,64 +3,21 @@
 use super::args::{int_arg, is, parse_i64, scan_opts};
 use super::longdouble;
 use super::strings::tri;
+use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::scanmap::ScanMap;
-use crate::state::Value;
 
 type Hash = ScanMap<Vec<u8>>;
 
 /// Most fields HRANDFIELD with a negative count returns (repeats allowed).
 const HRANDFIELD_REPEATS_MAX: u64 = 10_000_000;
 
-fn read<'a>(ctx: &'a Ctx, key: &[u8]) -> Result<Option<&'a Hash>, Reply> {
-    read_db(ctx.db, key, ctx.now_ms)
-}
-
-fn read_db<'a>(
-    db: &'a crate::state::Db,
-    key: &[u8],
-    now_ms: u64,
-) -> Result<Option<&'a Hash>, Reply> {
-    match db.get(key, now_ms).map(|e| &e.value) {
-        None => Ok(None),
-        Some(Value::Hash(h)) => Ok(Some(h)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-/// The hash at `key` for writing, created empty when absent.
-fn write<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<&'a mut Hash, Reply> {
-    let now = ctx.now_ms;
-    match ctx
-        .db
-        .get_mut(key, now)
-        .map(|e| matches!(e.value, Value::Hash(_)))
-    {
-        Some(false) => return Err(Reply::err(errors::WRONGTYPE)),
-        None => ctx.db.insert(key, Value::Hash(Hash::new()), None, now),
-        Some(true) => {}
-    }
-    match ctx.db.get_mut(key, now).map(|e| &mut e.value) {
-        Some(Value::Hash(h)) => Ok(h),
-        _ => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-/// Removes `key` when a write left its hash empty (Redis never keeps empty aggregates).
-fn drop_if_empty(ctx: &mut Ctx, key: &[u8]) {
-    if let Some(Value::Hash(h)) = ctx.db.get(key, ctx.now_ms).map(|e| &e.value) {
-        if h.is_empty() {
-            ctx.db.remove(key);
-        }
-    }
-}
-
 pub fn hset(ctx: &mut Ctx, a: &[Vec<u8>], hmset: bool) -> Reply {
     if !a.len().is_multiple_of(2) {
         return Reply::err(errors::wrong_arity(if hmset { "hmset" } else { "hset" }));
     }
-    let h = tri!(write(ctx, &a[1]));
+    let h = tri!(typed::create::<Hash>(ctx, &a[1]));
     let mut created = 0;
     for fv in a[2..].chunks(2) {
         if h.insert(&fv[0], fv[1].clone()).is_none() {
@@ -76,10 +33,10 @@ pub fn hset(ctx: &mut Ctx, a: &[Vec<u8>], hmset: bool) -> Reply {
 }
 
 pub fn hsetnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    if tri!(read(ctx, &a[1])).is_some_and(|h| h.contains_key(&a[2])) {
+    if tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).is_some_and(|h| h.contains_key(&a[2])) {
         return Reply::Int(0);
     }
-    let h = tri!(write(ctx, &a[1]));
+    let h = tri!(typed::create::<Hash>(ctx, &a[1]));
     h.insert(&a[2], a[3].clone());
     ctx.dirty = true;
     Reply::Int(1)
@@ -87,14 +44,14 @@ pub fn hsetnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 pub fn hget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::opt_bulk(
-        tri!(read(ctx, &a[1]))
+        tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms))
             .and_then(|h| h.get(&a[2]))
             .map(|v| v.as_slice()),
     )
 }
 
 pub fn hmget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let h = tri!(read(ctx, &a[1]));
+    let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         a[2..]
             .iter()
@@ -104,25 +61,29 @@ pub fn hmget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    if tri!(read(ctx, &a[1])).is_none() {
+    if tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).is_none() {
         return Reply::Int(0);
     }
-    let h = tri!(write(ctx, &a[1]));
+    let h = tri!(typed::create::<Hash>(ctx, &a[1]));
     let n = a[2..].iter().filter(|f| h.remove(f).is_some()).count();
     if n > 0 {
         ctx.dirty = true;
     }
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<Hash>(ctx, &a[1]);
     Reply::Int(n as i64)
 }
 
 pub fn hlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    Reply::Int(tri!(read(ctx, &a[1])).map(|h| h.len()).unwrap_or(0) as i64)
+    Reply::Int(
+        tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms))
+            .map(|h| h.len())
+            .unwrap_or(0) as i64,
+    )
 }
 
 pub fn hstrlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(
-        tri!(read(ctx, &a[1]))
+        tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms))
             .and_then(|h| h.get(&a[2]))
             .map(|v| v.len())
             .unwrap_or(0) as i64,
@@ -130,11 +91,14 @@ pub fn hstrlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hexists(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    Reply::Int(tri!(read(ctx, &a[1])).is_some_and(|h| h.contains_key(&a[2])) as i64)
+    Reply::Int(
+        tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).is_some_and(|h| h.contains_key(&a[2]))
+            as i64,
+    )
 }
 
 pub fn hkeys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let h = tri!(read(ctx, &a[1]));
+    let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         h.map(|h| h.keys().map(Reply::bulk).collect())
             .unwrap_or_default(),
@@ -142,7 +106,7 @@ pub fn hkeys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hvals(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let h = tri!(read(ctx, &a[1]));
+    let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         h.map(|h| h.iter().map(|(_, v)| Reply::bulk(v.as_slice())).collect())
             .unwrap_or_default(),
@@ -150,7 +114,7 @@ pub fn hvals(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hgetall(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let h = tri!(read(ctx, &a[1]));
+    let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     let mut out = Vec::with_capacity(h.map(|h| h.len() * 2).unwrap_or(0));
     if let Some(h) = h {
         for (f, v) in h.iter() {
@@ -163,7 +127,8 @@ pub fn hgetall(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 pub fn hincrby(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let by = tri!(int_arg(&a[3]));
-    let cur = match tri!(read(ctx, &a[1])).and_then(|h| h.get(&a[2])) {
+    let cur = match tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).and_then(|h| h.get(&a[2]))
+    {
         None => 0,
         Some(v) => match parse_i64(v) {
             Some(n) => n,
@@ -173,7 +138,7 @@ pub fn hincrby(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let Some(n) = cur.checked_add(by) else {
         return Reply::err(errors::OVERFLOW);
     };
-    let h = tri!(write(ctx, &a[1]));
+    let h = tri!(typed::create::<Hash>(ctx, &a[1]));
     h.insert(&a[2], n.to_string().into_bytes());
     ctx.dirty = true;
     Reply::Int(n)
@@ -186,7 +151,8 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if by.is_inf() {
         return Reply::err("ERR value is NaN or Infinity");
     }
-    let cur = match tri!(read(ctx, &a[1])).and_then(|h| h.get(&a[2])) {
+    let cur = match tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).and_then(|h| h.get(&a[2]))
+    {
         None => longdouble::parse(b"0"),
         Some(v) => match longdouble::parse(v) {
             Some(n) => Some(n),
@@ -198,7 +164,7 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         _ => return Reply::err(errors::NAN_OR_INF),
     };
     let s = longdouble::format_human(n).into_bytes();
-    let h = tri!(write(ctx, &a[1]));
+    let h = tri!(typed::create::<Hash>(ctx, &a[1]));
     h.insert(&a[2], s.clone());
     ctx.dirty = true;
     ctx.log_as(vec![
@@ -225,7 +191,7 @@ pub fn hrandfield(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         }
     }
     let rng = &mut *ctx.rng;
-    let h = tri!(read_db(ctx.db, &a[1], ctx.now_ms));
+    let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     let Some(h) = h else {
         return if count.is_some() {
             Reply::Array(vec![])
@@ -278,7 +244,7 @@ pub fn hscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if super::args::parse_cursor(&a[2]).is_none() {
         return Reply::err(errors::INVALID_CURSOR);
     }
-    let h = tri!(read(ctx, &a[1]));
+    let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     if h.is_none() {
         return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
     }

@@ -2,50 +2,12 @@
 
 use super::args::{int_arg, is};
 use super::strings::tri;
+use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
-use crate::state::{Db, Value};
 use std::collections::VecDeque;
 
 type List = VecDeque<Vec<u8>>;
-
-pub fn read<'a>(db: &'a Db, key: &[u8], now_ms: u64) -> Result<Option<&'a List>, Reply> {
-    match db.get(key, now_ms).map(|e| &e.value) {
-        None => Ok(None),
-        Some(Value::List(l)) => Ok(Some(l)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-/// The list at `key` for writing, or None when absent.
-fn existing<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<Option<&'a mut List>, Reply> {
-    match ctx.db.get_mut(key, ctx.now_ms).map(|e| &mut e.value) {
-        None => Ok(None),
-        Some(Value::List(l)) => Ok(Some(l)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-/// The list at `key`, created empty when absent.
-fn create<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<&'a mut List, Reply> {
-    let now = ctx.now_ms;
-    if existing(ctx, key)?.is_none() {
-        ctx.db.insert(key, Value::List(List::new()), None, now);
-    }
-    match ctx.db.get_mut(key, now).map(|e| &mut e.value) {
-        Some(Value::List(l)) => Ok(l),
-        _ => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-/// Removes `key` when a write left its list empty.
-fn drop_if_empty(ctx: &mut Ctx, key: &[u8]) {
-    if let Some(Value::List(l)) = ctx.db.get(key, ctx.now_ms).map(|e| &e.value) {
-        if l.is_empty() {
-            ctx.db.remove(key);
-        }
-    }
-}
 
 /// A count that must not be negative: Redis's `getPositiveLongFromObjectOrReply`, whose message
 /// also answers a non-integer.
@@ -67,10 +29,10 @@ pub fn ranged(arg: &[u8], min: i64, msg: &str) -> Result<i64, Reply> {
 
 /// LPUSH / RPUSH (and the X forms, which need the key to exist).
 pub fn push(ctx: &mut Ctx, a: &[Vec<u8>], left: bool, only_existing: bool) -> Reply {
-    if only_existing && tri!(existing(ctx, &a[1])).is_none() {
+    if only_existing && tri!(typed::existing::<List>(ctx, &a[1])).is_none() {
         return Reply::Int(0);
     }
-    let l = tri!(create(ctx, &a[1]));
+    let l = tri!(typed::create::<List>(ctx, &a[1]));
     for v in &a[2..] {
         if left {
             l.push_front(v.clone());
@@ -93,7 +55,7 @@ pub fn pop(ctx: &mut Ctx, a: &[Vec<u8>], left: bool) -> Reply {
     } else {
         None
     };
-    let Some(l) = tri!(existing(ctx, &a[1])) else {
+    let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return if count.is_some() {
             Reply::NilArray
         } else {
@@ -114,7 +76,7 @@ pub fn pop(ctx: &mut Ctx, a: &[Vec<u8>], left: bool) -> Reply {
         }
     };
     ctx.dirty = true;
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<List>(ctx, &a[1]);
     reply
 }
 
@@ -128,7 +90,7 @@ fn pop_one(l: &mut List, left: bool) -> Option<Vec<u8>> {
 
 pub fn llen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(
-        tri!(read(ctx.db, &a[1], ctx.now_ms))
+        tri!(typed::read::<List>(ctx.db, &a[1], ctx.now_ms))
             .map(|l| l.len())
             .unwrap_or(0) as i64,
     )
@@ -160,7 +122,7 @@ pub fn range(len: usize, start: i64, end: i64) -> Option<(usize, usize)> {
 pub fn lrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let start = tri!(int_arg(&a[2]));
     let end = tri!(int_arg(&a[3]));
-    let Some(l) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(l) = tri!(typed::read::<List>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Array(vec![]);
     };
     match range(l.len(), start, end) {
@@ -175,7 +137,7 @@ fn index(len: usize, i: i64) -> Option<usize> {
 }
 
 pub fn lindex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let Some(l) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(l) = tri!(typed::read::<List>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Nil;
     };
     let i = tri!(int_arg(&a[2]));
@@ -183,7 +145,7 @@ pub fn lindex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn lset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let Some(l) = tri!(existing(ctx, &a[1])) else {
+    let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::err(errors::NO_SUCH_KEY);
     };
     let i = tri!(int_arg(&a[2]));
@@ -205,7 +167,7 @@ pub fn linsert(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     } else {
         return Reply::err(errors::SYNTAX);
     };
-    let Some(l) = tri!(existing(ctx, &a[1])) else {
+    let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
     let Some(pos) = l.iter().position(|v| v == &a[3]) else {
@@ -219,7 +181,7 @@ pub fn linsert(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 pub fn lrem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let count = tri!(int_arg(&a[2]));
-    let Some(l) = tri!(existing(ctx, &a[1])) else {
+    let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
     let limit = if count == 0 {
@@ -251,14 +213,14 @@ pub fn lrem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if removed > 0 {
         ctx.dirty = true;
     }
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<List>(ctx, &a[1]);
     Reply::Int(removed as i64)
 }
 
 pub fn ltrim(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let start = tri!(int_arg(&a[2]));
     let end = tri!(int_arg(&a[3]));
-    let Some(l) = tri!(existing(ctx, &a[1])) else {
+    let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::ok();
     };
     match range(l.len(), start, end) {
@@ -269,7 +231,7 @@ pub fn ltrim(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         }
     }
     ctx.dirty = true;
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<List>(ctx, &a[1]);
     Reply::ok()
 }
 
@@ -298,7 +260,7 @@ pub fn lpos(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         }
         j += 1;
     }
-    let Some(l) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(l) = tri!(typed::read::<List>(ctx.db, &a[1], ctx.now_ms)) else {
         return if count != -1 {
             Reply::Array(vec![])
         } else {
@@ -355,22 +317,23 @@ pub fn lmove(ctx: &mut Ctx, a: &[Vec<u8>], sides: Option<(bool, bool)>) -> Reply
         None => (tri!(side(&a[3])), tri!(side(&a[4]))),
     };
     let (src, dst) = (&a[1], &a[2]);
-    if tri!(read(ctx.db, src, ctx.now_ms)).is_none() {
+    if tri!(typed::read::<List>(ctx.db, src, ctx.now_ms)).is_none() {
         return Reply::Nil;
     }
-    tri!(read(ctx.db, dst, ctx.now_ms));
-    let Some(v) = tri!(existing(ctx, src)).and_then(|l| pop_one(l, from_left)) else {
+    tri!(typed::read::<List>(ctx.db, dst, ctx.now_ms));
+    let Some(v) = tri!(typed::existing::<List>(ctx, src)).and_then(|l| pop_one(l, from_left))
+    else {
         return Reply::Nil;
     };
     // Push before the source's emptiness check, as Redis does: rotating a one-element list onto
     // itself must not delete and recreate the key (which would drop its TTL).
-    let l = tri!(create(ctx, dst));
+    let l = tri!(typed::create::<List>(ctx, dst));
     if to_left {
         l.push_front(v.clone());
     } else {
         l.push_back(v.clone());
     }
-    drop_if_empty(ctx, src);
+    typed::drop_if_empty::<List>(ctx, src);
     ctx.dirty = true;
     Reply::Bulk(v)
 }
@@ -397,7 +360,7 @@ pub fn lmpop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     let count = if count == -1 { 1 } else { count as usize };
     for key in &a[2..where_idx] {
-        let Some(l) = tri!(existing(ctx, key)) else {
+        let Some(l) = tri!(typed::existing::<List>(ctx, key)) else {
             continue;
         };
         let n = count.min(l.len());
@@ -406,7 +369,7 @@ pub fn lmpop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             .map(Reply::Bulk)
             .collect();
         ctx.dirty = true;
-        drop_if_empty(ctx, key);
+        typed::drop_if_empty::<List>(ctx, key);
         return Reply::Array(vec![Reply::bulk(key.as_slice()), Reply::Array(items)]);
     }
     Reply::NilArray

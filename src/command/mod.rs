@@ -18,6 +18,7 @@ pub mod sets;
 pub mod sort;
 pub mod strings;
 pub mod table;
+pub mod typed;
 pub mod zsets;
 
 use crate::reply::{errors, Reply};

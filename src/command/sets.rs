@@ -3,6 +3,7 @@
 use super::args::{int_arg, scan_opts};
 use super::lists::{positive, ranged};
 use super::strings::tri;
+use super::typed;
 use super::{Ctx, Rng};
 use crate::reply::{errors, Reply};
 use crate::state::scanmap::ScanMap;
@@ -10,76 +11,44 @@ use crate::state::{Db, Value};
 
 type Set = ScanMap<()>;
 
-pub fn read<'a>(db: &'a Db, key: &[u8], now_ms: u64) -> Result<Option<&'a Set>, Reply> {
-    match db.get(key, now_ms).map(|e| &e.value) {
-        None => Ok(None),
-        Some(Value::Set(s)) => Ok(Some(s)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-fn existing<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<Option<&'a mut Set>, Reply> {
-    match ctx.db.get_mut(key, ctx.now_ms).map(|e| &mut e.value) {
-        None => Ok(None),
-        Some(Value::Set(s)) => Ok(Some(s)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-fn create<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<&'a mut Set, Reply> {
-    let now = ctx.now_ms;
-    if existing(ctx, key)?.is_none() {
-        ctx.db.insert(key, Value::Set(Set::new()), None, now);
-    }
-    match ctx.db.get_mut(key, now).map(|e| &mut e.value) {
-        Some(Value::Set(s)) => Ok(s),
-        _ => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-fn drop_if_empty(ctx: &mut Ctx, key: &[u8]) {
-    if let Some(Value::Set(s)) = ctx.db.get(key, ctx.now_ms).map(|e| &e.value) {
-        if s.is_empty() {
-            ctx.db.remove(key);
-        }
-    }
-}
-
 fn members(s: &Set) -> Reply {
     Reply::Array(s.keys().map(Reply::bulk).collect())
 }
 
 pub fn sadd(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let s = tri!(create(ctx, &a[1]));
+    let s = tri!(typed::create::<Set>(ctx, &a[1]));
     let n = a[2..].iter().filter(|m| s.insert(m, ()).is_none()).count();
     ctx.dirty = true;
     Reply::Int(n as i64)
 }
 
 pub fn srem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let Some(s) = tri!(existing(ctx, &a[1])) else {
+    let Some(s) = tri!(typed::existing::<Set>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
     let n = a[2..].iter().filter(|m| s.remove(m).is_some()).count();
     if n > 0 {
         ctx.dirty = true;
     }
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<Set>(ctx, &a[1]);
     Reply::Int(n as i64)
 }
 
 pub fn smembers(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    tri!(read(ctx.db, &a[1], ctx.now_ms))
+    tri!(typed::read::<Set>(ctx.db, &a[1], ctx.now_ms))
         .map(members)
         .unwrap_or(Reply::Array(vec![]))
 }
 
 pub fn sismember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    Reply::Int(tri!(read(ctx.db, &a[1], ctx.now_ms)).is_some_and(|s| s.contains_key(&a[2])) as i64)
+    Reply::Int(
+        tri!(typed::read::<Set>(ctx.db, &a[1], ctx.now_ms)).is_some_and(|s| s.contains_key(&a[2]))
+            as i64,
+    )
 }
 
 pub fn smismember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let s = tri!(read(ctx.db, &a[1], ctx.now_ms));
+    let s = tri!(typed::read::<Set>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         a[2..]
             .iter()
@@ -90,7 +59,7 @@ pub fn smismember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 pub fn scard(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(
-        tri!(read(ctx.db, &a[1], ctx.now_ms))
+        tri!(typed::read::<Set>(ctx.db, &a[1], ctx.now_ms))
             .map(|s| s.len())
             .unwrap_or(0) as i64,
     )
@@ -139,7 +108,7 @@ pub fn spop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
     let picked = {
         let rng = &mut *ctx.rng;
-        let Some(s) = tri!(read(ctx.db, &a[1], now)) else {
+        let Some(s) = tri!(typed::read::<Set>(ctx.db, &a[1], now)) else {
             return if count.is_some() {
                 Reply::Array(vec![])
             } else {
@@ -152,12 +121,12 @@ pub fn spop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             Some(n) => pick_distinct(rng, s, n),
         }
     };
-    if let Ok(Some(s)) = existing(ctx, &a[1]) {
+    if let Ok(Some(s)) = typed::existing::<Set>(ctx, &a[1]) {
         for m in &picked {
             s.remove(m);
         }
     }
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<Set>(ctx, &a[1]);
     ctx.dirty = true;
     let mut srem = vec![b"SREM".to_vec(), a[1].clone()];
     srem.extend(picked.iter().cloned());
@@ -186,7 +155,7 @@ pub fn srandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     };
     let now = ctx.now_ms;
     let rng = &mut *ctx.rng;
-    let Some(s) = tri!(read(ctx.db, &a[1], now)) else {
+    let Some(s) = tri!(typed::read::<Set>(ctx.db, &a[1], now)) else {
         return if count.is_some() {
             Reply::Array(vec![])
         } else {
@@ -213,22 +182,22 @@ pub fn srandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 pub fn smove(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let (src, dst, m) = (&a[1], &a[2], &a[3]);
     let now = ctx.now_ms;
-    let Some(s) = tri!(read(ctx.db, src, now)) else {
+    let Some(s) = tri!(typed::read::<Set>(ctx.db, src, now)) else {
         return Reply::Int(0);
     };
     let is_member = s.contains_key(m);
-    tri!(read(ctx.db, dst, now));
+    tri!(typed::read::<Set>(ctx.db, dst, now));
     if src == dst {
         return Reply::Int(is_member as i64);
     }
     if !is_member {
         return Reply::Int(0);
     }
-    if let Ok(Some(s)) = existing(ctx, src) {
+    if let Ok(Some(s)) = typed::existing::<Set>(ctx, src) {
         s.remove(m);
     }
-    drop_if_empty(ctx, src);
-    tri!(create(ctx, dst)).insert(m, ());
+    typed::drop_if_empty::<Set>(ctx, src);
+    tri!(typed::create::<Set>(ctx, dst)).insert(m, ());
     ctx.dirty = true;
     Reply::Int(1)
 }
@@ -242,7 +211,9 @@ enum Op {
 
 /// Reads every set (a missing key is an empty set); WRONGTYPE if any key holds another type.
 fn load<'a>(db: &'a Db, keys: &[Vec<u8>], now: u64) -> Result<Vec<Option<&'a Set>>, Reply> {
-    keys.iter().map(|k| read(db, k, now)).collect()
+    keys.iter()
+        .map(|k| typed::read::<Set>(db, k, now))
+        .collect()
 }
 
 fn combine(sets: &[Option<&Set>], op: Op) -> Vec<Vec<u8>> {
@@ -333,7 +304,7 @@ pub fn sscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if super::args::parse_cursor(&a[2]).is_none() {
         return Reply::err(errors::INVALID_CURSOR);
     }
-    let Some(s) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(s) = tri!(typed::read::<Set>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
     };
     let o = tri!(scan_opts(a, 2, false));

@@ -4,34 +4,11 @@
 use super::args::{fmt_g17, int_arg, is, parse_double, scan_opts, strtod_full};
 use super::lists::{positive, ranged};
 use super::strings::tri;
+use super::typed;
 use super::{Ctx, Rng};
 use crate::reply::{errors, Reply};
 use crate::state::zset::{LexBound, LexRange, ScoreRange, ZSet};
-use crate::state::{Db, Value};
-
-pub fn read<'a>(db: &'a Db, key: &[u8], now_ms: u64) -> Result<Option<&'a ZSet>, Reply> {
-    match db.get(key, now_ms).map(|e| &e.value) {
-        None => Ok(None),
-        Some(Value::ZSet(z)) => Ok(Some(z)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-fn existing<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Result<Option<&'a mut ZSet>, Reply> {
-    match ctx.db.get_mut(key, ctx.now_ms).map(|e| &mut e.value) {
-        None => Ok(None),
-        Some(Value::ZSet(z)) => Ok(Some(z)),
-        Some(_) => Err(Reply::err(errors::WRONGTYPE)),
-    }
-}
-
-fn drop_if_empty(ctx: &mut Ctx, key: &[u8]) {
-    if let Some(Value::ZSet(z)) = ctx.db.get(key, ctx.now_ms).map(|e| &e.value) {
-        if z.is_empty() {
-            ctx.db.remove(key);
-        }
-    }
-}
+use crate::state::Value;
 
 fn score_reply(s: f64) -> Reply {
     Reply::Bulk(fmt_g17(s).into_bytes())
@@ -94,13 +71,13 @@ pub fn zadd(ctx: &mut Ctx, a: &[Vec<u8>], zincrby: bool) -> Reply {
     }
     let key = &a[1];
     let now = ctx.now_ms;
-    if tri!(existing(ctx, key)).is_none() {
+    if tri!(typed::existing::<ZSet>(ctx, key)).is_none() {
         if xx {
             return if incr { Reply::Nil } else { Reply::Int(0) };
         }
         ctx.db.insert(key, Value::ZSet(ZSet::new()), None, now);
     }
-    let Some(z) = tri!(existing(ctx, key)) else {
+    let Some(z) = tri!(typed::existing::<ZSet>(ctx, key)) else {
         return Reply::Int(0);
     };
     let (mut added, mut updated, mut processed) = (0, 0, 0);
@@ -140,7 +117,7 @@ pub fn zadd(ctx: &mut Ctx, a: &[Vec<u8>], zincrby: bool) -> Reply {
     if added + updated > 0 {
         ctx.dirty = true;
     }
-    drop_if_empty(ctx, key);
+    typed::drop_if_empty::<ZSet>(ctx, key);
     if let Some(e) = error {
         return Reply::err(e);
     }
@@ -156,34 +133,34 @@ pub fn zadd(ctx: &mut Ctx, a: &[Vec<u8>], zincrby: bool) -> Reply {
 }
 
 pub fn zrem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let Some(z) = tri!(existing(ctx, &a[1])) else {
+    let Some(z) = tri!(typed::existing::<ZSet>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
     let n = a[2..].iter().filter(|m| z.remove(m).is_some()).count();
     if n > 0 {
         ctx.dirty = true;
     }
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<ZSet>(ctx, &a[1]);
     Reply::Int(n as i64)
 }
 
 pub fn zcard(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(
-        tri!(read(ctx.db, &a[1], ctx.now_ms))
+        tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms))
             .map(|z| z.len())
             .unwrap_or(0) as i64,
     )
 }
 
 pub fn zscore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    match tri!(read(ctx.db, &a[1], ctx.now_ms)).and_then(|z| z.score(&a[2])) {
+    match tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)).and_then(|z| z.score(&a[2])) {
         Some(s) => score_reply(s),
         None => Reply::Nil,
     }
 }
 
 pub fn zmscore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let z = tri!(read(ctx.db, &a[1], ctx.now_ms));
+    let z = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
         a[2..]
             .iter()
@@ -197,7 +174,7 @@ pub fn zmscore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn zrank(ctx: &mut Ctx, a: &[Vec<u8>], rev: bool) -> Reply {
-    let Some(z) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(z) = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Nil;
     };
     match z.rank(&a[2]) {
@@ -326,7 +303,7 @@ pub fn zrange(
     };
     let now = ctx.now_ms;
     let picked: Vec<(Vec<u8>, f64)> = {
-        let z = match tri!(read(ctx.db, key, now)) {
+        let z = match tri!(typed::read::<ZSet>(ctx.db, key, now)) {
             Some(z) => z,
             None if storing => return store(ctx, &a[1], ZSet::new()),
             None => return Reply::Array(vec![]),
@@ -395,13 +372,13 @@ pub fn zrange(
 
 pub fn zcount(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let r = tri!(score_range(&a[2], &a[3]));
-    let z = tri!(read(ctx.db, &a[1], ctx.now_ms));
+    let z = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms));
     Reply::Int(z.map(|z| z.range_by_score(&r).count()).unwrap_or(0) as i64)
 }
 
 pub fn zlexcount(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let r = tri!(lex_range(&a[2], &a[3]));
-    let z = tri!(read(ctx.db, &a[1], ctx.now_ms));
+    let z = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms));
     Reply::Int(z.map(|z| z.range_by_lex(&r).len()).unwrap_or(0) as i64)
 }
 
@@ -418,7 +395,7 @@ pub fn zremrange(ctx: &mut Ctx, a: &[Vec<u8>], rt: RangeType) -> Reply {
         _ => Spec::Rank(tri!(int_arg(&a[2])), tri!(int_arg(&a[3]))),
     };
     let victims: Vec<Vec<u8>> = {
-        let Some(z) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+        let Some(z) = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)) else {
             return Reply::Int(0);
         };
         match spec {
@@ -439,7 +416,7 @@ pub fn zremrange(ctx: &mut Ctx, a: &[Vec<u8>], rt: RangeType) -> Reply {
                 .collect(),
         }
     };
-    if let Ok(Some(z)) = existing(ctx, &a[1]) {
+    if let Ok(Some(z)) = typed::existing::<ZSet>(ctx, &a[1]) {
         for m in &victims {
             z.remove(m);
         }
@@ -447,7 +424,7 @@ pub fn zremrange(ctx: &mut Ctx, a: &[Vec<u8>], rt: RangeType) -> Reply {
     if !victims.is_empty() {
         ctx.dirty = true;
     }
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<ZSet>(ctx, &a[1]);
     Reply::Int(victims.len() as i64)
 }
 
@@ -477,7 +454,7 @@ pub fn zpop(ctx: &mut Ctx, a: &[Vec<u8>], min: bool) -> Reply {
     } else {
         -1
     };
-    let Some(z) = tri!(existing(ctx, &a[1])) else {
+    let Some(z) = tri!(typed::existing::<ZSet>(ctx, &a[1])) else {
         return Reply::Array(vec![]);
     };
     if count == 0 {
@@ -485,7 +462,7 @@ pub fn zpop(ctx: &mut Ctx, a: &[Vec<u8>], min: bool) -> Reply {
     }
     let picked = pop_n(z, count.max(1) as usize, min);
     ctx.dirty = true;
-    drop_if_empty(ctx, &a[1]);
+    typed::drop_if_empty::<ZSet>(ctx, &a[1]);
     Reply::Array(
         picked
             .into_iter()
@@ -521,12 +498,12 @@ pub fn zmpop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     let count = count.max(1) as usize;
     for key in &a[2..where_idx] {
-        let Some(z) = tri!(existing(ctx, key)) else {
+        let Some(z) = tri!(typed::existing::<ZSet>(ctx, key)) else {
             continue;
         };
         let picked = pop_n(z, count, min);
         ctx.dirty = true;
-        drop_if_empty(ctx, key);
+        typed::drop_if_empty::<ZSet>(ctx, key);
         return Reply::Array(vec![
             Reply::bulk(key.as_slice()),
             Reply::Array(
@@ -556,7 +533,7 @@ pub fn zrandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         }
     }
     let rng: &mut Rng = &mut *ctx.rng;
-    let Some(z) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(z) = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)) else {
         return if count.is_some() {
             Reply::Array(vec![])
         } else {
@@ -595,7 +572,7 @@ pub fn zscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if super::args::parse_cursor(&a[2]).is_none() {
         return Reply::err(errors::INVALID_CURSOR);
     }
-    let Some(z) = tri!(read(ctx.db, &a[1], ctx.now_ms)) else {
+    let Some(z) = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
     };
     let o = tri!(scan_opts(a, 2, false));
