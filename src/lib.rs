@@ -24,6 +24,7 @@
 pub mod clock;
 pub mod command;
 pub mod config;
+pub mod delivery;
 pub mod executor;
 pub mod http;
 pub mod log;

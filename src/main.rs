@@ -4,10 +4,13 @@ use std::path::PathBuf;
 use tidepool::config::{self, Config, FsyncMode};
 
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
+                      [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
-TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC. Defaults: 127.0.0.1:8079, ./tidepool-data, tokens
-generated on first start and kept in DIR/credentials.json, fsync always.";
+TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
+TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY, TIDEPOOL_QSTASH_NEXT_SIGNING_KEY. Defaults: 127.0.0.1:8079,
+./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
+fsync always.";
 
 fn main() {
     match run() {
@@ -43,6 +46,9 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut token = env("TIDEPOOL_TOKEN");
     let mut ro = env("TIDEPOOL_READ_ONLY_TOKEN");
     let mut fsync = env("TIDEPOOL_FSYNC");
+    let mut qtoken = env("TIDEPOOL_QSTASH_TOKEN");
+    let mut qcurrent = env("TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY");
+    let mut qnext = env("TIDEPOOL_QSTASH_NEXT_SIGNING_KEY");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -55,6 +61,9 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--token" => &mut token,
             "--read-only-token" => &mut ro,
             "--fsync" => &mut fsync,
+            "--qstash-token" => &mut qtoken,
+            "--qstash-current-signing-key" => &mut qcurrent,
+            "--qstash-next-signing-key" => &mut qnext,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -80,7 +89,18 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let fsync_text = fsync.unwrap_or_else(|| "always".into());
     let fsync = FsyncMode::parse(&fsync_text)
         .ok_or_else(|| format!("--fsync '{fsync_text}' must be always, everysec or never"))?;
+    let unit = env("TIDEPOOL_RETRY_BACKOFF_UNIT_MS");
+    let retry_backoff_unit_ms = match unit {
+        None => 1000,
+        Some(u) => u.parse().map_err(|_| {
+            format!("TIDEPOOL_RETRY_BACKOFF_UNIT_MS '{u}' must be a number of milliseconds")
+        })?,
+    };
     Ok(Config {
+        qstash_token: qtoken,
+        qstash_current_signing_key: qcurrent,
+        qstash_next_signing_key: qnext,
+        retry_backoff_unit_ms,
         listen,
         data_dir: PathBuf::from(data.unwrap_or_else(|| config::DATA_DIR_DEFAULT.into())),
         token,

@@ -2,6 +2,7 @@
 //! listener, and a clean stop on SIGTERM or SIGINT.
 
 use crate::config::Config;
+use crate::delivery::sign::SigningKeys;
 use crate::executor::{self, Job};
 use crate::http::{self, App};
 use base64::Engine;
@@ -9,57 +10,116 @@ use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Clone)]
 struct Credentials {
     token: String,
     read_only_token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    qstash_token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    qstash_current_signing_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    qstash_next_signing_key: Option<String>,
+}
+
+/// Every credential the server runs with, after flags and the stored file.
+pub struct Resolved {
+    pub token: String,
+    pub read_only_token: String,
+    pub qstash_token: String,
+    pub keys: SigningKeys,
+}
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
+    let mut b = [0u8; N];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| format!("cannot read /dev/urandom to generate a credential: {e}"))?;
+    Ok(b)
 }
 
 fn random_token() -> Result<String, String> {
-    let mut b = [0u8; 30];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| format!("cannot read /dev/urandom to generate a token: {e}"))?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b))
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<30>()?))
+}
+
+/// A signing key in the hosted shape: `sig_` and 28 base58 characters.
+pub fn random_signing_key() -> Result<String, String> {
+    const B58: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+    let b = random_bytes::<28>()?;
+    Ok(format!(
+        "sig_{}",
+        b.iter()
+            .map(|x| B58[*x as usize % B58.len()] as char)
+            .collect::<String>()
+    ))
+}
+
+/// A delivery token in the format the workflow SDK decodes: base64 of
+/// `{"UserID":"...","Password":"..."}`.
+fn random_qstash_token() -> Result<String, String> {
+    let text = serde_json::json!({"UserID": "tidepool", "Password": random_token()?}).to_string();
+    Ok(base64::engine::general_purpose::STANDARD.encode(text))
+}
+
+fn write_credentials(dir: &Path, c: &Credentials) -> Result<(), String> {
+    let path = dir.join("credentials.json");
+    let tmp = dir.join("credentials.json.tmp");
+    let mut f = File::create(&tmp).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    let text = serde_json::to_vec_pretty(c).map_err(|e| e.to_string())?;
+    f.write_all(&text)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    crate::wal::writer::sync_dir(dir).map_err(|e| format!("cannot sync {}: {e}", dir.display()))
+}
+
+fn read_credentials(dir: &Path) -> Result<Option<Credentials>, String> {
+    let path = dir.join("credentials.json");
+    match fs::read(&path) {
+        Ok(b) => Ok(Some(serde_json::from_slice(&b).map_err(|e| {
+            format!(
+                "{} is not valid ({e}); fix or remove it (removing it generates new tokens)",
+                path.display()
+            )
+        })?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 /// The tokens: from the flags when given, otherwise from `DIR/credentials.json`, generated and
 /// written there on first start. An existing file that cannot be read is an error, never a
 /// reason to generate new tokens.
-fn credentials(dir: &Path, cfg: &Config) -> Result<(String, String), String> {
-    let path = dir.join("credentials.json");
-    let stored: Option<Credentials> = match fs::read(&path) {
-        Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| {
-            format!(
-                "{} is not valid ({e}); fix or remove it (removing it generates new tokens)",
-                path.display()
-            )
-        })?),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-    };
-    let stored = match stored {
+fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
+    let mut stored = match read_credentials(dir)? {
         Some(c) => c,
-        None => {
-            let c = Credentials {
-                token: random_token()?,
-                read_only_token: random_token()?,
-            };
-            let tmp = dir.join("credentials.json.tmp");
-            let mut f =
-                File::create(&tmp).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-            let text = serde_json::to_vec_pretty(&c).map_err(|e| e.to_string())?;
-            f.write_all(&text)
-                .and_then(|_| f.sync_all())
-                .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-            fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-            crate::wal::writer::sync_dir(dir)
-                .map_err(|e| format!("cannot sync {}: {e}", dir.display()))?;
-            c
-        }
+        None => Credentials {
+            token: random_token()?,
+            read_only_token: random_token()?,
+            qstash_token: None,
+            qstash_current_signing_key: None,
+            qstash_next_signing_key: None,
+        },
     };
+    // Fill in what is missing (a new directory, or one from before the delivery service) and
+    // write it back; what exists is never regenerated.
+    let before = serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
+    if stored.qstash_token.is_none() {
+        stored.qstash_token = Some(random_qstash_token()?);
+    }
+    if stored.qstash_current_signing_key.is_none() {
+        stored.qstash_current_signing_key = Some(random_signing_key()?);
+    }
+    if stored.qstash_next_signing_key.is_none() {
+        stored.qstash_next_signing_key = Some(random_signing_key()?);
+    }
+    let exists = dir.join("credentials.json").exists();
+    if !exists || before != serde_json::to_vec(&stored).map_err(|e| e.to_string())? {
+        write_credentials(dir, &stored)?;
+    }
+    let stored_q = stored.clone();
     let token = cfg.token.clone().unwrap_or(stored.token);
     let ro = cfg
         .read_only_token
@@ -71,7 +131,38 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<(String, String), String> {
     if token == ro {
         return Err("the standard and the read-only token must differ".into());
     }
-    Ok((token, ro))
+    let pick =
+        |flag: &Option<String>, stored: Option<String>| flag.clone().or(stored).unwrap_or_default();
+    let resolved = Resolved {
+        token,
+        read_only_token: ro,
+        qstash_token: pick(&cfg.qstash_token, stored_q.qstash_token),
+        keys: SigningKeys {
+            current: pick(
+                &cfg.qstash_current_signing_key,
+                stored_q.qstash_current_signing_key,
+            ),
+            next: pick(
+                &cfg.qstash_next_signing_key,
+                stored_q.qstash_next_signing_key,
+            ),
+        },
+    };
+    if resolved.qstash_token.is_empty()
+        || resolved.keys.current.is_empty()
+        || resolved.keys.next.is_empty()
+    {
+        return Err("the delivery token and signing keys must not be empty".into());
+    }
+    Ok(resolved)
+}
+
+/// Stores rotated signing keys in the credentials file (flags given at start still win).
+fn save_keys(dir: &Path, keys: &SigningKeys) -> Result<(), String> {
+    let mut c = read_credentials(dir)?.ok_or("the credentials file is gone")?;
+    c.qstash_current_signing_key = Some(keys.current.clone());
+    c.qstash_next_signing_key = Some(keys.next.clone());
+    write_credentials(dir, &c)
 }
 
 /// Runs the server until SIGTERM or SIGINT. Errors are one line for the user.
@@ -98,7 +189,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
             return Err(format!("cannot lock {}: {e}", lock_path.display()))
         }
     }
-    let (token, ro_token) = credentials(dir, &cfg)?;
+    let creds = credentials(dir, &cfg)?;
+    let (token, ro_token) = (creds.token.clone(), creds.read_only_token.clone());
+    let keys = Arc::new(RwLock::new(creds.keys.clone()));
     let wal_dir = dir.join("wal");
     fs::create_dir_all(&wal_dir)
         .map_err(|e| format!("cannot create {}: {e}", wal_dir.display()))?;
@@ -114,7 +207,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let ex = executor::start(&wal_dir, cfg.fsync, addr.port())?;
+        let setup = executor::DeliverySetup {
+            keys: keys.clone(),
+            backoff_unit_ms: cfg.retry_backoff_unit_ms,
+        };
+        let ex = executor::start(&wal_dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {
             crate::log::line(&format!("warning: {cut}"));
         }
@@ -122,18 +219,33 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // The banner goes out with errors ignored: a closed stdout (`tidepool serve | head -1`)
         // must not take the server down, and println! would panic on EPIPE.
         let banner = format!(
-            "tidepool {} listening on {url}\n  data: {} (fsync {}; replayed {} records from {} segments)\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n",
+            "tidepool {} listening on {url}\n  data: {} (fsync {}; replayed {} records from {} segments)\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n",
             env!("CARGO_PKG_VERSION"),
             dir.display(),
             cfg.fsync.name(),
             ex.report.records,
-            ex.report.segments
+            ex.report.segments,
+            creds.qstash_token,
+            creds.keys.current,
+            creds.keys.next,
         );
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(banner.as_bytes()).and_then(|_| out.flush());
         drop(out);
 
-        let app = Arc::new(App::new(ex.tx.clone(), ex.shared.clone(), token, ro_token));
+        let key_dir = dir.to_path_buf();
+        let qstash = crate::delivery::http::QstashAuth {
+            token: creds.qstash_token.clone(),
+            keys,
+            save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
+        };
+        let app = Arc::new(App::new(
+            ex.tx.clone(),
+            ex.shared.clone(),
+            token,
+            ro_token,
+            Some(qstash),
+        ));
         let ticker = ex.tx.clone();
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(std::time::Duration::from_millis(

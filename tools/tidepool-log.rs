@@ -185,7 +185,14 @@ fn dump(wal: &Path, json: bool) -> Result<(), Failure> {
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let Record::KvCommands(cmds) = &record;
+        let cmds: &[Vec<Vec<u8>>] = match &record {
+            Record::KvCommands(c) => c,
+            Record::Delivery(_) => &[],
+        };
+        let events: Vec<String> = match &record {
+            Record::Delivery(es) => es.iter().map(|e| e.summary()).collect(),
+            Record::KvCommands(_) => Vec::new(),
+        };
         if json {
             let cmds: Vec<Vec<serde_json::Value>> = cmds
                 .iter()
@@ -193,7 +200,7 @@ fn dump(wal: &Path, json: bool) -> Result<(), Failure> {
                 .collect();
             let v = serde_json::json!({
                 "seq": seq, "timestamp_ms": ts, "kind": kind, "kind_name": Record::kind_name(kind),
-                "file": file, "offset": offset, "commands": cmds,
+                "file": file, "offset": offset, "commands": cmds, "events": events,
             });
             out(&v.to_string());
         } else {
@@ -209,6 +216,9 @@ fn dump(wal: &Path, json: bool) -> Result<(), Failure> {
                     "    {}",
                     c.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
                 ));
+            }
+            for e in &events {
+                out(&format!("    {e}"));
             }
         }
     })?;
@@ -227,7 +237,17 @@ fn stats(wal: &Path) -> Result<(), Failure> {
         *kinds.entry(Record::kind_name(kind)).or_default() += 1;
         first_ts.get_or_insert(ts);
         last_ts = Some(ts);
-        let Record::KvCommands(cmds) = &record;
+        if let Record::Delivery(es) = &record {
+            for e in es {
+                *commands
+                    .entry(format!("delivery:{}", e.name()))
+                    .or_default() += 1;
+            }
+        }
+        let cmds: &[Vec<Vec<u8>>] = match &record {
+            Record::KvCommands(c) => c,
+            Record::Delivery(_) => &[],
+        };
         for c in cmds {
             let name = c
                 .first()

@@ -71,6 +71,7 @@ fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
     match sync_data(file) {
         Ok(()) => {
             shared.durable_seq.store(seq, Ordering::SeqCst);
+            shared.synced.notify_waiters();
             shared.syncs.fetch_add(1, Ordering::Relaxed);
             None
         }

@@ -16,6 +16,10 @@ pub mod pubsub;
 use crate::clock;
 use crate::command::{self, table, CommandInfo, Ctx, Rng};
 use crate::config::{self, FsyncMode};
+use crate::delivery::ops::{self, AttemptResult, Op, OpReply, Tx};
+use crate::delivery::sign::SigningKeys;
+use crate::delivery::worker::{Dispatch, Workers};
+use crate::delivery::Delivery;
 use crate::reply::Reply;
 use crate::state::Db;
 use crate::wal::{self, Record, WalWriter};
@@ -25,7 +29,7 @@ use pubsub::PubSub;
 pub use pubsub::{SubKind, SubscriberHandle};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
 /// What a token may do.
@@ -69,6 +73,13 @@ pub enum Job {
     },
     /// Periodic work: expiry of keys whose time has passed.
     Tick,
+    /// A delivery-service request (publish, cancel, list, ...).
+    Delivery {
+        op: Box<Op>,
+        reply: oneshot::Sender<OpReply>,
+    },
+    /// A delivery attempt finished (from the worker pool).
+    Attempted(Box<AttemptResult>),
     Shutdown {
         done: oneshot::Sender<()>,
     },
@@ -85,6 +96,8 @@ pub struct Shared {
     pub syncs: AtomicU64,
     /// Set once when a sync failed; the log takes no more writes after that.
     pub fsync_failed: std::sync::OnceLock<String>,
+    /// Woken after every successful sync (delivery attempts wait for their message's record).
+    pub synced: tokio::sync::Notify,
 }
 
 /// Everything the executor task owns.
@@ -99,6 +112,18 @@ pub struct Executor {
     started_ms: u64,
     commands_processed: u64,
     listen_port: u16,
+    delivery: Delivery,
+    workers: Workers,
+    /// The executor's own queue, for workers to report back on.
+    jobs: mpsc::Sender<Job>,
+    backoff_unit_ms: u64,
+}
+
+/// What the delivery service needs at start.
+pub struct DeliverySetup {
+    pub keys: Arc<RwLock<SigningKeys>>,
+    /// Milliseconds per "second" of the default retry backoff (1000; tests shrink it).
+    pub backoff_unit_ms: u64,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -112,12 +137,18 @@ pub struct ExecutorHandle {
 
 /// Replays the log in `dir` and starts the executor task.
 /// Must be called inside the tokio runtime.
-pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorHandle, String> {
+pub fn start(
+    dir: &Path,
+    fsync: FsyncMode,
+    listen_port: u16,
+    setup: DeliverySetup,
+) -> Result<ExecutorHandle, String> {
     let mut db = Db::new();
+    let mut delivery = Delivery::new();
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
     let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |_seq, ts, record| {
-        replay_errors += apply_record(&mut db, &mut rng, ts, &record);
+        replay_errors += apply_record(&mut db, &mut delivery, &mut rng, ts, &record);
         Ok(())
     })?;
     if replay_errors > 0 {
@@ -131,6 +162,7 @@ pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorH
         mode => Some(Flusher::start(mode, shared.clone())),
     };
     let (tx, rx) = mpsc::channel(config::EXECUTOR_QUEUE_JOBS_MAX);
+    let workers = Workers::new(setup.keys, shared.clone(), fsync == FsyncMode::Always)?;
     let mut ex = Executor {
         db,
         rng,
@@ -142,6 +174,10 @@ pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorH
         started_ms: clock::wall_unix_ms(),
         commands_processed: 0,
         listen_port,
+        delivery,
+        workers,
+        jobs: tx.clone(),
+        backoff_unit_ms: setup.backoff_unit_ms,
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -158,9 +194,20 @@ pub fn start(dir: &Path, fsync: FsyncMode, listen_port: u16) -> Result<ExecutorH
 /// Applies one logged record to `db` at its timestamp. Returns how many commands answered an
 /// error (which a correct log never produces, since only commands that changed state are
 /// logged).
-pub fn apply_record(db: &mut Db, rng: &mut Rng, ts: u64, record: &Record) -> u64 {
+pub fn apply_record(
+    db: &mut Db,
+    delivery: &mut Delivery,
+    rng: &mut Rng,
+    ts: u64,
+    record: &Record,
+) -> u64 {
     let mut errors = 0;
     match record {
+        Record::Delivery(events) => {
+            for e in events {
+                delivery.apply(ts, e);
+            }
+        }
         Record::KvCommands(cmds) => {
             for args in cmds {
                 let info = match table::global().lookup(args) {
@@ -195,7 +242,24 @@ impl Executor {
         let mut batch = Vec::with_capacity(config::EXECUTOR_BATCH_JOBS_MAX);
         let mut shutdown: Option<oneshot::Sender<()>> = None;
         while shutdown.is_none() {
-            let Some(first) = rx.recv().await else {
+            let wake = if self.poisoned().is_some() {
+                None
+            } else {
+                let full = self.delivery.in_flight >= config::DELIVERY_IN_FLIGHT_MAX;
+                self.delivery.next_wake_ms(!full)
+            };
+            let first = match wake {
+                None => rx.recv().await,
+                Some(at) => {
+                    let now = clock::wall_unix_ms();
+                    let sleep = std::time::Duration::from_millis(at.saturating_sub(now));
+                    tokio::select! {
+                        j = rx.recv() => j,
+                        _ = tokio::time::sleep(sleep) => Some(Job::Tick),
+                    }
+                }
+            };
+            let Some(first) = first else {
                 break;
             };
             batch.push(first);
@@ -231,10 +295,31 @@ impl Executor {
                     Job::Subscribe(handle) => self.pubsub.add(handle),
                     Job::Unsubscribe { id } => self.pubsub.remove(id),
                     Job::Tick => self.expire_cycle(),
+                    Job::Delivery { op, reply } => {
+                        let answer = self.delivery_op(*op);
+                        pending.push(Box::new(move |failure: Option<&str>| {
+                            let answer = match failure {
+                                None => answer,
+                                Some(e) => OpReply {
+                                    status: 500,
+                                    body: serde_json::json!({ "error": e }),
+                                },
+                            };
+                            let _ = reply.send(answer);
+                        }));
+                    }
+                    Job::Attempted(r) => self.delivery_events(|tx, unit| {
+                        ops::attempt_done(tx, *r, unit);
+                    }),
                     Job::Shutdown { done } => shutdown = Some(done),
                 }
             }
+            self.delivery_events(|tx, _| {
+                ops::fire_schedules(tx);
+                ops::expire_waiters(tx);
+            });
             self.finish_batch(pending);
+            self.dispatch_due();
         }
         // Shutdown: everything written is synced before the process exits.
         if let Some(f) = self.flusher.take() {
@@ -247,6 +332,66 @@ impl Executor {
         }
         if let Some(done) = shutdown {
             let _ = done.send(());
+        }
+    }
+
+    /// Runs a delivery API operation; its events become one record.
+    fn delivery_op(&mut self, op: Op) -> OpReply {
+        if op.writes() {
+            if let Some(why) = self.poisoned() {
+                return OpReply {
+                    status: 500,
+                    body: serde_json::json!({
+                        "error": format!("the write-ahead log failed ({why}); writes are refused, reads still work")
+                    }),
+                };
+            }
+        }
+        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
+        let reply = ops::run(&mut tx, op);
+        let events = std::mem::take(&mut tx.events);
+        if !events.is_empty() {
+            self.wal.append(ts, &Record::Delivery(events));
+        }
+        reply
+    }
+
+    /// Runs internal delivery work (attempt results, schedules, waiter deadlines) as one record.
+    fn delivery_events(&mut self, f: impl FnOnce(&mut Tx, u64)) {
+        if self.poisoned().is_some() {
+            return;
+        }
+        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
+        f(&mut tx, self.backoff_unit_ms);
+        let events = std::mem::take(&mut tx.events);
+        if !events.is_empty() {
+            self.wal.append(ts, &Record::Delivery(events));
+        }
+    }
+
+    /// Hands due messages to the worker pool, up to the in-flight limit. Runs after the batch
+    /// was written, so each attempt can wait for the record that holds its message.
+    fn dispatch_due(&mut self) {
+        if self.poisoned().is_some() {
+            return;
+        }
+        let room = config::DELIVERY_IN_FLIGHT_MAX.saturating_sub(self.delivery.in_flight);
+        if room == 0 {
+            return;
+        }
+        let now = clock::wall_unix_ms();
+        let durable_after = self.wal.last_seq();
+        for (msg, retried) in self.delivery.take_due(now, room) {
+            self.workers.start(
+                Dispatch {
+                    msg,
+                    retried,
+                    durable_after,
+                },
+                self.jobs.clone(),
+            );
         }
     }
 

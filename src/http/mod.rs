@@ -29,6 +29,8 @@ pub struct App {
     pub shared: Arc<Shared>,
     pub token: String,
     pub read_only_token: String,
+    /// The delivery service's token and signing keys (`/v2/...`).
+    pub qstash: Option<crate::delivery::http::QstashAuth>,
     next_stream_id: AtomicU64,
 }
 
@@ -38,12 +40,14 @@ impl App {
         shared: Arc<Shared>,
         token: String,
         read_only_token: String,
+        qstash: Option<crate::delivery::http::QstashAuth>,
     ) -> App {
         App {
             tx,
             shared,
             token,
             read_only_token,
+            qstash,
             next_stream_id: AtomicU64::new(1),
         }
     }
@@ -145,7 +149,7 @@ fn error(app: &App, status: StatusCode, text: &str) -> Response<Body> {
 }
 
 /// Compares without an early exit, so the time taken says nothing about where they differ.
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = (a.len() ^ b.len()) as u8 | ((a.len() ^ b.len()) >> 8) as u8;
     for (i, &x) in a.iter().enumerate() {
         diff |= x ^ b.get(i).copied().unwrap_or(!x);
@@ -240,8 +244,12 @@ async fn handle(
     req: Request<Incoming>,
     app: &App,
     client: Arc<str>,
-    _peer: SocketAddr,
+    peer: SocketAddr,
 ) -> Response<Body> {
+    let p = req.uri().path();
+    if p == "/v2" || p.starts_with("/v2/") {
+        return crate::delivery::http::handle(req, app, peer).await;
+    }
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();
     if !matches!(

@@ -10,17 +10,22 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Kind byte of a record that holds key-value commands.
 pub const KIND_KV_COMMANDS: u8 = 1;
+/// Kind byte of a record that holds delivery-service events.
+pub const KIND_DELIVERY_EVENTS: u8 = 16;
 /// First kind byte reserved for the message-delivery service.
 pub const KIND_DELIVERY_FIRST: u8 = 16;
 /// Last kind byte reserved for the message-delivery service.
 pub const KIND_DELIVERY_LAST: u8 = 63;
 
 /// A decoded record payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     /// Commands to apply, in order, atomically, at the frame's timestamp. Each command is in its
     /// deterministic form: relative times are absolute, random choices are explicit.
     KvCommands(Vec<Vec<Vec<u8>>>),
+    /// Delivery-service events (`delivery::model::Event`), applied in order, atomically, at the
+    /// frame's timestamp.
+    Delivery(Vec<crate::delivery::model::Event>),
 }
 
 /// Why a payload could not be decoded.
@@ -43,6 +48,7 @@ impl Record {
     pub fn kind(&self) -> u8 {
         match self {
             Record::KvCommands(_) => KIND_KV_COMMANDS,
+            Record::Delivery(_) => KIND_DELIVERY_EVENTS,
         }
     }
 
@@ -50,7 +56,8 @@ impl Record {
     pub fn kind_name(kind: u8) -> &'static str {
         match kind {
             KIND_KV_COMMANDS => "kv-commands",
-            KIND_DELIVERY_FIRST..=KIND_DELIVERY_LAST => "delivery",
+            KIND_DELIVERY_EVENTS => "delivery-events",
+            17..=KIND_DELIVERY_LAST => "delivery (reserved)",
             _ => "unknown",
         }
     }
@@ -58,6 +65,10 @@ impl Record {
     pub fn encode_payload(&self, out: &mut Vec<u8>) {
         match self {
             Record::KvCommands(cmds) => encode_kv_commands(out, cmds),
+            Record::Delivery(events) => {
+                // Writing MessagePack into a Vec cannot fail: the only error source is the writer.
+                let _ = events.serialize(&mut rmp_serde::Serializer::new(out).with_struct_map());
+            }
         }
     }
 
@@ -72,6 +83,9 @@ impl Record {
                         .collect(),
                 ))
             }
+            KIND_DELIVERY_EVENTS => rmp_serde::from_slice(payload)
+                .map(Record::Delivery)
+                .map_err(|e| RecordError::Decode(e.to_string())),
             other => Err(RecordError::UnknownKind(other)),
         }
     }
@@ -102,7 +116,7 @@ pub fn encode_kv_commands(out: &mut Vec<u8>, cmds: &[Vec<Vec<u8>>]) {
 }
 
 /// A byte string that MessagePack writes as `bin`, not as an array of integers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Bin(pub Vec<u8>);
 
 impl Serialize for Bin {

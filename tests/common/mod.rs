@@ -42,6 +42,13 @@ impl Drop for TempDir {
 
 pub const TOKEN: &str = "test-token";
 pub const RO_TOKEN: &str = "test-read-only-token";
+/// The public dev-server credentials of user 1 (qstash-compat.md section 17).
+pub const QSTASH_TOKEN: &str =
+    "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0=";
+pub const QSTASH_CURRENT: &str = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r";
+pub const QSTASH_NEXT: &str = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs";
+
+pub mod sink;
 
 /// A running `tidepool serve`.
 pub struct Server {
@@ -57,6 +64,36 @@ impl Server {
     }
 
     pub fn try_start(data: &Path, extra: &[&str]) -> Result<Server, String> {
+        Self::try_start_env(data, extra, &[])
+    }
+
+    /// Starts with the delivery test credentials and a millisecond retry backoff.
+    pub fn start_delivery(data: &Path) -> Server {
+        Self::try_start_env(
+            data,
+            &[
+                "--qstash-token",
+                QSTASH_TOKEN,
+                "--qstash-current-signing-key",
+                QSTASH_CURRENT,
+                "--qstash-next-signing-key",
+                QSTASH_NEXT,
+            ],
+            &[("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", "1")],
+        )
+        .unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
+    }
+
+    /// A client that authenticates with the delivery token.
+    pub fn qstash(&self) -> Http {
+        Http::connect(&self.addr, QSTASH_TOKEN)
+    }
+
+    pub fn try_start_env(
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let stderr_path = data.with_extension("stderr");
         let stderr = std::fs::File::create(&stderr_path).map_err(|e| e.to_string())?;
         let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
@@ -72,6 +109,7 @@ impl Server {
             ])
             .arg(data)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()

@@ -1,0 +1,303 @@
+//! Reading the `Upstash-*` configuration of a publish: from HTTP headers, from lowercase query
+//! parameters, or from a batch item's `headers` object, all into one `Conf`.
+//!
+//! The prefixes nest: `Upstash-Callback-X` configures the callback message exactly as
+//! `Upstash-X` configures the message itself (the workflow SDK sends
+//! `Upstash-Callback-Failure-Callback-*`), so `parse` calls itself on the stripped names.
+
+use super::model::{Conf, Hook};
+
+/// What a publish request says besides the per-message configuration.
+#[derive(Debug, Default)]
+pub struct Extra {
+    pub cron: Option<String>,
+    pub schedule_id: Option<String>,
+    pub queue_name: Option<String>,
+    /// `Upstash-Header-Forward: true`: forward every incoming header.
+    pub header_forward: bool,
+}
+
+/// Go's `CanonicalMIMEHeaderKey`: first letter and each letter after `-` upper-case, the rest
+/// lower-case. Names with characters outside a token are returned unchanged, as Go does.
+pub fn canonical(name: &str) -> String {
+    let ok = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !ok {
+        return name.to_string();
+    }
+    let mut out = String::with_capacity(name.len());
+    let mut upper = true;
+    for c in name.chars() {
+        out.push(if upper {
+            c.to_ascii_uppercase()
+        } else {
+            c.to_ascii_lowercase()
+        });
+        upper = c == '-';
+    }
+    out
+}
+
+/// A duration such as `10s`, `1d10h30m`, `500ms`; a bare number is seconds. Returns ms.
+pub fn duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let bad = || {
+        format!("invalid duration '{text}': use a number of seconds or a form such as 10s, 5m, 1h or 1d10h30m")
+    };
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(n) = t.parse::<u64>() {
+        return n.checked_mul(1000).ok_or_else(bad);
+    }
+    let mut total: u64 = 0;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
+        let unit_ms: u64 = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        total = n
+            .checked_mul(unit_ms)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+fn is_true(v: &str) -> bool {
+    v.trim().eq_ignore_ascii_case("true")
+}
+
+/// Parses configuration pairs whose names are already lower-case and stripped of `upstash-`.
+/// Names that are not configuration (telemetry, unknown) are ignored, never forwarded.
+pub fn parse(pairs: &[(String, String)], extra: &mut Extra) -> Result<Conf, String> {
+    let mut c = Conf::default();
+    let mut cb: Vec<(String, String)> = Vec::new();
+    let mut fcb: Vec<(String, String)> = Vec::new();
+    let mut cb_url = None;
+    let mut fcb_url = None;
+    for (name, value) in pairs {
+        let v = value.trim();
+        if let Some(rest) = name.strip_prefix("failure-callback-") {
+            fcb.push((rest.to_string(), value.clone()));
+            continue;
+        }
+        if let Some(rest) = name.strip_prefix("callback-") {
+            cb.push((rest.to_string(), value.clone()));
+            continue;
+        }
+        if let Some(h) = name.strip_prefix("forward-") {
+            if !h.is_empty() {
+                c.forward.push((canonical(h), value.clone()));
+            }
+            continue;
+        }
+        match name.as_str() {
+            "method" => {
+                let m = v.to_ascii_uppercase();
+                if !matches!(
+                    m.as_str(),
+                    "GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS"
+                ) {
+                    return Err(format!("invalid method '{v}'"));
+                }
+                c.method = Some(m);
+            }
+            "retries" => {
+                c.retries = Some(
+                    v.parse()
+                        .map_err(|_| format!("invalid Upstash-Retries '{v}': not a number"))?,
+                )
+            }
+            "retry-delay" => {
+                super::retry::check_expression(v)?;
+                c.retry_delay = Some(v.to_string());
+            }
+            "timeout" => c.timeout_ms = Some(duration_ms(v)?),
+            "delay" => c.delay_ms = Some(duration_ms(v)?),
+            "not-before" => {
+                let s: u64 = v
+                    .parse()
+                    .map_err(|_| format!("invalid Upstash-Not-Before '{v}': use unix seconds"))?;
+                c.not_before_ms = Some(s.saturating_mul(1000));
+            }
+            "callback" => cb_url = Some(v.to_string()),
+            "failure-callback" => fcb_url = Some(v.to_string()),
+            "deduplication-id" => c.dedup_id = Some(v.to_string()),
+            "content-based-deduplication" => c.content_dedup = is_true(v),
+            "label" => {
+                c.labels = v
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            }
+            "flow-control-key" => c.flow_key = Some(v.to_string()),
+            "flow-control-value" => flow_value(v, &mut c)?,
+            "cron" => extra.cron = Some(v.to_string()),
+            "schedule-id" => extra.schedule_id = Some(v.to_string()),
+            "queue-name" => extra.queue_name = Some(v.to_string()),
+            "header-forward" => extra.header_forward = is_true(v),
+            n if n.starts_with("workflow-") || n == "feature-set" => c
+                .workflow
+                .push((canonical(&format!("upstash-{n}")), value.clone())),
+            _ => {}
+        }
+    }
+    if let Some(url) = cb_url {
+        check_url(&url)?;
+        let conf = parse(&cb, &mut Extra::default())?;
+        c.callback = Some(Box::new(Hook { url, conf }));
+    }
+    if let Some(url) = fcb_url {
+        check_url(&url)?;
+        let conf = parse(&fcb, &mut Extra::default())?;
+        c.failure_callback = Some(Box::new(Hook { url, conf }));
+    }
+    if c.flow_key.is_some() && c.period_s.is_none() && (c.rate.is_some() || c.parallelism.is_some())
+    {
+        c.period_s = Some(1);
+    }
+    Ok(c)
+}
+
+fn flow_value(v: &str, c: &mut Conf) -> Result<(), String> {
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, val) = part
+            .split_once('=')
+            .ok_or_else(|| format!("invalid flow control value '{part}': use key=value"))?;
+        let (k, val) = (k.trim().to_ascii_lowercase(), val.trim());
+        let num = || {
+            val.parse::<u32>()
+                .map_err(|_| format!("invalid flow control {k} '{val}'"))
+        };
+        match k.as_str() {
+            "parallelism" => c.parallelism = Some(num()?),
+            "rate" => c.rate = Some(num()?),
+            "period" => {
+                let ms = duration_ms(val)?;
+                if ms > 7 * 86_400_000 {
+                    return Err("flow control period is at most one week".into());
+                }
+                c.period_s = Some((ms / 1000).max(1));
+            }
+            _ => return Err(format!("unknown flow control key '{k}'")),
+        }
+    }
+    Ok(())
+}
+
+/// A destination must be an absolute http(s) URL with a host.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| {
+            format!("invalid destination url '{url}': endpoint has invalid scheme, add http:// or https://")
+        })?;
+    let host = rest.split(['/', '?']).next().unwrap_or("");
+    if host.is_empty() {
+        return Err(format!("invalid destination url '{url}': no host"));
+    }
+    Ok(())
+}
+
+/// The `Upstash-*` pairs of an HTTP request: headers, then lowercase query parameters (which
+/// win). Names come back lower-case without the `upstash-` prefix.
+pub fn pairs_from_request(
+    headers: &hyper::HeaderMap,
+    query: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (name, value) in headers {
+        if let Some(rest) = name.as_str().strip_prefix("upstash-") {
+            out.push((
+                rest.to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            ));
+        }
+    }
+    for (k, v) in query {
+        if let Some(rest) = k.to_ascii_lowercase().strip_prefix("upstash-") {
+            out.push((rest.to_string(), v.clone()));
+        }
+    }
+    out
+}
+
+/// Names that are valid for queues and schedule ids: letters, digits, `-`, `_`, `.`.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 200
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms("10s"), Ok(10_000));
+        assert_eq!(duration_ms("30"), Ok(30_000));
+        assert_eq!(
+            duration_ms("1d10h30m"),
+            Ok(86_400_000 + 36_000_000 + 1_800_000)
+        );
+        assert_eq!(duration_ms("250ms"), Ok(250));
+        assert!(duration_ms("10x").is_err());
+        assert!(duration_ms("").is_err());
+        assert!(duration_ms("s").is_err());
+    }
+
+    #[test]
+    fn canonical_names() {
+        assert_eq!(
+            canonical("upstash-workflow-runid"),
+            "Upstash-Workflow-Runid"
+        );
+        assert_eq!(canonical("content-TYPE"), "Content-Type");
+        assert_eq!(canonical("x y"), "x y");
+    }
+
+    #[test]
+    fn nested_callbacks() {
+        let p = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let pairs = vec![
+            p("callback", "http://cb"),
+            p("callback-retries", "1"),
+            p("callback-failure-callback", "http://fcb"),
+            p("callback-forward-x-a", "1"),
+            p("forward-x-tenant", "42"),
+            p("telemetry-sdk", "js"),
+            p("flow-control-key", "k"),
+            p("flow-control-value", "parallelism=2, rate=10"),
+        ];
+        let c = parse(&pairs, &mut Extra::default()).expect("parses");
+        assert_eq!(c.forward, vec![("X-Tenant".to_string(), "42".to_string())]);
+        let cb = c.callback.expect("callback");
+        assert_eq!(cb.url, "http://cb");
+        assert_eq!(cb.conf.retries, Some(1));
+        assert_eq!(cb.conf.forward, vec![("X-A".to_string(), "1".to_string())]);
+        assert_eq!(cb.conf.failure_callback.expect("nested").url, "http://fcb");
+        assert_eq!(
+            (c.parallelism, c.rate, c.period_s),
+            (Some(2), Some(10), Some(1))
+        );
+    }
+}

@@ -1,0 +1,213 @@
+//! The JSON shapes the SDKs parse. Empty optional fields are left out (the hosted server is Go
+//! with `omitempty`); header maps have canonical keys and arrays of values.
+
+use super::model::*;
+use super::{LogEntry, Pending, Queue};
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+pub fn header_map(headers: &[(String, String)]) -> Value {
+    let mut m = Map::new();
+    for (k, v) in headers {
+        let entry = m
+            .entry(super::conf::canonical(k))
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(a) = entry {
+            a.push(Value::String(v.clone()));
+        }
+    }
+    Value::Object(m)
+}
+
+fn put_opt(m: &mut Map<String, Value>, k: &str, v: Option<impl Into<Value>>) {
+    if let Some(v) = v {
+        m.insert(k.to_string(), v.into());
+    }
+}
+
+/// `body` when the bytes are UTF-8, `bodyBase64` otherwise.
+fn put_body(m: &mut Map<String, Value>, key: &str, body: &[u8]) {
+    if body.is_empty() {
+        return;
+    }
+    match std::str::from_utf8(body) {
+        Ok(s) => m.insert(key.to_string(), Value::String(s.to_string())),
+        Err(_) => m.insert(format!("{key}Base64"), Value::String(STANDARD.encode(body))),
+    };
+}
+
+fn labels(m: &mut Map<String, Value>, labels: &[String]) {
+    if let Some(first) = labels.first() {
+        m.insert("label".into(), Value::String(first.clone()));
+        m.insert("labels".into(), json!(labels));
+    }
+}
+
+fn flow(m: &mut Map<String, Value>, c: &Conf) {
+    put_opt(m, "flowControlKey", c.flow_key.clone());
+    if c.flow_key.is_some() {
+        put_opt(m, "parallelism", c.parallelism);
+        put_opt(m, "rate", c.rate);
+        put_opt(m, "period", c.period_s);
+    }
+}
+
+/// A `Message` (also the base of a DLQ message).
+pub fn message(msg: &Message) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("messageId".into(), json!(msg.id));
+    m.insert("url".into(), json!(msg.url));
+    put_opt(&mut m, "topicName", msg.topic.clone());
+    put_opt(&mut m, "endpointName", msg.endpoint.clone());
+    m.insert("method".into(), json!(msg.method));
+    if !msg.conf.forward.is_empty() {
+        m.insert("header".into(), header_map(&msg.conf.forward));
+    }
+    put_body(&mut m, "body", &msg.body.0);
+    m.insert("maxRetries".into(), json!(msg.max_retries));
+    m.insert("notBefore".into(), json!(msg.not_before_ms));
+    m.insert("createdAt".into(), json!(msg.created_ms));
+    if let Some(cb) = &msg.conf.callback {
+        m.insert("callback".into(), json!(cb.url));
+        if !cb.conf.forward.is_empty() {
+            m.insert("callbackHeader".into(), header_map(&cb.conf.forward));
+        }
+    }
+    if let Some(cb) = &msg.conf.failure_callback {
+        m.insert("failureCallback".into(), json!(cb.url));
+        if !cb.conf.forward.is_empty() {
+            m.insert("failureCallbackHeader".into(), header_map(&cb.conf.forward));
+        }
+    }
+    put_opt(&mut m, "queueName", msg.queue.clone());
+    put_opt(&mut m, "scheduleId", msg.schedule_id.clone());
+    put_opt(&mut m, "callerIP", msg.caller_ip.clone());
+    labels(&mut m, &msg.conf.labels);
+    flow(&mut m, &msg.conf);
+    put_opt(&mut m, "retryDelayExpression", msg.conf.retry_delay.clone());
+    if let Some(t) = msg.conf.timeout_ms {
+        m.insert("timeout".into(), json!(t / 1000));
+    }
+    m
+}
+
+pub fn pending(p: &Pending) -> Value {
+    Value::Object(message(&p.msg))
+}
+
+pub fn dlq(e: &DlqEntry) -> Value {
+    let mut m = message(&e.message);
+    m.insert("dlqId".into(), json!(e.dlq_id));
+    m.insert("responseStatus".into(), json!(e.response.status));
+    if !e.response.headers.is_empty() {
+        m.insert("responseHeader".into(), header_map(&e.response.headers));
+    }
+    put_body(&mut m, "responseBody", &e.response.body.0);
+    Value::Object(m)
+}
+
+pub fn schedule(s: &Schedule) -> Value {
+    let mut m = Map::new();
+    m.insert("scheduleId".into(), json!(s.id));
+    m.insert("cron".into(), json!(s.cron));
+    m.insert("destination".into(), json!(s.destination));
+    m.insert("createdAt".into(), json!(s.created_ms));
+    m.insert("method".into(), json!(s.method));
+    if !s.conf.forward.is_empty() {
+        m.insert("header".into(), header_map(&s.conf.forward));
+    }
+    if let Some(b) = &s.body {
+        put_body(&mut m, "body", &b.0);
+    }
+    m.insert("retries".into(), json!(s.conf.retries.unwrap_or(3)));
+    if let Some(d) = s.conf.delay_ms {
+        m.insert("delay".into(), json!(d / 1000));
+    }
+    if let Some(cb) = &s.conf.callback {
+        m.insert("callback".into(), json!(cb.url));
+        if !cb.conf.forward.is_empty() {
+            m.insert("callbackHeader".into(), header_map(&cb.conf.forward));
+        }
+    }
+    if let Some(cb) = &s.conf.failure_callback {
+        m.insert("failureCallback".into(), json!(cb.url));
+        if !cb.conf.forward.is_empty() {
+            m.insert("failureCallbackHeader".into(), header_map(&cb.conf.forward));
+        }
+    }
+    put_opt(&mut m, "callerIp", s.caller_ip.clone());
+    m.insert("isPaused".into(), json!(s.paused));
+    put_opt(&mut m, "queueName", s.queue.clone());
+    flow(&mut m, &s.conf);
+    put_opt(&mut m, "retryDelayExpression", s.conf.retry_delay.clone());
+    labels(&mut m, &s.conf.labels);
+    put_opt(&mut m, "lastScheduleTime", s.last_ms);
+    m.insert("nextScheduleTime".into(), json!(s.next_ms));
+    if let Some(t) = s.conf.timeout_ms {
+        m.insert("timeout".into(), json!(t / 1000));
+    }
+    Value::Object(m)
+}
+
+pub fn topic(t: &Topic) -> Value {
+    let endpoints: Vec<Value> = t
+        .endpoints
+        .iter()
+        .map(|e| {
+            let mut m = Map::new();
+            put_opt(&mut m, "name", e.name.clone());
+            m.insert("url".into(), json!(e.url));
+            Value::Object(m)
+        })
+        .collect();
+    json!({"name": t.name, "createdAt": t.created_ms, "updatedAt": t.updated_ms, "endpoints": endpoints})
+}
+
+pub fn queue(q: &Queue) -> Value {
+    json!({
+        "name": q.conf.name,
+        "createdAt": q.created_ms,
+        "updatedAt": q.updated_ms,
+        "parallelism": q.conf.parallelism,
+        "lag": q.waiting.len(),
+        "paused": q.conf.paused,
+    })
+}
+
+pub fn log(l: &LogEntry) -> Value {
+    let mut m = Map::new();
+    m.insert("time".into(), json!(l.time_ms));
+    m.insert("messageId".into(), json!(&*l.message_id));
+    m.insert("state".into(), json!(l.state));
+    m.insert("url".into(), json!(l.url));
+    put_opt(&mut m, "topicName", l.topic.clone());
+    put_opt(&mut m, "endpointName", l.endpoint.clone());
+    put_opt(&mut m, "scheduleId", l.schedule_id.clone());
+    put_opt(&mut m, "queueName", l.queue.clone());
+    put_opt(&mut m, "error", l.error.clone());
+    put_opt(&mut m, "nextDeliveryTime", l.next_delivery_ms);
+    put_opt(&mut m, "responseStatus", l.response_status);
+    m.insert("method".into(), json!(l.method));
+    m.insert("maxRetries".into(), json!(l.max_retries));
+    labels(&mut m, &l.labels);
+    Value::Object(m)
+}
+
+pub fn waiter(w: &Waiter) -> Value {
+    let mut m = Map::new();
+    m.insert("url".into(), json!(w.url));
+    m.insert("deadline".into(), json!(w.deadline_s));
+    m.insert("headers".into(), header_map(&w.headers));
+    put_opt(&mut m, "timeoutUrl", w.timeout_url.clone());
+    if let Some(b) = &w.timeout_body {
+        m.insert(
+            "timeoutBody".into(),
+            json!(String::from_utf8_lossy(&b.0).into_owned()),
+        );
+    }
+    if !w.timeout_headers.is_empty() {
+        m.insert("timeoutHeaders".into(), header_map(&w.timeout_headers));
+    }
+    Value::Object(m)
+}

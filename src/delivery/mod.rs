@@ -1,0 +1,456 @@
+//! The message-delivery service (the QStash v2 dialect) on the same log and executor as the
+//! key-value store.
+//!
+//! - `model`: messages, DLQ entries, groups, queues, schedules, waiters, and the `Event`s that
+//!   change them (the payload of a `delivery` log record).
+//! - `Delivery` (here): the pure state. `apply(ts, event)` is the only way it changes; time comes
+//!   with the record. What is due is a question the executor asks it.
+//! - `ops`: API requests, turned into events plus a JSON answer, against the state.
+//! - `conf`, `retry`, `sign`, `cron`: configuration headers, backoff, JWT, schedules.
+//! - `worker`: outbound HTTP (reqwest) outside the executor; results come back as jobs and
+//!   become `Attempt` events.
+//! - `http`: the `/v2/...` routes.
+//!
+//! Which messages are in flight is the one piece of state that is not logged: after a restart
+//! every pending message is due again at its logged time, so an attempt that was running during
+//! a crash is simply made again (at-least-once, as the hosted service promises).
+
+pub mod conf;
+pub mod cron;
+pub mod http;
+pub mod json;
+pub mod model;
+pub mod ops;
+pub mod retry;
+pub mod sign;
+pub mod worker;
+
+use crate::config::{DELIVERY_DEDUP_WINDOW_MS, DELIVERY_LOG_ENTRIES_MAX};
+use model::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// A message in the pending set.
+#[derive(Debug)]
+pub struct Pending {
+    pub msg: Message,
+    /// Retries already made (`Upstash-Retried` of the next attempt).
+    pub retried: u32,
+    pub due_ms: u64,
+    /// Arrival order, the tie-break among messages due at the same time (queue order).
+    pub order: u64,
+    pub in_flight: bool,
+    /// For a queued message: let out of the queue's wait list.
+    pub released: bool,
+    pub last_response: Option<Response>,
+}
+
+#[derive(Debug)]
+pub struct Queue {
+    pub conf: QueueConf,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    /// Messages not yet let out, in arrival order.
+    pub waiting: VecDeque<Arc<str>>,
+    /// Messages let out and not finished (in flight or waiting for a retry).
+    pub active: u32,
+}
+
+/// One line of the delivery log (`GET /v2/events`).
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    pub time_ms: u64,
+    pub message_id: Arc<str>,
+    pub state: &'static str,
+    pub url: String,
+    pub topic: Option<String>,
+    pub endpoint: Option<String>,
+    pub schedule_id: Option<String>,
+    pub queue: Option<String>,
+    pub error: Option<String>,
+    pub next_delivery_ms: Option<u64>,
+    pub response_status: Option<u16>,
+    pub method: String,
+    pub max_retries: u32,
+    pub labels: Vec<String>,
+}
+
+/// The delivery state. Only `apply` changes it (plus the in-flight marks, see the module doc).
+#[derive(Default)]
+pub struct Delivery {
+    pub msgs: HashMap<Arc<str>, Pending>,
+    due: BTreeSet<(u64, u64, Arc<str>)>,
+    next_order: u64,
+    pub dlq: BTreeMap<String, DlqEntry>,
+    pub topics: BTreeMap<String, Topic>,
+    pub queues: BTreeMap<String, Queue>,
+    pub schedules: BTreeMap<String, Schedule>,
+    schedule_due: BTreeSet<(u64, String)>,
+    pub waiters: BTreeMap<String, Waiter>,
+    waiter_deadlines: BTreeSet<(u64, String)>,
+    /// Deduplication key -> (message id, window end).
+    dedup: HashMap<String, (String, u64)>,
+    dedup_expiry: VecDeque<(u64, String)>,
+    pub logs: VecDeque<LogEntry>,
+    pub in_flight: usize,
+}
+
+impl Delivery {
+    pub fn new() -> Delivery {
+        Delivery::default()
+    }
+
+    /// The message a live deduplication key points to.
+    pub fn deduplicated(&self, key: &str, now_ms: u64) -> Option<&str> {
+        self.dedup
+            .get(key)
+            .filter(|(_, until)| *until > now_ms)
+            .map(|(id, _)| id.as_str())
+    }
+
+    fn log(&mut self, time_ms: u64, msg: &Message, id: &Arc<str>, state: &'static str) {
+        if self.logs.len() >= DELIVERY_LOG_ENTRIES_MAX {
+            self.logs.pop_front();
+        }
+        self.logs.push_back(LogEntry {
+            time_ms,
+            message_id: id.clone(),
+            state,
+            url: msg.url.clone(),
+            topic: msg.topic.clone(),
+            endpoint: msg.endpoint.clone(),
+            schedule_id: msg.schedule_id.clone(),
+            queue: msg.queue.clone(),
+            error: None,
+            next_delivery_ms: None,
+            response_status: None,
+            method: msg.method.clone(),
+            max_retries: msg.max_retries,
+            labels: msg.conf.labels.clone(),
+        });
+    }
+
+    fn last_log(&mut self) -> Option<&mut LogEntry> {
+        self.logs.back_mut()
+    }
+
+    /// Applies one event at the record's timestamp.
+    pub fn apply(&mut self, ts: u64, event: &Event) {
+        match event {
+            Event::Put(m) => self.put(ts, m),
+            Event::Attempt {
+                id,
+                retried,
+                started_ms,
+                response,
+                outcome,
+            } => self.attempted(ts, id, *retried, *started_ms, response, outcome),
+            Event::Cancel { ids } => {
+                for id in ids {
+                    if let Some((key, p)) = self.msgs.remove_entry(id.as_str()) {
+                        self.log(ts, &p.msg, &key, "CANCEL_REQUESTED");
+                        self.log(ts, &p.msg, &key, "CANCELED");
+                        self.forget(&key, p);
+                    }
+                }
+            }
+            Event::DlqRemove { ids } => {
+                for id in ids {
+                    self.dlq.remove(id);
+                }
+            }
+            Event::Topic(t) => {
+                self.topics.insert(t.name.clone(), t.clone());
+            }
+            Event::TopicDelete { name } => {
+                self.topics.remove(name);
+            }
+            Event::Queue(q) => {
+                let entry = self.queues.entry(q.name.clone()).or_insert_with(|| Queue {
+                    conf: q.clone(),
+                    created_ms: ts,
+                    updated_ms: ts,
+                    waiting: VecDeque::new(),
+                    active: 0,
+                });
+                entry.conf = q.clone();
+                entry.updated_ms = ts;
+                self.pump(&q.name);
+            }
+            Event::QueueDelete { name } => {
+                // Messages already in the queue stay and are delivered as if unqueued.
+                if let Some(q) = self.queues.remove(name) {
+                    for id in q.waiting {
+                        self.release(&id);
+                    }
+                }
+            }
+            Event::Schedule(s) => {
+                if let Some(old) = self.schedules.remove(&s.id) {
+                    self.schedule_due.remove(&(old.next_ms, old.id));
+                }
+                self.schedule_due.insert((s.next_ms, s.id.clone()));
+                self.schedules.insert(s.id.clone(), (**s).clone());
+            }
+            Event::ScheduleDelete { id } => {
+                if let Some(old) = self.schedules.remove(id) {
+                    self.schedule_due.remove(&(old.next_ms, old.id));
+                }
+            }
+            Event::SchedulePause { id, paused } => {
+                if let Some(s) = self.schedules.get_mut(id) {
+                    s.paused = *paused;
+                }
+            }
+            Event::ScheduleFired {
+                id, at_ms, next_ms, ..
+            } => {
+                if let Some(s) = self.schedules.get_mut(id) {
+                    self.schedule_due.remove(&(s.next_ms, id.clone()));
+                    s.last_ms = Some(*at_ms);
+                    s.next_ms = *next_ms;
+                    self.schedule_due.insert((*next_ms, id.clone()));
+                }
+            }
+            Event::Wait(w) => {
+                self.waiter_deadlines
+                    .insert((w.deadline_s.saturating_mul(1000), w.id.clone()));
+                self.waiters.insert(w.id.clone(), (**w).clone());
+            }
+            Event::WaitersRemove { ids } => {
+                for id in ids {
+                    if let Some(w) = self.waiters.remove(id) {
+                        self.waiter_deadlines
+                            .remove(&(w.deadline_s.saturating_mul(1000), w.id));
+                    }
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, ts: u64, m: &Message) {
+        let id: Arc<str> = Arc::from(m.id.as_str());
+        if self.msgs.contains_key(&id) {
+            return;
+        }
+        self.prune_dedup(ts);
+        if let Some(k) = &m.dedup_key {
+            let until = ts.saturating_add(DELIVERY_DEDUP_WINDOW_MS);
+            self.dedup.insert(k.clone(), (m.id.clone(), until));
+            self.dedup_expiry.push_back((until, k.clone()));
+        }
+        self.log(ts, m, &id, "CREATED");
+        let order = self.next_order;
+        self.next_order += 1;
+        let queued = m.queue.as_ref().and_then(|q| self.queues.get_mut(q));
+        let released = queued.is_none();
+        if let Some(q) = queued {
+            q.waiting.push_back(id.clone());
+        } else {
+            self.due.insert((m.not_before_ms, order, id.clone()));
+        }
+        self.msgs.insert(
+            id,
+            Pending {
+                msg: m.clone(),
+                retried: 0,
+                due_ms: m.not_before_ms,
+                order,
+                in_flight: false,
+                released,
+                last_response: None,
+            },
+        );
+        if let Some(q) = &m.queue {
+            if !self.queues.contains_key(q) {
+                // Enqueue creates the queue (parallelism 1) through its own Queue event, which
+                // comes first in the record; a queue deleted since is simply not there.
+                return;
+            }
+            let q = q.clone();
+            self.pump(&q);
+        }
+    }
+
+    fn prune_dedup(&mut self, now: u64) {
+        while let Some((until, _)) = self.dedup_expiry.front() {
+            if *until > now {
+                break;
+            }
+            if let Some((until, key)) = self.dedup_expiry.pop_front() {
+                if self.dedup.get(&key).is_some_and(|(_, u)| *u == until) {
+                    self.dedup.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Lets waiting messages of a queue out while it has room.
+    fn pump(&mut self, name: &str) {
+        loop {
+            let Some(q) = self.queues.get_mut(name) else {
+                return;
+            };
+            if q.conf.paused || q.active >= q.conf.parallelism.max(1) {
+                return;
+            }
+            let Some(id) = q.waiting.pop_front() else {
+                return;
+            };
+            q.active += 1;
+            self.release(&id);
+        }
+    }
+
+    fn release(&mut self, id: &Arc<str>) {
+        if let Some(p) = self.msgs.get_mut(id) {
+            p.released = true;
+            self.due.insert((p.due_ms, p.order, id.clone()));
+        }
+    }
+
+    /// Drops a finished message's indexes and frees its queue slot.
+    fn forget(&mut self, id: &Arc<str>, p: Pending) {
+        self.due.remove(&(p.due_ms, p.order, id.clone()));
+        if p.in_flight {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        if let Some(qn) = &p.msg.queue {
+            if let Some(q) = self.queues.get_mut(qn) {
+                if p.released {
+                    q.active = q.active.saturating_sub(1);
+                } else {
+                    q.waiting.retain(|w| w != id);
+                }
+            }
+            let qn = qn.clone();
+            self.pump(&qn);
+        }
+    }
+
+    fn attempted(
+        &mut self,
+        ts: u64,
+        id: &str,
+        retried: u32,
+        started_ms: u64,
+        response: &Response,
+        outcome: &Outcome,
+    ) {
+        let Some((key, mut p)) = self.msgs.remove_entry(id) else {
+            return;
+        };
+        self.due.remove(&(p.due_ms, p.order, key.clone()));
+        self.log(started_ms, &p.msg, &key, "ACTIVE");
+        let status = (response.status != 0).then_some(response.status);
+        match outcome {
+            Outcome::Delivered => {
+                self.log(ts, &p.msg, &key, "DELIVERED");
+                if let Some(l) = self.last_log() {
+                    l.response_status = status;
+                }
+                self.forget(&key, p);
+            }
+            Outcome::Retry { next_ms } => {
+                self.log(ts, &p.msg, &key, "ERROR");
+                if let Some(l) = self.last_log() {
+                    l.response_status = status;
+                    l.error = response.error.clone();
+                }
+                self.log(ts, &p.msg, &key, "RETRY");
+                if let Some(l) = self.last_log() {
+                    l.next_delivery_ms = Some(*next_ms);
+                }
+                if p.in_flight {
+                    p.in_flight = false;
+                    self.in_flight = self.in_flight.saturating_sub(1);
+                }
+                p.retried = retried + 1;
+                p.due_ms = *next_ms;
+                p.last_response = Some(response.clone());
+                self.due.insert((p.due_ms, p.order, key.clone()));
+                self.msgs.insert(key, p);
+            }
+            Outcome::Dead { dlq_id } => {
+                self.log(ts, &p.msg, &key, "ERROR");
+                if let Some(l) = self.last_log() {
+                    l.response_status = status;
+                    l.error = response.error.clone();
+                }
+                self.log(ts, &p.msg, &key, "FAILED");
+                if let Some(l) = self.last_log() {
+                    l.response_status = status;
+                    l.error = response.error.clone();
+                }
+                self.dlq.insert(
+                    dlq_id.clone(),
+                    DlqEntry {
+                        dlq_id: dlq_id.clone(),
+                        message: p.msg.clone(),
+                        retried,
+                        response: response.clone(),
+                        failed_ms: ts,
+                    },
+                );
+                self.forget(&key, p);
+            }
+        }
+    }
+
+    /// Messages due at `now_ms`, at most `limit`, marked in flight. Not logged: see module doc.
+    pub fn take_due(&mut self, now_ms: u64, limit: usize) -> Vec<(Message, u32)> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some(first) = self.due.first() else {
+                break;
+            };
+            if first.0 > now_ms {
+                break;
+            }
+            let Some((_, _, id)) = self.due.pop_first() else {
+                break;
+            };
+            if let Some(p) = self.msgs.get_mut(&id) {
+                p.in_flight = true;
+                self.in_flight += 1;
+                out.push((p.msg.clone(), p.retried));
+            }
+        }
+        out
+    }
+
+    /// Schedules whose firing time has come.
+    pub fn due_schedules(&self, now_ms: u64) -> Vec<String> {
+        self.schedule_due
+            .iter()
+            .take_while(|(t, _)| *t <= now_ms)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    /// Waiters whose deadline has passed.
+    pub fn expired_waiters(&self, now_ms: u64) -> Vec<String> {
+        self.waiter_deadlines
+            .iter()
+            .take_while(|(t, _)| *t <= now_ms)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    /// The earliest time something becomes due: a message, a schedule, a waiter's deadline.
+    /// Messages count only when `messages` is set (not while the in-flight limit is reached).
+    pub fn next_wake_ms(&self, messages: bool) -> Option<u64> {
+        [
+            self.due.first().filter(|_| messages).map(|d| d.0),
+            self.schedule_due.first().map(|d| d.0),
+            self.waiter_deadlines.first().map(|d| d.0),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.msgs.len()
+    }
+}

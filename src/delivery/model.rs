@@ -1,0 +1,309 @@
+//! The delivery service's data: messages, their configuration, DLQ entries, URL groups, queues,
+//! schedules, waiters, and the events that change them.
+//!
+//! An `Event` is the unit of change. A record of kind `delivery` (see `log-format.md`) holds a
+//! list of events that are applied together; every field an event needs to be re-applied is in
+//! it (ids, times, random choices), so replay gives the same state every time.
+//!
+//! Format: MessagePack with named fields (`rmp_serde::to_vec_named`), enums externally tagged
+//! (`{"Put": {...}}`), byte strings as `bin`. Optional fields that are absent are still written
+//! (as nil) so a reader never has to guess.
+
+use crate::wal::record::Bin;
+use serde::{Deserialize, Serialize};
+
+/// How one message is to be sent: everything the `Upstash-*` configuration headers (or their
+/// lowercase query forms) can say. `Upstash-Callback-X` configures the callback message the way
+/// `Upstash-X` configures this one, hence the recursion.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Conf {
+    pub method: Option<String>,
+    pub retries: Option<u32>,
+    pub retry_delay: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub delay_ms: Option<u64>,
+    pub not_before_ms: Option<u64>,
+    /// Headers delivered to the destination: `Upstash-Forward-<Name>` as `<Name>`, and
+    /// `Content-Type`. Canonical names (Go's `CanonicalMIMEHeaderKey`).
+    pub forward: Vec<(String, String)>,
+    pub callback: Option<Box<Hook>>,
+    pub failure_callback: Option<Box<Hook>>,
+    pub dedup_id: Option<String>,
+    pub content_dedup: bool,
+    pub labels: Vec<String>,
+    pub flow_key: Option<String>,
+    pub parallelism: Option<u32>,
+    pub rate: Option<u32>,
+    pub period_s: Option<u64>,
+    /// `Upstash-Workflow-*` and `Upstash-Feature-Set`, kept for the workflow protocol.
+    pub workflow: Vec<(String, String)>,
+}
+
+/// A callback or failure callback: where it goes and how it is sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Hook {
+    pub url: String,
+    pub conf: Conf,
+}
+
+/// What produced a message (logs and callback bodies show it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Origin {
+    Publish,
+    Callback,
+    FailureCallback,
+    Schedule,
+    Notify,
+    WaitTimeout,
+    DlqRetry,
+}
+
+/// A message waiting to be delivered (or being delivered).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub id: String,
+    pub url: String,
+    pub method: String,
+    pub body: Bin,
+    pub created_ms: u64,
+    /// When the first attempt is due.
+    pub not_before_ms: u64,
+    pub max_retries: u32,
+    pub conf: Conf,
+    pub origin: Origin,
+    pub topic: Option<String>,
+    pub endpoint: Option<String>,
+    pub queue: Option<String>,
+    pub schedule_id: Option<String>,
+    pub caller_ip: Option<String>,
+    /// The deduplication key this message holds for the window (id- or content-based).
+    pub dedup_key: Option<String>,
+    /// For a callback or failure callback: the message it reports on.
+    pub source_id: Option<String>,
+}
+
+impl Message {
+    /// The header (`Content-Type` and forwarded ones) as a JSON header map.
+    pub fn headers(&self) -> &[(String, String)] {
+        &self.conf.forward
+    }
+}
+
+/// The destination's answer to the last attempt.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// HTTP status; 0 when no response came (refused, timed out).
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bin,
+    /// Why the attempt failed, for logs (`error`).
+    pub error: Option<String>,
+}
+
+/// A message whose retries are exhausted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DlqEntry {
+    pub dlq_id: String,
+    pub message: Message,
+    pub retried: u32,
+    pub response: Response,
+    pub failed_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub name: Option<String>,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Topic {
+    pub name: String,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub endpoints: Vec<Endpoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueConf {
+    pub name: String,
+    pub parallelism: u32,
+    pub paused: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    pub id: String,
+    /// As given, trimmed, `CRON_TZ=` prefix included.
+    pub cron: String,
+    pub destination: String,
+    pub method: String,
+    pub body: Option<Bin>,
+    pub conf: Conf,
+    pub queue: Option<String>,
+    pub caller_ip: Option<String>,
+    pub created_ms: u64,
+    pub paused: bool,
+    /// The next firing time (kept while paused: that firing is then skipped).
+    pub next_ms: u64,
+    pub last_ms: Option<u64>,
+}
+
+/// A workflow run waiting for an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Waiter {
+    pub id: String,
+    pub event_id: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub deadline_s: u64,
+    pub timeout_url: Option<String>,
+    pub timeout_body: Option<Bin>,
+    pub timeout_headers: Vec<(String, String)>,
+    /// The wait request's `step` object, as JSON text.
+    pub step: String,
+    pub created_ms: u64,
+}
+
+/// How an attempt ended, as the executor decided it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Outcome {
+    Delivered,
+    /// Failed; attempt again at this time.
+    Retry {
+        next_ms: u64,
+    },
+    /// Failed for good; kept in the DLQ under this id.
+    Dead {
+        dlq_id: String,
+    },
+}
+
+/// One change to the delivery state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// A new message (publish, enqueue, batch, callback, schedule firing, notify, retry from DLQ).
+    Put(Box<Message>),
+    /// An attempt finished.
+    Attempt {
+        id: String,
+        /// `Upstash-Retried` of this attempt.
+        retried: u32,
+        started_ms: u64,
+        response: Response,
+        outcome: Outcome,
+    },
+    Cancel {
+        ids: Vec<String>,
+    },
+    DlqRemove {
+        ids: Vec<String>,
+    },
+    /// Creates or replaces a URL group; no endpoints deletes it.
+    Topic(Topic),
+    TopicDelete {
+        name: String,
+    },
+    Queue(QueueConf),
+    QueueDelete {
+        name: String,
+    },
+    /// Creates or replaces a schedule.
+    Schedule(Box<Schedule>),
+    ScheduleDelete {
+        id: String,
+    },
+    SchedulePause {
+        id: String,
+        paused: bool,
+    },
+    /// A firing time passed: the schedule moves on to `next_ms`. The message it produced (none
+    /// when paused) is a `Put` in the same record.
+    ScheduleFired {
+        id: String,
+        at_ms: u64,
+        next_ms: u64,
+        message_id: Option<String>,
+    },
+    Wait(Box<Waiter>),
+    /// Waiters that were notified or timed out.
+    WaitersRemove {
+        ids: Vec<String>,
+    },
+}
+
+impl Event {
+    /// The variant's name (the inspection tool counts them).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Put(_) => "Put",
+            Event::Attempt { .. } => "Attempt",
+            Event::Cancel { .. } => "Cancel",
+            Event::DlqRemove { .. } => "DlqRemove",
+            Event::Topic(_) => "Topic",
+            Event::TopicDelete { .. } => "TopicDelete",
+            Event::Queue(_) => "Queue",
+            Event::QueueDelete { .. } => "QueueDelete",
+            Event::Schedule(_) => "Schedule",
+            Event::ScheduleDelete { .. } => "ScheduleDelete",
+            Event::SchedulePause { .. } => "SchedulePause",
+            Event::ScheduleFired { .. } => "ScheduleFired",
+            Event::Wait(_) => "Wait",
+            Event::WaitersRemove { .. } => "WaitersRemove",
+        }
+    }
+
+    /// One readable line (the inspection tool's dump).
+    pub fn summary(&self) -> String {
+        match self {
+            Event::Put(m) => format!(
+                "Put {} {} {} not-before={} retries={} body={}B",
+                m.id,
+                m.method,
+                m.url,
+                m.not_before_ms,
+                m.max_retries,
+                m.body.0.len()
+            ),
+            Event::Attempt {
+                id,
+                retried,
+                response,
+                outcome,
+                ..
+            } => format!(
+                "Attempt {id} retried={retried} status={} {outcome:?}",
+                response.status
+            ),
+            Event::Cancel { ids } => format!("Cancel {}", ids.join(" ")),
+            Event::DlqRemove { ids } => format!("DlqRemove {}", ids.join(" ")),
+            Event::Topic(t) => format!("Topic {} endpoints={}", t.name, t.endpoints.len()),
+            Event::TopicDelete { name } => format!("TopicDelete {name}"),
+            Event::Queue(q) => format!(
+                "Queue {} parallelism={} paused={}",
+                q.name, q.parallelism, q.paused
+            ),
+            Event::QueueDelete { name } => format!("QueueDelete {name}"),
+            Event::Schedule(s) => format!(
+                "Schedule {} '{}' -> {} next={}",
+                s.id, s.cron, s.destination, s.next_ms
+            ),
+            Event::ScheduleDelete { id } => format!("ScheduleDelete {id}"),
+            Event::SchedulePause { id, paused } => format!("SchedulePause {id} paused={paused}"),
+            Event::ScheduleFired {
+                id,
+                at_ms,
+                next_ms,
+                message_id,
+            } => format!(
+                "ScheduleFired {id} at={at_ms} next={next_ms} message={}",
+                message_id.as_deref().unwrap_or("-")
+            ),
+            Event::Wait(w) => format!(
+                "Wait {} event={} url={} deadline={}",
+                w.id, w.event_id, w.url, w.deadline_s
+            ),
+            Event::WaitersRemove { ids } => format!("WaitersRemove {}", ids.join(" ")),
+        }
+    }
+}

@@ -1,0 +1,1056 @@
+//! API operations against the delivery state, run by the executor.
+//!
+//! An operation reads the state and `emit`s events; `emit` applies each event at once (so a
+//! later step of the same operation sees the earlier ones) and collects it for the log record.
+//! The executor writes the collected events as one record and answers after it is durable.
+//! Nothing here does I/O or reads the clock: `now_ms` and the random source come in.
+
+use super::conf::{self, canonical};
+use super::cron::CronSpec;
+use super::json;
+use super::model::*;
+use super::retry;
+use super::Delivery;
+use crate::command::Rng;
+use crate::config::{DELIVERY_DEFAULT_RETRIES, DELIVERY_RESPONSE_BYTES_MAX};
+use crate::wal::record::Bin;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+/// A publish, enqueue or batch item, parsed and checked by the HTTP layer.
+#[derive(Debug, Clone)]
+pub struct PublishReq {
+    /// A URL or a URL-group name.
+    pub dest: String,
+    pub queue: Option<String>,
+    pub conf: Conf,
+    pub body: Vec<u8>,
+    pub caller_ip: Option<String>,
+}
+
+/// Selects messages or DLQ entries: explicit ids, or filters.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub ids: Vec<String>,
+    /// Filter name (as the SDKs send it) and accepted values (ORed).
+    pub params: Vec<(String, Vec<String>)>,
+    pub count: Option<usize>,
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScheduleReq {
+    pub id: Option<String>,
+    pub cron: String,
+    pub dest: String,
+    pub conf: Conf,
+    pub body: Vec<u8>,
+    pub queue: Option<String>,
+    pub caller_ip: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WaitReq {
+    pub event_id: String,
+    pub url: String,
+    pub timeout_ms: u64,
+    pub timeout_url: Option<String>,
+    pub timeout_body: Option<Vec<u8>>,
+    pub timeout_headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub step: Value,
+}
+
+#[derive(Debug)]
+pub enum Op {
+    Publish(PublishReq),
+    Batch(Vec<Result<PublishReq, String>>),
+    MessageGet(String),
+    MessageCancel(String),
+    MessagesCancel(Filter),
+    DlqList(Filter),
+    DlqGet(String),
+    DlqDelete(String),
+    DlqDeleteMany(Filter),
+    /// Retry DLQ entries; `single` answers `{messageId}` instead of the list form.
+    DlqRetry {
+        filter: Filter,
+        single: bool,
+        overrides: Conf,
+    },
+    TopicAdd {
+        name: String,
+        endpoints: Vec<Endpoint>,
+    },
+    TopicRemove {
+        name: String,
+        endpoints: Vec<(Option<String>, Option<String>)>,
+    },
+    TopicGet(String),
+    TopicList,
+    TopicDelete(String),
+    QueueUpsert(QueueConf),
+    QueueGet(String),
+    QueueList,
+    QueueDelete(String),
+    QueuePause(String, bool),
+    ScheduleCreate(ScheduleReq),
+    ScheduleGet(String),
+    ScheduleList,
+    ScheduleDelete(String),
+    SchedulePause(String, bool),
+    Wait(WaitReq),
+    Notify {
+        event_id: String,
+        body: Vec<u8>,
+    },
+    Waiters(String),
+    Logs(Filter),
+}
+
+impl Op {
+    /// Whether the operation can change state (refused when the log is poisoned).
+    pub fn writes(&self) -> bool {
+        !matches!(
+            self,
+            Op::MessageGet(_)
+                | Op::DlqList(_)
+                | Op::DlqGet(_)
+                | Op::TopicGet(_)
+                | Op::TopicList
+                | Op::QueueGet(_)
+                | Op::QueueList
+                | Op::ScheduleGet(_)
+                | Op::ScheduleList
+                | Op::Waiters(_)
+                | Op::Logs(_)
+        )
+    }
+}
+
+/// An HTTP status and a JSON body.
+#[derive(Debug)]
+pub struct OpReply {
+    pub status: u16,
+    pub body: Value,
+}
+
+fn ok(body: Value) -> OpReply {
+    OpReply { status: 200, body }
+}
+
+fn not_found(what: &str) -> OpReply {
+    OpReply {
+        status: 404,
+        body: json!({ "error": what }),
+    }
+}
+
+fn bad(what: impl Into<String>) -> OpReply {
+    OpReply {
+        status: 400,
+        body: json!({ "error": what.into() }),
+    }
+}
+
+/// The result of a delivery attempt, as a worker reports it.
+#[derive(Debug)]
+pub struct AttemptResult {
+    pub id: String,
+    pub retried: u32,
+    pub started_ms: u64,
+    pub response: Response,
+}
+
+/// An operation in progress: the state, the time, randomness, and the events so far.
+pub struct Tx<'a> {
+    pub d: &'a mut Delivery,
+    pub now_ms: u64,
+    pub rng: &'a mut Rng,
+    pub events: Vec<Event>,
+}
+
+const ALNUM: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+impl<'a> Tx<'a> {
+    pub fn new(d: &'a mut Delivery, now_ms: u64, rng: &'a mut Rng) -> Tx<'a> {
+        Tx {
+            d,
+            now_ms,
+            rng,
+            events: Vec::new(),
+        }
+    }
+
+    pub fn emit(&mut self, e: Event) {
+        self.d.apply(self.now_ms, &e);
+        self.events.push(e);
+    }
+
+    fn random_id(&mut self, prefix: &str, len: usize) -> String {
+        let mut s = String::with_capacity(prefix.len() + len);
+        s.push_str(prefix);
+        for _ in 0..len {
+            s.push(ALNUM[self.rng.below(ALNUM.len())] as char);
+        }
+        s
+    }
+
+    fn dlq_id(&mut self) -> String {
+        format!("{}-{}", self.now_ms, self.rng.next_u64() % 1_000_000)
+    }
+
+    /// Builds a message to `url` (not yet emitted).
+    #[allow(clippy::too_many_arguments)]
+    fn message(
+        &mut self,
+        url: &str,
+        conf: &Conf,
+        body: Vec<u8>,
+        origin: Origin,
+        topic: Option<(&str, Option<String>)>,
+        queue: Option<String>,
+        schedule_id: Option<String>,
+        caller_ip: Option<String>,
+    ) -> Message {
+        let not_before = match (conf.not_before_ms, conf.delay_ms) {
+            (Some(t), _) => t,
+            (None, Some(d)) => self.now_ms.saturating_add(d),
+            (None, None) => self.now_ms,
+        };
+        Message {
+            id: self.random_id("msg_", 26),
+            url: url.to_string(),
+            method: conf.method.clone().unwrap_or_else(|| "POST".into()),
+            body: Bin(body),
+            created_ms: self.now_ms,
+            not_before_ms: not_before,
+            max_retries: conf.retries.unwrap_or(DELIVERY_DEFAULT_RETRIES),
+            conf: conf.clone(),
+            origin,
+            topic: topic.as_ref().map(|t| t.0.to_string()),
+            endpoint: topic.and_then(|t| t.1),
+            queue,
+            schedule_id,
+            caller_ip,
+            dedup_key: None,
+            source_id: None,
+        }
+    }
+
+    /// Publishes to a URL or fans out to a group. Returns one answer item per message.
+    fn publish_one(
+        &mut self,
+        req: &PublishReq,
+        origin: Origin,
+        schedule_id: Option<String>,
+    ) -> Result<Value, OpReply> {
+        let targets: Vec<(String, Option<GroupTarget>)> = if req.dest.starts_with("http://")
+            || req.dest.starts_with("https://")
+        {
+            vec![(req.dest.clone(), None)]
+        } else {
+            let Some(t) = self.d.topics.get(&req.dest) else {
+                return Err(not_found(&format!(
+                        "topic {} not found: publish to a URL (http:// or https://) or to an existing URL group",
+                        req.dest
+                    )));
+            };
+            t.endpoints
+                .iter()
+                .map(|e| (e.url.clone(), Some((t.name.clone(), e.name.clone()))))
+                .collect()
+        };
+        if let Some(q) = &req.queue {
+            if !self.d.queues.contains_key(q) {
+                self.emit(Event::Queue(QueueConf {
+                    name: q.clone(),
+                    parallelism: 1,
+                    paused: false,
+                }));
+            }
+        }
+        let mut items = Vec::new();
+        for (url, topic) in &targets {
+            let key = dedup_key(&req.conf, url, &req.body);
+            if let Some(k) = &key {
+                if let Some(orig) = self.d.deduplicated(k, self.now_ms) {
+                    items.push(json!({"messageId": orig, "url": url, "deduplicated": true}));
+                    continue;
+                }
+            }
+            let mut m = self.message(
+                url,
+                &req.conf,
+                req.body.clone(),
+                origin,
+                topic.as_ref().map(|(t, e)| (t.as_str(), e.clone())),
+                req.queue.clone(),
+                schedule_id.clone(),
+                req.caller_ip.clone(),
+            );
+            m.dedup_key = key;
+            items.push(json!({"messageId": m.id, "url": url}));
+            self.emit(Event::Put(Box::new(m)));
+        }
+        if req.dest.contains("://") {
+            Ok(items.pop().unwrap_or(Value::Null))
+        } else {
+            Ok(Value::Array(items))
+        }
+    }
+}
+
+/// A group's name and the endpoint's name.
+type GroupTarget = (String, Option<String>);
+
+/// The deduplication key of a message to `url`: by id, or by content (destination, body,
+/// `Content-Type` and forwarded headers).
+fn dedup_key(c: &Conf, url: &str, body: &[u8]) -> Option<String> {
+    if let Some(id) = &c.dedup_id {
+        return Some(format!("id:{url}\n{id}"));
+    }
+    if c.content_dedup {
+        let mut parts: Vec<&[u8]> = vec![url.as_bytes(), body];
+        let mut fwd = c.forward.clone();
+        fwd.sort();
+        for (k, v) in &fwd {
+            parts.push(k.as_bytes());
+            parts.push(v.as_bytes());
+        }
+        return Some(format!("content:{}", super::sign::sha256_hex(&parts)));
+    }
+    None
+}
+
+/// Runs an operation. The caller logs `tx.events` and answers `OpReply` once they are durable.
+pub fn run(tx: &mut Tx, op: Op) -> OpReply {
+    match op {
+        Op::Publish(req) => match tx.publish_one(&req, Origin::Publish, None) {
+            Ok(v) => {
+                let dup = match &v {
+                    Value::Object(m) => m.contains_key("deduplicated"),
+                    Value::Array(a) => {
+                        !a.is_empty() && a.iter().all(|i| i.get("deduplicated").is_some())
+                    }
+                    _ => false,
+                };
+                OpReply {
+                    status: if dup { 202 } else { 200 },
+                    body: v,
+                }
+            }
+            Err(e) => e,
+        },
+        Op::Batch(items) => {
+            let mut out = Vec::new();
+            for item in items {
+                out.push(match item {
+                    Ok(req) => match tx.publish_one(&req, Origin::Publish, None) {
+                        Ok(v) => v,
+                        Err(e) => e.body,
+                    },
+                    Err(e) => json!({ "error": e }),
+                });
+            }
+            ok(Value::Array(out))
+        }
+        Op::MessageGet(id) => match tx.d.msgs.get(id.as_str()) {
+            Some(p) => ok(json::pending(p)),
+            None => not_found(&format!("message {id} not found")),
+        },
+        Op::MessageCancel(id) => {
+            if !tx.d.msgs.contains_key(id.as_str()) {
+                return not_found(&format!("message {id} not found"));
+            }
+            tx.emit(Event::Cancel { ids: vec![id] });
+            ok(json!({"cancelled": 1}))
+        }
+        Op::MessagesCancel(f) => {
+            let ids: Vec<String> = if !f.ids.is_empty() {
+                f.ids
+                    .iter()
+                    .filter(|i| tx.d.msgs.contains_key(i.as_str()))
+                    .cloned()
+                    .collect()
+            } else {
+                let mut v: Vec<(u64, String)> =
+                    tx.d.msgs
+                        .values()
+                        .filter(|p| message_matches(&p.msg, p.msg.created_ms, &f))
+                        .map(|p| (p.order, p.msg.id.clone()))
+                        .collect();
+                v.sort();
+                let limit = if f.params.is_empty() && f.count.is_none() {
+                    usize::MAX
+                } else {
+                    f.count.unwrap_or(100)
+                };
+                v.into_iter().take(limit).map(|(_, id)| id).collect()
+            };
+            let n = ids.len();
+            if n > 0 {
+                tx.emit(Event::Cancel { ids });
+            }
+            ok(json!({ "cancelled": n }))
+        }
+        Op::DlqList(f) => {
+            let (page, cursor) = dlq_page(tx.d, &f);
+            let messages: Vec<Value> = page.iter().map(|id| json::dlq(&tx.d.dlq[id])).collect();
+            let mut m = Map::new();
+            m.insert("messages".into(), Value::Array(messages));
+            if let Some(c) = cursor {
+                m.insert("cursor".into(), json!(c));
+            }
+            ok(Value::Object(m))
+        }
+        Op::DlqGet(id) => match tx.d.dlq.get(&id) {
+            Some(e) => ok(json::dlq(e)),
+            None => not_found(&format!("dlq message {id} not found")),
+        },
+        Op::DlqDelete(id) => {
+            if !tx.d.dlq.contains_key(&id) {
+                return not_found(&format!("dlq message {id} not found"));
+            }
+            tx.emit(Event::DlqRemove { ids: vec![id] });
+            ok(json!({"deleted": 1}))
+        }
+        Op::DlqDeleteMany(f) => {
+            let (ids, cursor) = dlq_page(tx.d, &f);
+            let n = ids.len();
+            if n > 0 {
+                tx.emit(Event::DlqRemove { ids });
+            }
+            let mut m = Map::new();
+            m.insert("deleted".into(), json!(n));
+            if let Some(c) = cursor {
+                m.insert("cursor".into(), json!(c));
+            }
+            ok(Value::Object(m))
+        }
+        Op::DlqRetry {
+            filter,
+            single,
+            overrides,
+        } => {
+            let (ids, cursor) = dlq_page(tx.d, &filter);
+            if single && ids.is_empty() {
+                return not_found("dlq message not found");
+            }
+            let mut responses = Vec::new();
+            for id in &ids {
+                let Some(e) = tx.d.dlq.get(id) else { continue };
+                let old = e.message.clone();
+                let mut c = old.conf.clone();
+                c.delay_ms = None;
+                c.not_before_ms = None;
+                override_conf(&mut c, &overrides);
+                let mut m = tx.message(
+                    &old.url,
+                    &c,
+                    old.body.0.clone(),
+                    Origin::DlqRetry,
+                    old.topic.as_deref().map(|t| (t, old.endpoint.clone())),
+                    None,
+                    old.schedule_id.clone(),
+                    old.caller_ip.clone(),
+                );
+                m.method = old.method.clone();
+                if let Some(mr) = overrides.method.clone() {
+                    m.method = mr;
+                }
+                responses.push(json!({"messageId": m.id}));
+                tx.emit(Event::Put(Box::new(m)));
+            }
+            if !ids.is_empty() {
+                tx.emit(Event::DlqRemove { ids });
+            }
+            if single {
+                return ok(responses.pop().unwrap_or(Value::Null));
+            }
+            ok(json!({"cursor": cursor.unwrap_or_default(), "responses": responses}))
+        }
+        Op::TopicAdd { name, endpoints } => {
+            let mut t = tx.d.topics.get(&name).cloned().unwrap_or(Topic {
+                name: name.clone(),
+                created_ms: tx.now_ms,
+                updated_ms: tx.now_ms,
+                endpoints: Vec::new(),
+            });
+            for e in endpoints {
+                t.endpoints
+                    .retain(|x| !(x.url == e.url || (e.name.is_some() && x.name == e.name)));
+                t.endpoints.push(e);
+            }
+            t.updated_ms = tx.now_ms;
+            tx.emit(Event::Topic(t));
+            ok(json!({}))
+        }
+        Op::TopicRemove { name, endpoints } => {
+            let Some(mut t) = tx.d.topics.get(&name).cloned() else {
+                return not_found(&format!("topic {name} not found"));
+            };
+            t.endpoints.retain(|x| {
+                !endpoints.iter().any(|(url, n)| {
+                    url.as_ref().is_some_and(|u| *u == x.url) || (n.is_some() && *n == x.name)
+                })
+            });
+            t.updated_ms = tx.now_ms;
+            if t.endpoints.is_empty() {
+                tx.emit(Event::TopicDelete { name });
+            } else {
+                tx.emit(Event::Topic(t));
+            }
+            ok(json!({}))
+        }
+        Op::TopicGet(name) => match tx.d.topics.get(&name) {
+            Some(t) => ok(json::topic(t)),
+            None => not_found(&format!("topic {name} not found")),
+        },
+        Op::TopicList => ok(Value::Array(
+            tx.d.topics.values().map(json::topic).collect(),
+        )),
+        Op::TopicDelete(name) => {
+            if !tx.d.topics.contains_key(&name) {
+                return not_found(&format!("topic {name} not found"));
+            }
+            tx.emit(Event::TopicDelete { name });
+            ok(json!({}))
+        }
+        Op::QueueUpsert(q) => {
+            tx.emit(Event::Queue(q));
+            ok(json!({}))
+        }
+        Op::QueueGet(name) => match tx.d.queues.get(&name) {
+            Some(q) => ok(json::queue(q)),
+            None => not_found(&format!("queue {name} not found")),
+        },
+        Op::QueueList => ok(Value::Array(
+            tx.d.queues.values().map(json::queue).collect(),
+        )),
+        Op::QueueDelete(name) => {
+            if !tx.d.queues.contains_key(&name) {
+                return not_found(&format!("queue {name} not found"));
+            }
+            tx.emit(Event::QueueDelete { name });
+            ok(json!({}))
+        }
+        Op::QueuePause(name, paused) => {
+            let Some(q) = tx.d.queues.get(&name) else {
+                return not_found(&format!("queue {name} not found"));
+            };
+            let mut c = q.conf.clone();
+            if c.paused != paused {
+                c.paused = paused;
+                tx.emit(Event::Queue(c));
+            }
+            ok(json!({}))
+        }
+        Op::ScheduleCreate(req) => {
+            let spec = match CronSpec::parse(&req.cron) {
+                Ok(s) => s,
+                Err(e) => return bad(e),
+            };
+            let Some(next_ms) = spec.next_after(tx.now_ms) else {
+                return bad(format!("cron '{}' never fires", req.cron));
+            };
+            let id = match req.id {
+                Some(id) => id,
+                None => tx.random_id("scd_", 26),
+            };
+            let (created, paused) = match tx.d.schedules.get(&id) {
+                Some(old) => (old.created_ms, old.paused),
+                None => (tx.now_ms, false),
+            };
+            let s = Schedule {
+                id: id.clone(),
+                cron: req.cron.trim().to_string(),
+                destination: req.dest,
+                method: req.conf.method.clone().unwrap_or_else(|| "POST".into()),
+                body: (!req.body.is_empty()).then_some(Bin(req.body)),
+                conf: req.conf,
+                queue: req.queue,
+                caller_ip: req.caller_ip,
+                created_ms: created,
+                paused,
+                next_ms,
+                last_ms: None,
+            };
+            tx.emit(Event::Schedule(Box::new(s)));
+            ok(json!({ "scheduleId": id }))
+        }
+        Op::ScheduleGet(id) => match tx.d.schedules.get(&id) {
+            Some(s) => ok(json::schedule(s)),
+            None => not_found(&format!("schedule {id} not found")),
+        },
+        Op::ScheduleList => ok(Value::Array(
+            tx.d.schedules.values().map(json::schedule).collect(),
+        )),
+        Op::ScheduleDelete(id) => {
+            if tx.d.schedules.contains_key(&id) {
+                tx.emit(Event::ScheduleDelete { id });
+            }
+            ok(json!({}))
+        }
+        Op::SchedulePause(id, paused) => {
+            let Some(s) = tx.d.schedules.get(&id) else {
+                return not_found(&format!("schedule {id} not found"));
+            };
+            if s.paused != paused {
+                tx.emit(Event::SchedulePause { id, paused });
+            }
+            ok(json!({}))
+        }
+        Op::Wait(w) => {
+            let id = tx.random_id("wtr_", 20);
+            let deadline_s = tx.now_ms.saturating_add(w.timeout_ms).div_ceil(1000);
+            tx.emit(Event::Wait(Box::new(Waiter {
+                id,
+                event_id: w.event_id,
+                url: w.url,
+                headers: w.headers,
+                deadline_s,
+                timeout_url: w.timeout_url,
+                timeout_body: w.timeout_body.map(Bin),
+                timeout_headers: w.timeout_headers,
+                step: w.step.to_string(),
+                created_ms: tx.now_ms,
+            })));
+            ok(json!({}))
+        }
+        Op::Notify { event_id, body } => notify(tx, &event_id, &body),
+        Op::Waiters(event_id) => ok(Value::Array(
+            tx.d.waiters
+                .values()
+                .filter(|w| w.event_id == event_id)
+                .map(json::waiter)
+                .collect(),
+        )),
+        Op::Logs(f) => logs(tx.d, &f),
+    }
+}
+
+fn override_conf(c: &mut Conf, o: &Conf) {
+    if o.retries.is_some() {
+        c.retries = o.retries;
+    }
+    if o.retry_delay.is_some() {
+        c.retry_delay = o.retry_delay.clone();
+    }
+    if o.timeout_ms.is_some() {
+        c.timeout_ms = o.timeout_ms;
+    }
+    if o.delay_ms.is_some() {
+        c.delay_ms = o.delay_ms;
+    }
+    if o.not_before_ms.is_some() {
+        c.not_before_ms = o.not_before_ms;
+    }
+    if o.callback.is_some() {
+        c.callback = o.callback.clone();
+    }
+    if o.failure_callback.is_some() {
+        c.failure_callback = o.failure_callback.clone();
+    }
+    for (k, v) in &o.forward {
+        c.forward.retain(|(x, _)| x != k);
+        c.forward.push((k.clone(), v.clone()));
+    }
+}
+
+fn values<'f>(f: &'f Filter, name: &str) -> Option<&'f [String]> {
+    f.params
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+fn any_eq(f: &Filter, name: &str, have: Option<&str>) -> bool {
+    match values(f, name) {
+        None => true,
+        Some(vs) => have.is_some_and(|h| vs.iter().any(|v| v == h)),
+    }
+}
+
+fn message_matches(m: &Message, time_ms: u64, f: &Filter) -> bool {
+    let (host, path) = split_url(&m.url);
+    let time_ok = values(f, "fromDate")
+        .and_then(|v| v.first())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_none_or(|from| time_ms >= from)
+        && values(f, "toDate")
+            .and_then(|v| v.first())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_none_or(|to| time_ms <= to);
+    time_ok
+        && any_eq(f, "messageId", Some(&m.id))
+        && any_eq(f, "url", Some(&m.url))
+        && any_eq(f, "host", Some(host))
+        && any_eq(f, "path", Some(path))
+        && any_eq(f, "topicName", m.topic.as_deref())
+        && any_eq(f, "queueName", m.queue.as_deref())
+        && any_eq(f, "scheduleId", m.schedule_id.as_deref())
+        && any_eq(f, "callerIp", m.caller_ip.as_deref())
+        && any_eq(f, "flowControlKey", m.conf.flow_key.as_deref())
+        && values(f, "label").is_none_or(|vs| m.conf.labels.iter().any(|l| vs.contains(l)))
+}
+
+fn split_url(url: &str) -> (&str, &str) {
+    let rest = url.split_once("://").map(|x| x.1).unwrap_or(url);
+    let rest = rest.split(['?', '#']).next().unwrap_or(rest);
+    match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    }
+}
+
+/// One page of DLQ ids in order, after the cursor; and the cursor of the next page.
+fn dlq_page(d: &Delivery, f: &Filter) -> (Vec<String>, Option<String>) {
+    let count = f.count.unwrap_or(100).clamp(1, 100);
+    if !f.ids.is_empty() {
+        return (
+            f.ids
+                .iter()
+                .filter(|i| d.dlq.contains_key(*i))
+                .cloned()
+                .collect(),
+            None,
+        );
+    }
+    let start = f.cursor.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    let mut more = false;
+    for (id, e) in d
+        .dlq
+        .range::<String, _>((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
+    {
+        let status = e.response.status.to_string();
+        if !message_matches(&e.message, e.failed_ms, f)
+            || !any_eq(f, "responseStatus", Some(&status))
+            || !any_eq(f, "dlqIds", Some(id))
+        {
+            continue;
+        }
+        if out.len() == count {
+            more = true;
+            break;
+        }
+        out.push(id.clone());
+    }
+    let cursor = if more { out.last().cloned() } else { None };
+    (out, cursor)
+}
+
+fn logs(d: &Delivery, f: &Filter) -> OpReply {
+    let count = f.count.unwrap_or(100).clamp(1, 1000);
+    // Newest first; the cursor is how many matching entries were already returned.
+    let skip: usize = f
+        .cursor
+        .as_deref()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut events = Vec::new();
+    let mut seen = 0usize;
+    let mut more = false;
+    for l in d.logs.iter().rev() {
+        let time_ok = values(f, "fromDate")
+            .and_then(|v| v.first())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_none_or(|from| l.time_ms >= from)
+            && values(f, "toDate")
+                .and_then(|v| v.first())
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_none_or(|to| l.time_ms <= to);
+        let ids_ok = f.ids.is_empty() || f.ids.iter().any(|i| **i == *l.message_id);
+        if !(time_ok
+            && ids_ok
+            && any_eq(f, "messageId", Some(&l.message_id))
+            && any_eq(f, "state", Some(l.state))
+            && any_eq(f, "url", Some(&l.url))
+            && any_eq(f, "topicName", l.topic.as_deref())
+            && any_eq(f, "scheduleId", l.schedule_id.as_deref())
+            && any_eq(f, "queueName", l.queue.as_deref())
+            && values(f, "label").is_none_or(|vs| l.labels.iter().any(|x| vs.contains(x))))
+        {
+            continue;
+        }
+        seen += 1;
+        if seen <= skip {
+            continue;
+        }
+        if events.len() == count {
+            more = true;
+            break;
+        }
+        events.push(json::log(l));
+    }
+    let mut m = Map::new();
+    if more {
+        m.insert("cursor".into(), json!((skip + count).to_string()));
+    }
+    m.insert("events".into(), Value::Array(events));
+    ok(Value::Object(m))
+}
+
+/// The step JSON a waiter receives on notify (`timeout` false, `out` = base64 of the event)
+/// or on its deadline (`waitTimeout` true, no `out`).
+fn wake_body(w: &Waiter, event: Option<&[u8]>) -> Vec<u8> {
+    let mut step: Map<String, Value> = serde_json::from_str(&w.step)
+        .ok()
+        .and_then(|v: Value| v.as_object().cloned())
+        .unwrap_or_default();
+    step.insert("waitEventId".into(), json!(w.event_id));
+    match event {
+        Some(e) => {
+            step.insert("out".into(), json!(STANDARD.encode(e)));
+            step.insert("waitTimeout".into(), json!(false));
+        }
+        None => {
+            step.remove("out");
+            step.insert("waitTimeout".into(), json!(true));
+        }
+    }
+    Value::Object(step).to_string().into_bytes()
+}
+
+fn header_pairs(headers: &[(String, String)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| {
+            let k = k.to_ascii_lowercase();
+            match k.strip_prefix("upstash-") {
+                Some(rest) => Some((rest.to_string(), v.clone())),
+                None if k == "content-type" => Some(("forward-content-type".into(), v.clone())),
+                None => None,
+            }
+        })
+        .collect()
+}
+
+fn run_id(headers: &[(String, String)]) -> Option<String> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("upstash-workflow-runid"))
+        .map(|(_, v)| v.clone())
+}
+
+fn notify(tx: &mut Tx, event_id: &str, body: &[u8]) -> OpReply {
+    let waiters: Vec<Waiter> =
+        tx.d.waiters
+            .values()
+            .filter(|w| w.event_id == event_id)
+            .cloned()
+            .collect();
+    let mut out = Vec::new();
+    let mut ids = Vec::new();
+    for w in waiters {
+        let c =
+            conf::parse(&header_pairs(&w.headers), &mut conf::Extra::default()).unwrap_or_default();
+        let m = tx.message(
+            &w.url,
+            &c,
+            wake_body(&w, Some(body)),
+            Origin::Notify,
+            None,
+            None,
+            None,
+            None,
+        );
+        let mut item = Map::new();
+        item.insert("waiter".into(), json::waiter(&w));
+        item.insert("messageId".into(), json!(m.id));
+        if let Some(r) = run_id(&w.headers) {
+            item.insert("workflowRunId".into(), json!(r));
+        }
+        item.insert("workflowCreatedAt".into(), json!(w.created_ms));
+        out.push(Value::Object(item));
+        ids.push(w.id.clone());
+        tx.emit(Event::Put(Box::new(m)));
+    }
+    if !ids.is_empty() {
+        tx.emit(Event::WaitersRemove { ids });
+    }
+    ok(Value::Array(out))
+}
+
+/// Waiters whose deadline passed: their timeout message, and their removal.
+pub fn expire_waiters(tx: &mut Tx) {
+    let ids = tx.d.expired_waiters(tx.now_ms);
+    if ids.is_empty() {
+        return;
+    }
+    for id in &ids {
+        let Some(w) = tx.d.waiters.get(id).cloned() else {
+            continue;
+        };
+        let Some(url) = w.timeout_url.clone() else {
+            continue;
+        };
+        let c = conf::parse(
+            &header_pairs(&w.timeout_headers),
+            &mut conf::Extra::default(),
+        )
+        .unwrap_or_default();
+        let body = match &w.timeout_body {
+            Some(b) => b.0.clone(),
+            None => wake_body(&w, None),
+        };
+        let m = tx.message(&url, &c, body, Origin::WaitTimeout, None, None, None, None);
+        tx.emit(Event::Put(Box::new(m)));
+    }
+    tx.emit(Event::WaitersRemove { ids });
+}
+
+/// Schedules whose time has come: each moves on to its next time and, unless paused, publishes
+/// its message. A server that was down does not catch up missed firings: the next time is
+/// computed from now.
+pub fn fire_schedules(tx: &mut Tx) {
+    for id in tx.d.due_schedules(tx.now_ms) {
+        let Some(s) = tx.d.schedules.get(&id).cloned() else {
+            continue;
+        };
+        let next = CronSpec::parse(&s.cron)
+            .ok()
+            .and_then(|c| c.next_after(tx.now_ms.max(s.next_ms)))
+            .unwrap_or(u64::MAX);
+        let mut message_id = None;
+        if !s.paused {
+            let req = PublishReq {
+                dest: s.destination.clone(),
+                queue: s.queue.clone(),
+                conf: s.conf.clone(),
+                body: s.body.as_ref().map(|b| b.0.clone()).unwrap_or_default(),
+                caller_ip: s.caller_ip.clone(),
+            };
+            // A group that no longer exists makes the firing publish nothing.
+            if let Ok(v) = tx.publish_one(&req, Origin::Schedule, Some(s.id.clone())) {
+                message_id = match &v {
+                    Value::Array(a) => a.first().and_then(|x| x.get("messageId")),
+                    other => other.get("messageId"),
+                }
+                .and_then(|x| x.as_str())
+                .map(str::to_string);
+            }
+        }
+        tx.emit(Event::ScheduleFired {
+            id,
+            at_ms: s.next_ms,
+            next_ms: next,
+            message_id,
+        });
+    }
+}
+
+/// Callback body (section 7 of the reference): after every attempt to `Upstash-Callback`, and
+/// with `dlqId` once retries are exhausted to `Upstash-Failure-Callback`.
+fn callback_body(m: &Message, retried: u32, r: &Response, dlq_id: Option<&str>) -> Vec<u8> {
+    let mut b = Map::new();
+    b.insert("status".into(), json!(r.status));
+    b.insert("header".into(), json::header_map(&r.headers));
+    let body = &r.body.0[..r.body.0.len().min(DELIVERY_RESPONSE_BYTES_MAX)];
+    b.insert("body".into(), json!(STANDARD.encode(body)));
+    b.insert("retried".into(), json!(retried));
+    b.insert("maxRetries".into(), json!(m.max_retries));
+    b.insert("sourceMessageId".into(), json!(m.id));
+    if let Some(t) = &m.topic {
+        b.insert("topicName".into(), json!(t));
+    }
+    if let Some(e) = &m.endpoint {
+        b.insert("endpointName".into(), json!(e));
+    }
+    b.insert("url".into(), json!(m.url));
+    b.insert("method".into(), json!(m.method));
+    b.insert("sourceHeader".into(), json::header_map(&m.conf.forward));
+    b.insert("sourceBody".into(), json!(STANDARD.encode(&m.body.0)));
+    b.insert("notBefore".into(), json!(m.not_before_ms.to_string()));
+    b.insert("createdAt".into(), json!(m.created_ms.to_string()));
+    if let Some(s) = &m.schedule_id {
+        b.insert("scheduleId".into(), json!(s));
+    }
+    if let Some(ip) = &m.caller_ip {
+        b.insert("callerIP".into(), json!(ip));
+    }
+    if let Some(d) = dlq_id {
+        b.insert("dlqId".into(), json!(d));
+    }
+    Value::Object(b).to_string().into_bytes()
+}
+
+/// Turns a worker's report into events: the outcome, and the callback messages it causes.
+/// `backoff_unit_ms` is the length of a "second" in the default backoff (tests shrink it).
+pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
+    let Some(p) = tx.d.msgs.get(r.id.as_str()) else {
+        // Cancelled while in flight: nothing to record.
+        return;
+    };
+    if p.retried != r.retried {
+        return;
+    }
+    let m = p.msg.clone();
+    let status = r.response.status;
+    let success = (200..300).contains(&status);
+    let non_retryable = status == 489
+        && r.response.headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("upstash-nonretryable-error") && v.trim() == "true"
+        });
+    let outcome = if success {
+        Outcome::Delivered
+    } else if non_retryable || r.retried >= m.max_retries {
+        Outcome::Dead {
+            dlq_id: tx.dlq_id(),
+        }
+    } else {
+        let asked = retry::asked_delay_ms(&r.response.headers, tx.now_ms);
+        let delay = asked
+            .or_else(|| {
+                m.conf
+                    .retry_delay
+                    .as_deref()
+                    .and_then(|e| retry::expression_delay_ms(e, r.retried))
+            })
+            .unwrap_or_else(|| retry::default_backoff_ms(r.retried + 1, backoff_unit_ms));
+        Outcome::Retry {
+            next_ms: tx.now_ms.saturating_add(delay),
+        }
+    };
+    let dlq_id = match &outcome {
+        Outcome::Dead { dlq_id } => Some(dlq_id.clone()),
+        _ => None,
+    };
+    // On exhaustion `retried` equals maxRetries, which is how receivers recognise the end.
+    let reported_retried = if dlq_id.is_some() {
+        m.max_retries.max(r.retried)
+    } else {
+        r.retried
+    };
+    let mut spawned = Vec::new();
+    if let Some(cb) = &m.conf.callback {
+        let body = callback_body(&m, reported_retried, &r.response, None);
+        spawned.push((cb.clone(), body, Origin::Callback));
+    }
+    if let (Some(fcb), Some(d)) = (&m.conf.failure_callback, &dlq_id) {
+        let body = callback_body(&m, reported_retried, &r.response, Some(d));
+        spawned.push((fcb.clone(), body, Origin::FailureCallback));
+    }
+    tx.emit(Event::Attempt {
+        id: r.id,
+        retried: r.retried,
+        started_ms: r.started_ms,
+        response: r.response,
+        outcome,
+    });
+    for (hook, body, origin) in spawned {
+        let mut c = hook.conf.clone();
+        if c.retries.is_none() {
+            c.retries = Some(m.max_retries);
+        }
+        if !c.forward.iter().any(|(k, _)| k == "Content-Type") {
+            c.forward
+                .push((canonical("content-type"), "application/json".into()));
+        }
+        let mut cm = tx.message(&hook.url, &c, body, origin, None, None, None, None);
+        cm.source_id = Some(m.id.clone());
+        tx.emit(Event::Put(Box::new(cm)));
+    }
+}

@@ -1,0 +1,234 @@
+//! Outbound HTTP, outside the executor. The executor hands over due messages (never more than
+//! `DELIVERY_IN_FLIGHT_MAX` at once, which bounds this pool); each attempt runs as its own task
+//! and its result goes back to the executor queue as a job, where it becomes a logged event.
+
+use super::model::{Message, Response};
+use super::ops::AttemptResult;
+use super::sign::{self, SigningKeys};
+use crate::clock;
+use crate::config::DELIVERY_RESPONSE_BYTES_MAX;
+use crate::executor::{Job, Shared};
+use crate::wal::record::Bin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Longest an attempt may take when the message sets no `Upstash-Timeout`.
+const ATTEMPT_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1000;
+
+/// One attempt to make.
+pub struct Dispatch {
+    pub msg: Message,
+    pub retried: u32,
+    /// The log sequence that holds the message; with fsync `always` the attempt waits until it
+    /// is durable, so nothing is delivered that a crash could un-publish.
+    pub durable_after: u64,
+}
+
+/// The pool's entrance.
+#[derive(Clone)]
+pub struct Workers {
+    client: reqwest::Client,
+    keys: Arc<RwLock<SigningKeys>>,
+    shared: Arc<Shared>,
+    wait_for_sync: bool,
+}
+
+impl Workers {
+    pub fn new(
+        keys: Arc<RwLock<SigningKeys>>,
+        shared: Arc<Shared>,
+        wait_for_sync: bool,
+    ) -> Result<Workers, String> {
+        // Follow 307/308 (method and body kept) a few times; any other 3xx is a failed attempt.
+        let policy = reqwest::redirect::Policy::custom(|a| {
+            if a.previous().len() < 5 && matches!(a.status().as_u16(), 307 | 308) {
+                a.follow()
+            } else {
+                a.stop()
+            }
+        });
+        let client = reqwest::Client::builder()
+            .redirect(policy)
+            .user_agent("Upstash-QStash")
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| format!("cannot build the delivery HTTP client: {e}"))?;
+        Ok(Workers {
+            client,
+            keys,
+            shared,
+            wait_for_sync,
+        })
+    }
+
+    /// Starts one attempt; its result arrives on `jobs` as `Job::Attempted`.
+    pub fn start(&self, d: Dispatch, jobs: mpsc::Sender<Job>) {
+        let w = self.clone();
+        tokio::spawn(async move {
+            if w.wait_for_sync {
+                w.wait_durable(d.durable_after).await;
+            }
+            let started_ms = clock::wall_unix_ms();
+            let response = w.attempt(&d).await;
+            let _ = jobs
+                .send(Job::Attempted(Box::new(AttemptResult {
+                    id: d.msg.id,
+                    retried: d.retried,
+                    started_ms,
+                    response,
+                })))
+                .await;
+        });
+    }
+
+    async fn wait_durable(&self, seq: u64) {
+        loop {
+            let notified = self.shared.synced.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.shared.durable_seq.load(Ordering::SeqCst) >= seq
+                || self.shared.fsync_failed.get().is_some()
+            {
+                return;
+            }
+            // A bounded wait, so a missed wake-up costs a moment and never a hang.
+            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+        }
+    }
+
+    async fn attempt(&self, d: &Dispatch) -> Response {
+        let m = &d.msg;
+        let method =
+            reqwest::Method::from_bytes(m.method.as_bytes()).unwrap_or(reqwest::Method::POST);
+        let timeout = m
+            .conf
+            .timeout_ms
+            .unwrap_or(ATTEMPT_TIMEOUT_MS_DEFAULT)
+            .max(1);
+        let now_s = clock::wall_unix_ms() / 1000;
+        let key = match self.keys.read() {
+            Ok(k) => k.current.clone(),
+            Err(p) => p.into_inner().current.clone(),
+        };
+        let jti = format!("jwt_{}", &m.id[m.id.len().saturating_sub(20)..]);
+        let signature = sign::sign(
+            &key,
+            &m.url,
+            &m.body.0,
+            now_s,
+            &format!("{jti}{}", d.retried),
+        );
+        let mut rb = self
+            .client
+            .request(method, &m.url)
+            .timeout(Duration::from_millis(timeout))
+            .body(m.body.0.clone());
+        for (k, v) in &m.conf.forward {
+            if is_hop_by_hop(k) {
+                continue;
+            }
+            rb = rb.header(k.as_str(), v.as_str());
+        }
+        rb = rb
+            .header("Upstash-Message-Id", m.id.as_str())
+            .header("Upstash-Retried", d.retried.to_string())
+            .header("Upstash-Signature", signature);
+        if let Some(s) = &m.schedule_id {
+            rb = rb.header("Upstash-Schedule-Id", s.as_str());
+        }
+        if let Some(t) = &m.topic {
+            rb = rb.header("Upstash-Topic-Name", t.as_str());
+        }
+        if let Some(ip) = &m.caller_ip {
+            rb = rb.header("Upstash-Caller-Ip", ip.as_str());
+        }
+        for (k, v) in &m.conf.workflow {
+            match k.as_str() {
+                "Upstash-Workflow-Runid" => {
+                    rb = rb
+                        .header("Upstash-Workflow-RunId", v.as_str())
+                        .header("Upstash-Workflow-CreatedAt", m.created_ms.to_string());
+                }
+                "Upstash-Workflow-Url" => rb = rb.header("Upstash-Workflow-Url", v.as_str()),
+                _ => {}
+            }
+        }
+        let resp = match rb.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                return Response {
+                    status: 0,
+                    headers: Vec::new(),
+                    body: Bin(Vec::new()),
+                    error: Some(describe(&e)),
+                }
+            }
+        };
+        let status = resp.status().as_u16();
+        let headers: Vec<(String, String)> = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    super::conf::canonical(k.as_str()),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let mut body = Vec::new();
+        let mut resp = resp;
+        let mut error = None;
+        loop {
+            match resp.chunk().await {
+                Ok(Some(c)) => {
+                    let room = DELIVERY_RESPONSE_BYTES_MAX.saturating_sub(body.len());
+                    body.extend_from_slice(&c[..c.len().min(room)]);
+                    if room <= c.len() {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    error = Some(describe(&e));
+                    break;
+                }
+            }
+        }
+        if error.is_none() && !(200..300).contains(&status) {
+            error = Some(format!("destination answered {status}"));
+        }
+        Response {
+            status,
+            headers,
+            body: Bin(body),
+            error,
+        }
+    }
+}
+
+fn is_hop_by_hop(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+            | "te"
+            | "trailer"
+            | "proxy-connection"
+    )
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "attempt timed out".to_string()
+    } else if e.is_connect() {
+        format!("cannot connect: {e}")
+    } else {
+        e.to_string()
+    }
+}

@@ -1,0 +1,877 @@
+//! The delivery service (`/v2/...`) end to end: the real binary, a local destination server
+//! (`common::sink`) on loopback, and the retry backoff shrunk to milliseconds per "second"
+//! (`TIDEPOOL_RETRY_BACKOFF_UNIT_MS=1`) so nothing waits minutes.
+
+mod common;
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
+use base64::Engine;
+use common::sink::{Received, Sink};
+use common::*;
+use hmac::{KeyInit, Mac};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, Instant};
+
+fn publish(c: &mut Http, dest: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    c.request("POST", &format!("/v2/publish/{dest}"), headers, body)
+}
+
+/// Verifies an `Upstash-Signature` the way the SDKs' Receiver does; returns the claims.
+fn verify(sig: &str, key: &str, body: &[u8]) -> Value {
+    let parts: Vec<&str> = sig.split('.').collect();
+    assert_eq!(parts.len(), 3, "a JWT has three parts");
+    let mut mac = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(key.as_bytes()).expect("key");
+    mac.update(format!("{}.{}", parts[0], parts[1]).as_bytes());
+    let expected = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+    assert_eq!(
+        parts[2], expected,
+        "signature must verify with the current key"
+    );
+    let header: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0]).expect("b64")).expect("json");
+    assert_eq!(header, json!({"alg": "HS256", "typ": "JWT"}));
+    let claims: Value =
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).expect("b64")).expect("json");
+    let hash = URL_SAFE.encode(Sha256::digest(body));
+    assert_eq!(
+        claims["body"].as_str().map(|s| s.trim_end_matches('=')),
+        Some(hash.trim_end_matches('='))
+    );
+    assert_eq!(claims["iss"], "Upstash");
+    for k in ["sub", "exp", "nbf", "iat", "jti"] {
+        assert!(claims.get(k).is_some(), "claim {k} missing");
+    }
+    claims
+}
+
+fn poll(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn publish_delivers_body_headers_and_a_verifiable_signature() {
+    let dir = TempDir::new("dl-publish");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let dest = sink.url("/hook?src=x");
+    let r = publish(
+        &mut c,
+        &dest,
+        &[
+            ("Content-Type", "application/json"),
+            ("Upstash-Forward-X-Tenant", "42"),
+            ("Upstash-Method", "PUT"),
+            ("Upstash-Telemetry-Sdk", "test"),
+        ],
+        br#"{"hello":"world"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let id = v["messageId"].as_str().expect("messageId").to_string();
+    assert!(id.starts_with("msg_"));
+    assert_eq!(v["url"], dest);
+    let got = sink.wait_for(10, "the delivery", |g| !g.is_empty());
+    let d = &got[0];
+    assert_eq!(d.method, "PUT");
+    assert_eq!(d.target, "/hook?src=x");
+    assert_eq!(d.body, br#"{"hello":"world"}"#);
+    assert_eq!(d.header("x-tenant"), Some("42"));
+    assert_eq!(d.header("content-type"), Some("application/json"));
+    assert_eq!(d.header("upstash-message-id"), Some(id.as_str()));
+    assert_eq!(d.header("upstash-retried"), Some("0"));
+    assert_eq!(d.header("user-agent"), Some("Upstash-QStash"));
+    assert!(d.header("upstash-caller-ip").is_some());
+    assert_eq!(
+        d.header("upstash-telemetry-sdk"),
+        None,
+        "telemetry is never forwarded"
+    );
+    let claims = verify(
+        d.header("upstash-signature").expect("signature"),
+        QSTASH_CURRENT,
+        &d.body,
+    );
+    assert_eq!(claims["sub"], dest);
+    // Delivered messages leave the pending set; the log shows the lifecycle.
+    poll(10, "the DELIVERED log entry", || {
+        let l = c.get(&format!("/v2/events?messageId={id}")).json();
+        l["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|x| x["state"] == "DELIVERED"))
+    });
+    let logs = c.get(&format!("/v2/events?messageId={id}")).json();
+    let states: Vec<&str> = logs["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["state"].as_str())
+        .collect();
+    assert_eq!(states, ["DELIVERED", "ACTIVE", "CREATED"], "newest first");
+    assert!(logs.get("cursor").is_none(), "no cursor on the last page");
+    assert_eq!(c.get(&format!("/v2/messages/{id}")).status, 404);
+}
+
+#[test]
+fn auth_routes_and_bad_input_answer_json_errors() {
+    let dir = TempDir::new("dl-auth");
+    let s = Server::start_delivery(dir.path());
+    let mut anon = Http::connect(&s.addr, "wrong");
+    let r = anon.get("/v2/keys");
+    assert_eq!(r.status, 401);
+    assert!(r.json()["error"].is_string());
+    // The key-value token is not the delivery token.
+    let r = s.client().get("/v2/keys");
+    assert_eq!(r.status, 401);
+    let mut c = s.qstash();
+    let r = c.get(&format!("/v2/keys?qstash_token={QSTASH_TOKEN}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        json!({"current": QSTASH_CURRENT, "next": QSTASH_NEXT})
+    );
+    for (method, path, body, status) in [
+        ("POST", "/v2/publish/ftp://x", &b""[..], 400),
+        ("POST", "/v2/publish/no-such-group", b"", 404),
+        ("POST", "/v2/publish/", b"", 400),
+        ("GET", "/v2/nothing", b"", 404),
+        ("DELETE", "/v2/dlq/123-0", b"", 404),
+        ("GET", "/v2/messages/msg_missing", b"", 404),
+        ("DELETE", "/v2/messages/msg_missing", b"", 404),
+        ("POST", "/v2/batch", b"{", 400),
+        ("POST", "/v2/queues", b"{\"queueName\":\"bad name\"}", 400),
+        ("POST", "/v2/wait/e", b"{}", 400),
+    ] {
+        let r = c.request(method, path, &[], body);
+        assert_eq!(r.status, status, "{method} {path}: {}", r.text());
+        assert!(
+            r.json()["error"].is_string(),
+            "{method} {path}: {}",
+            r.text()
+        );
+    }
+    let r = c.request(
+        "POST",
+        "/v2/publish/http://127.0.0.1:9/x",
+        &[("Upstash-Retries", "many")],
+        b"",
+    );
+    assert_eq!(r.status, 400);
+    let r = c.request(
+        "POST",
+        "/v2/publish/http://127.0.0.1:9/x",
+        &[("Upstash-Retry-Delay", "pow(2,")],
+        b"",
+    );
+    assert_eq!(r.status, 400);
+    let r = c.request(
+        "POST",
+        "/v2/enqueue/q1/http://127.0.0.1:9/x",
+        &[("Upstash-Delay", "10s")],
+        b"",
+    );
+    assert_eq!(r.status, 400, "delay is refused on enqueue");
+}
+
+#[test]
+fn retries_exhaust_into_the_dlq_with_callbacks() {
+    let dir = TempDir::new("dl-retry");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let cb = sink.url("/cb");
+    let fcb = sink.url("/fcb");
+    let r = publish(
+        &mut c,
+        &sink.url("/status/500"),
+        &[
+            ("Upstash-Retries", "2"),
+            ("Upstash-Callback", &cb),
+            ("Upstash-Failure-Callback", &fcb),
+            ("Upstash-Failure-Callback-Forward-X-Why", "failed"),
+            ("Content-Type", "text/plain"),
+        ],
+        b"payload",
+    );
+    assert_eq!(r.status, 200);
+    let id = r.json()["messageId"].as_str().expect("id").to_string();
+    let got = sink.wait_for(30, "the failure callback", |g| {
+        g.iter().any(|r| r.target == "/fcb")
+    });
+    let attempts: Vec<&Received> = got.iter().filter(|r| r.target == "/status/500").collect();
+    assert_eq!(attempts.len(), 3, "1 + Upstash-Retries attempts");
+    let retried: Vec<&str> = attempts
+        .iter()
+        .filter_map(|a| a.header("upstash-retried"))
+        .collect();
+    assert_eq!(retried, ["0", "1", "2"]);
+    let f = got.iter().find(|r| r.target == "/fcb").expect("fcb");
+    assert_eq!(f.header("x-why"), Some("failed"));
+    verify(
+        f.header("upstash-signature").expect("sig"),
+        QSTASH_CURRENT,
+        &f.body,
+    );
+    let fb = f.json();
+    assert_eq!(fb["status"], 500);
+    assert_eq!(fb["retried"], 2);
+    assert_eq!(fb["maxRetries"], 2);
+    assert_eq!(fb["sourceMessageId"], id.as_str());
+    assert_eq!(fb["url"], sink.url("/status/500"));
+    assert_eq!(fb["method"], "POST");
+    assert_eq!(
+        STANDARD
+            .decode(fb["body"].as_str().expect("body"))
+            .expect("b64"),
+        b"500 Internal Server Error"
+    );
+    assert_eq!(
+        STANDARD
+            .decode(fb["sourceBody"].as_str().expect("sb"))
+            .expect("b64"),
+        b"payload"
+    );
+    assert_eq!(fb["sourceHeader"]["Content-Type"], json!(["text/plain"]));
+    assert!(fb["notBefore"].is_string() && fb["createdAt"].is_string());
+    assert_eq!(fb["header"]["X-Sink"], json!(["yes"]));
+    let dlq_id = fb["dlqId"].as_str().expect("dlqId").to_string();
+    // The success callback fired after every attempt; the last says retried == maxRetries.
+    let cbs = sink.wait_for(10, "three callbacks", |g| {
+        g.iter().filter(|r| r.target == "/cb").count() == 3
+    });
+    let last = cbs.iter().rfind(|r| r.target == "/cb").expect("cb").json();
+    assert_eq!(last["retried"], last["maxRetries"]);
+    // The DLQ holds the message with the last response.
+    let e = c.get(&format!("/v2/dlq/{dlq_id}"));
+    assert_eq!(e.status, 200, "{}", e.text());
+    let e = e.json();
+    assert_eq!(e["messageId"], id.as_str());
+    assert_eq!(e["responseStatus"], 500);
+    assert_eq!(e["responseBody"], "500 Internal Server Error");
+    assert_eq!(e["maxRetries"], 2);
+    for k in ["url", "method", "notBefore", "createdAt"] {
+        assert!(e.get(k).is_some(), "{k} missing from the DLQ message");
+    }
+    let list = c.get("/v2/dlq").json();
+    assert_eq!(list["messages"].as_array().map(Vec::len), Some(1));
+    assert!(list.get("cursor").is_none());
+    let failed = c
+        .get(&format!("/v2/events?messageId={id}&state=FAILED"))
+        .json();
+    assert_eq!(failed["events"].as_array().map(Vec::len), Some(1));
+    // Retry from the DLQ: a new message, the entry gone; then delete answers 404.
+    let r = c.request(
+        "POST",
+        &format!("/v2/dlq/retry?dlqIds={dlq_id}"),
+        &[("Upstash-Retries", "0")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["cursor"], "");
+    let new_id = v["responses"][0]["messageId"].as_str().expect("new id");
+    assert_ne!(new_id, id);
+    assert_eq!(
+        c.request("DELETE", &format!("/v2/dlq/{dlq_id}"), &[], b"")
+            .status,
+        404
+    );
+    sink.wait_for(10, "the retried attempt", |g| {
+        g.iter()
+            .any(|r| r.header("upstash-message-id") == Some(new_id))
+    });
+}
+
+#[test]
+fn non_retryable_489_fails_at_once_and_retry_after_is_honoured() {
+    let dir = TempDir::new("dl-489");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let r = publish(
+        &mut c,
+        &sink.url("/nonretryable"),
+        &[("Upstash-Retries", "5")],
+        b"x",
+    );
+    assert_eq!(r.status, 200);
+    poll(10, "the DLQ entry", || {
+        c.get("/v2/dlq").json()["messages"]
+            .as_array()
+            .is_some_and(|m| m.len() == 1)
+    });
+    assert_eq!(
+        sink.at("/nonretryable").len(),
+        1,
+        "489 + header is never retried"
+    );
+    // A huge retry-delay expression is overridden by the destination's Retry-After: 0.
+    let r = publish(
+        &mut c,
+        &sink.url("/status/503?retry_after=0"),
+        &[("Upstash-Retries", "1"), ("Upstash-Retry-Delay", "3600000")],
+        b"x",
+    );
+    assert_eq!(r.status, 200);
+    sink.wait_for(10, "the second attempt", |g| {
+        g.iter()
+            .filter(|r| r.target.starts_with("/status/503"))
+            .count()
+            == 2
+    });
+    // A flaky destination succeeds on the second attempt, after the (shrunk) backoff.
+    let r = publish(&mut c, &sink.url("/flaky/1/a"), &[], b"x");
+    let id = r.json()["messageId"].as_str().expect("id").to_string();
+    sink.wait_for(10, "the flaky success", |g| {
+        g.iter().filter(|r| r.target == "/flaky/1/a").count() == 2
+    });
+    poll(10, "DELIVERED", || {
+        c.get(&format!("/v2/events?messageId={id}&state=DELIVERED"))
+            .json()["events"]
+            .as_array()
+            .is_some_and(|e| e.len() == 1)
+    });
+    let retry = c
+        .get(&format!("/v2/events?messageId={id}&state=RETRY"))
+        .json();
+    assert!(retry["events"][0]["nextDeliveryTime"].is_u64());
+}
+
+#[test]
+fn deduplication_by_id_and_by_content() {
+    let dir = TempDir::new("dl-dedup");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let dest = sink.url("/d");
+    let a = publish(&mut c, &dest, &[("Upstash-Deduplication-Id", "abc")], b"1");
+    let b = publish(&mut c, &dest, &[("Upstash-Deduplication-Id", "abc")], b"2");
+    assert_eq!(a.status, 200);
+    assert_eq!(b.status, 202);
+    assert_eq!(b.json()["messageId"], a.json()["messageId"]);
+    assert_eq!(b.json()["deduplicated"], true);
+    let h = [("Upstash-Content-Based-Deduplication", "True")];
+    let x = publish(&mut c, &dest, &h, b"same");
+    let y = publish(&mut c, &dest, &h, b"same");
+    let z = publish(&mut c, &dest, &h, b"other");
+    assert_eq!((x.status, y.status, z.status), (200, 202, 200));
+    sink.wait_for(10, "three deliveries", |g| g.len() >= 3);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(sink.received().len(), 3);
+}
+
+#[test]
+fn url_groups_fan_out_and_queues_keep_order() {
+    let dir = TempDir::new("dl-groups");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let body =
+        json!({"endpoints": [{"url": sink.url("/g1"), "name": "one"}, {"url": sink.url("/g2")}]});
+    let r = c.post("/v2/topics/grp/endpoints", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let t = c.get("/v2/topics/grp").json();
+    assert_eq!(
+        t["endpoints"],
+        json!([{"name": "one", "url": sink.url("/g1")}, {"url": sink.url("/g2")}])
+    );
+    for k in ["createdAt", "updatedAt"] {
+        assert!(t[k].is_u64());
+    }
+    let r = publish(&mut c, "grp", &[], b"fan");
+    assert_eq!(r.status, 200);
+    let items = r.json();
+    assert_eq!(
+        items.as_array().map(Vec::len),
+        Some(2),
+        "a group answers an array"
+    );
+    let got = sink.wait_for(10, "both endpoints", |g| g.len() == 2);
+    assert!(got
+        .iter()
+        .all(|r| r.header("upstash-topic-name") == Some("grp")));
+    let m = c.get("/v2/topics").json();
+    assert_eq!(m.as_array().map(Vec::len), Some(1));
+    // Removing the last endpoints deletes the group.
+    let rm = json!({"endpoints": [{"name": "one"}, {"url": sink.url("/g2")}]});
+    assert_eq!(
+        c.request(
+            "DELETE",
+            "/v2/topics/grp/endpoints",
+            &[],
+            rm.to_string().as_bytes()
+        )
+        .status,
+        200
+    );
+    assert_eq!(c.get("/v2/topics/grp").status, 404);
+
+    // A queue with parallelism 1 delivers in order, one at a time.
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let r = c.request(
+            "POST",
+            &format!(
+                "/v2/enqueue/ordered/{}",
+                sink.url(&format!("/sleep/30/q{i}"))
+            ),
+            &[],
+            format!("{i}").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.push(r.json()["messageId"].as_str().expect("id").to_string());
+    }
+    let q = c.get("/v2/queues/ordered").json();
+    assert_eq!(q["parallelism"], 1);
+    for k in ["name", "createdAt", "updatedAt", "lag", "paused"] {
+        assert!(q.get(k).is_some(), "queue field {k}");
+    }
+    let got = sink.wait_for(20, "six queued deliveries", |g| {
+        g.iter()
+            .filter(|r| r.target.starts_with("/sleep/30/q"))
+            .count()
+            == 6
+    });
+    let order: Vec<String> = got
+        .iter()
+        .filter(|r| r.target.starts_with("/sleep/30/q"))
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    assert_eq!(order, ["0", "1", "2", "3", "4", "5"]);
+    // A paused queue accepts but does not deliver until resumed.
+    assert_eq!(c.post("/v2/queues/ordered/pause", b"").status, 200);
+    let r = c.request(
+        "POST",
+        &format!("/v2/enqueue/ordered/{}", sink.url("/paused")),
+        &[],
+        b"p",
+    );
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(sink.at("/paused").is_empty());
+    assert_eq!(c.get("/v2/queues/ordered").json()["lag"], 1);
+    assert_eq!(c.post("/v2/queues/ordered/resume", b"").status, 200);
+    sink.wait_for(10, "the resumed delivery", |g| {
+        g.iter().any(|r| r.target == "/paused")
+    });
+}
+
+#[test]
+fn delay_not_before_and_cancel() {
+    let dir = TempDir::new("dl-delay");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let t0 = Instant::now();
+    let r = publish(&mut c, &sink.url("/late"), &[("Upstash-Delay", "1s")], b"x");
+    assert_eq!(r.status, 200);
+    let id = r.json()["messageId"].as_str().expect("id").to_string();
+    let m = c.get(&format!("/v2/messages/{id}")).json();
+    assert!(m["notBefore"].as_u64() >= m["createdAt"].as_u64().map(|c| c + 999));
+    for k in [
+        "messageId",
+        "url",
+        "method",
+        "maxRetries",
+        "notBefore",
+        "createdAt",
+    ] {
+        assert!(m.get(k).is_some(), "message field {k}");
+    }
+    let got = sink.wait_for(10, "the delayed delivery", |g| !g.is_empty());
+    assert!(got[0].at.duration_since(t0) >= Duration::from_millis(900));
+    // Not-before in the future, then cancelled: never delivered.
+    let future = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        + 3600)
+        .to_string();
+    let r = publish(
+        &mut c,
+        &sink.url("/never"),
+        &[("Upstash-Not-Before", &future)],
+        b"x",
+    );
+    let id = r.json()["messageId"].as_str().expect("id").to_string();
+    let r = c.request("DELETE", &format!("/v2/messages/{id}"), &[], b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!({"cancelled": 1}));
+    assert_eq!(
+        c.request("DELETE", &format!("/v2/messages/{id}"), &[], b"")
+            .status,
+        404
+    );
+    let l = c
+        .get(&format!("/v2/events?messageId={id}&state=CANCELED"))
+        .json();
+    assert_eq!(l["events"].as_array().map(Vec::len), Some(1));
+    // Bulk cancel, in the JSON-body form the Python SDK sends.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = publish(
+            &mut c,
+            &sink.url("/never"),
+            &[("Upstash-Delay", "1h")],
+            b"x",
+        );
+        ids.push(r.json()["messageId"].as_str().expect("id").to_string());
+    }
+    let body = json!({"messageIds": [ids[0], ids[1]]}).to_string();
+    let r = c.request("DELETE", "/v2/messages", &[], body.as_bytes());
+    assert_eq!(r.json(), json!({"cancelled": 2}));
+    let r = c.request(
+        "DELETE",
+        &format!("/v2/messages?messageIds={}", ids[2]),
+        &[],
+        b"",
+    );
+    assert_eq!(r.json(), json!({"cancelled": 1}));
+}
+
+#[test]
+fn batch_publishes_each_item() {
+    let dir = TempDir::new("dl-batch");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let body = json!([
+        {"destination": sink.url("/b1"), "headers": {"upstash-method": "POST", "content-type": "text/plain", "upstash-forward-x-a": "1"}, "body": "one"},
+        {"destination": sink.url("/b2"), "headers": {}, "body": null, "queue": null},
+        {"destination": "ftp://bad", "headers": {}},
+    ]);
+    let r = c.post("/v2/batch", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert!(v[0]["messageId"].is_string());
+    assert!(v[1]["messageId"].is_string());
+    assert!(v[2]["error"].is_string(), "a bad item fails alone");
+    let got = sink.wait_for(10, "two deliveries", |g| g.len() == 2);
+    let b1 = got.iter().find(|r| r.target == "/b1").expect("b1");
+    assert_eq!(b1.body, b"one");
+    assert_eq!(b1.header("x-a"), Some("1"));
+    assert_eq!(b1.header("content-type"), Some("text/plain"));
+}
+
+#[test]
+fn wait_notify_and_waiter_timeout() {
+    let dir = TempDir::new("dl-wait");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let wait = json!({
+        "url": sink.url("/wf"),
+        "timeout": "10s",
+        "timeoutUrl": sink.url("/wf-timeout"),
+        "timeoutHeaders": {"Upstash-Workflow-RunId": ["wfr_1"], "Upstash-Workflow-Runid": ["wfr_1"]},
+        "step": {"stepId": 4, "stepType": "Wait", "stepName": "await-payment", "concurrent": 1}
+    });
+    let r = c.request(
+        "POST",
+        "/v2/wait/payment",
+        &[
+            ("Upstash-Workflow-RunId", "wfr_1"),
+            ("Upstash-Forward-Upstash-Workflow-Sdk-Version", "1"),
+        ],
+        wait.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let w = c.get("/v2/waiters/payment").json();
+    assert_eq!(w.as_array().map(Vec::len), Some(1));
+    assert_eq!(w[0]["url"], sink.url("/wf"));
+    assert!(w[0]["deadline"].is_u64());
+    let r = c.post("/v2/notify/payment", b"{\"paid\":true}");
+    assert_eq!(r.status, 200);
+    let items = r.json();
+    assert_eq!(items.as_array().map(Vec::len), Some(1));
+    assert!(items[0]["messageId"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("msg_")));
+    assert_eq!(items[0]["workflowRunId"], "wfr_1");
+    let got = sink.wait_for(10, "the woken step", |g| {
+        g.iter().any(|r| r.target == "/wf")
+    });
+    let d = got.iter().find(|r| r.target == "/wf").expect("wf");
+    assert_eq!(d.header("upstash-workflow-sdk-version"), Some("1"));
+    assert_eq!(d.header("upstash-workflow-runid"), Some("wfr_1"));
+    let step = d.json();
+    assert_eq!(step["stepId"], 4);
+    assert_eq!(step["waitEventId"], "payment");
+    assert_eq!(step["waitTimeout"], false);
+    assert_eq!(
+        STANDARD
+            .decode(step["out"].as_str().expect("out"))
+            .expect("b64"),
+        b"{\"paid\":true}"
+    );
+    assert_eq!(c.get("/v2/waiters/payment").json(), json!([]));
+    assert_eq!(c.post("/v2/notify/payment", b"again").json(), json!([]));
+    // A waiter that nobody notifies times out to its timeoutUrl.
+    let short = json!({"url": sink.url("/wf"), "timeout": "1s", "timeoutUrl": sink.url("/wf-timeout"),
+        "step": {"stepId": 5, "stepType": "Wait", "stepName": "s", "concurrent": 1}});
+    assert_eq!(
+        c.post("/v2/wait/never", short.to_string().as_bytes())
+            .status,
+        200
+    );
+    let got = sink.wait_for(10, "the timeout", |g| {
+        g.iter().any(|r| r.target == "/wf-timeout")
+    });
+    let t = got
+        .iter()
+        .find(|r| r.target == "/wf-timeout")
+        .expect("timeout")
+        .json();
+    assert_eq!(t["waitTimeout"], true);
+    assert!(t.get("out").is_none());
+    assert_eq!(c.get("/v2/waiters/never").json(), json!([]));
+}
+
+#[test]
+fn schedules_fire_pause_and_route_carefully() {
+    let dir = TempDir::new("dl-sched");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let r = c.request(
+        "POST",
+        &format!("/v2/schedules/{}", sink.url("/tick")),
+        &[
+            ("Upstash-Cron", "* * * * * "),
+            ("Upstash-Forward-X-S", "1"),
+            ("Upstash-Retries", "1"),
+        ],
+        b"tick",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let live = r.json()["scheduleId"].as_str().expect("id").to_string();
+    assert!(live.starts_with("scd_"));
+    let r = c.request(
+        "POST",
+        &format!("/v2/schedules/{}", sink.url("/paused")),
+        &[
+            ("Upstash-Cron", "* * * * *"),
+            ("Upstash-Schedule-Id", "my.sched"),
+        ],
+        b"",
+    );
+    assert_eq!(r.json()["scheduleId"], "my.sched");
+    // Pausing twice is fine, by PATCH and by POST.
+    assert_eq!(
+        c.request("PATCH", "/v2/schedules/my.sched/pause", &[], b"")
+            .status,
+        200
+    );
+    assert_eq!(
+        c.request("POST", "/v2/schedules/my.sched/pause", &[], b"")
+            .status,
+        200
+    );
+    let g = c.get("/v2/schedules/my.sched").json();
+    assert_eq!(g["isPaused"], true);
+    assert!(g.get("body").is_none(), "no body, no field");
+    let next = g["nextScheduleTime"].as_u64().expect("next");
+    let sg = c.get(&format!("/v2/schedules/{live}")).json();
+    assert_eq!(sg["cron"], "* * * * *", "stored trimmed");
+    assert_eq!(sg["destination"], sink.url("/tick"));
+    assert_eq!(sg["retries"], 1);
+    assert_eq!(sg["method"], "POST");
+    assert_eq!(sg["header"]["X-S"], json!(["1"]));
+    assert!(sg["createdAt"].is_u64());
+    // Routing: a URL ending in /pause is a creation, not a pause.
+    let r = c.request(
+        "POST",
+        &format!("/v2/schedules/{}", sink.url("/x/pause")),
+        &[("Upstash-Cron", "0 0 1 1 *")],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    let made = r.json()["scheduleId"].as_str().expect("id").to_string();
+    assert_eq!(
+        c.get(&format!("/v2/schedules/{made}")).json()["destination"],
+        sink.url("/x/pause")
+    );
+    assert_eq!(
+        c.get("/v2/schedules").json().as_array().map(Vec::len),
+        Some(3)
+    );
+    assert_eq!(
+        c.request("DELETE", &format!("/v2/schedules/{made}"), &[], b"")
+            .status,
+        200
+    );
+    assert_eq!(c.get(&format!("/v2/schedules/{made}")).status, 404);
+    let r = c.request(
+        "POST",
+        &format!("/v2/schedules/{}", sink.url("/x")),
+        &[("Upstash-Cron", "not a cron")],
+        b"",
+    );
+    assert_eq!(r.status, 400);
+    // The live schedule fires at the next minute; the paused one skips it but moves on.
+    let got = sink.wait_for(75, "a schedule firing", |g| {
+        g.iter().any(|r| r.target == "/tick")
+    });
+    let d = got.iter().find(|r| r.target == "/tick").expect("tick");
+    assert_eq!(d.header("upstash-schedule-id"), Some(live.as_str()));
+    assert_eq!(d.header("x-s"), Some("1"));
+    assert_eq!(d.body, b"tick");
+    poll(10, "the paused schedule to move on", || {
+        c.get("/v2/schedules/my.sched").json()["nextScheduleTime"].as_u64() > Some(next)
+    });
+    assert!(
+        sink.at("/paused").is_empty(),
+        "a paused schedule delivers nothing"
+    );
+    assert!(c.get(&format!("/v2/schedules/{live}")).json()["lastScheduleTime"].is_u64());
+    assert_eq!(
+        c.request("PATCH", "/v2/schedules/my.sched/resume", &[], b"")
+            .status,
+        200
+    );
+    assert_eq!(c.get("/v2/schedules/my.sched").json()["isPaused"], false);
+}
+
+#[test]
+fn state_replays_after_restart_and_keys_rotate() {
+    let dir = TempDir::new("dl-replay");
+    let sink = Sink::start();
+    let data = dir.path().join("d");
+    let snapshot = |c: &mut Http| -> Vec<Value> {
+        [
+            "/v2/dlq",
+            "/v2/topics",
+            "/v2/queues",
+            "/v2/schedules",
+            "/v2/waiters/ev",
+        ]
+        .iter()
+        .map(|p| c.get(p).json())
+        .collect()
+    };
+    let (before, pending_id) = {
+        let s = Server::start_delivery(&data);
+        let mut c = s.qstash();
+        publish(
+            &mut c,
+            &sink.url("/status/404"),
+            &[("Upstash-Retries", "0")],
+            b"dead",
+        );
+        c.post(
+            "/v2/topics/t/endpoints",
+            json!({"endpoints": [{"url": sink.url("/t")}]})
+                .to_string()
+                .as_bytes(),
+        );
+        c.post(
+            "/v2/queues",
+            br#"{"queueName":"q","parallelism":2,"paused":true}"#,
+        );
+        c.request(
+            "POST",
+            &format!("/v2/schedules/{}", sink.url("/s")),
+            &[("Upstash-Cron", "0 0 1 1 *")],
+            b"",
+        );
+        c.post(
+            "/v2/wait/ev",
+            json!({"url": sink.url("/w"), "timeout": "1h"})
+                .to_string()
+                .as_bytes(),
+        );
+        let r = publish(
+            &mut c,
+            &sink.url("/later"),
+            &[("Upstash-Delay", "1h")],
+            b"later",
+        );
+        let pending = r.json()["messageId"].as_str().expect("id").to_string();
+        poll(10, "the DLQ entry", || {
+            c.get("/v2/dlq").json()["messages"]
+                .as_array()
+                .is_some_and(|m| m.len() == 1)
+        });
+        let snap = snapshot(&mut c);
+        assert_eq!(s.terminate(), Some(0));
+        (snap, pending)
+    };
+    let s = Server::start_delivery(&data);
+    let mut c = s.qstash();
+    assert_eq!(snapshot(&mut c), before);
+    assert_eq!(c.get(&format!("/v2/messages/{pending_id}")).status, 200);
+    drop(s);
+
+    // Keys generated on first start are kept, rotated on request, and the rotation persists.
+    let kd = dir.path().join("k");
+    let s = Server::start(&kd, &[]);
+    let creds: Value =
+        serde_json::from_slice(&std::fs::read(kd.join("credentials.json")).expect("creds"))
+            .expect("json");
+    let token = creds["qstash_token"].as_str().expect("token").to_string();
+    let decoded: Value =
+        serde_json::from_slice(&STANDARD.decode(&token).expect("b64")).expect("json");
+    assert!(decoded["UserID"].is_string() && decoded["Password"].is_string());
+    let mut c = Http::connect(&s.addr, &token);
+    let k1 = c.get("/v2/keys").json();
+    assert!(k1["current"]
+        .as_str()
+        .is_some_and(|k| k.starts_with("sig_")));
+    let k2 = c.post("/v2/keys/rotate", b"").json();
+    assert_eq!(k2["current"], k1["next"]);
+    assert_ne!(k2["next"], k1["next"]);
+    drop(s);
+    let s = Server::start(&kd, &[]);
+    let mut c = Http::connect(&s.addr, &token);
+    assert_eq!(c.get("/v2/keys").json(), k2);
+}
+
+#[test]
+fn kill_9_loses_no_message() {
+    let dir = TempDir::new("dl-crash");
+    let sink = Sink::start();
+    let data = dir.path().join("d");
+    let s = Server::start_delivery(&data);
+    let mut c = s.qstash();
+    let mut ids = Vec::new();
+    let t0 = Instant::now();
+    // Immediate ones to a slow destination (many in flight at the kill), and delayed ones.
+    for i in 0..1000 {
+        let (path, headers): (String, Vec<(&str, &str)>) = if i % 2 == 0 {
+            (format!("/sleep/200/{i}"), vec![])
+        } else {
+            (format!("/d/{i}"), vec![("Upstash-Delay", "2s")])
+        };
+        let r = publish(&mut c, &sink.url(&path), &headers, b"m");
+        assert_eq!(r.status, 200);
+        ids.push(r.json()["messageId"].as_str().expect("id").to_string());
+    }
+    s.kill9();
+    let before = sink.received().len();
+    let s = Server::start_delivery(&data);
+    let got = sink.wait_for(60, "every message delivered", |g| {
+        let seen: std::collections::HashSet<&str> = g
+            .iter()
+            .filter_map(|r| r.header("upstash-message-id"))
+            .collect();
+        ids.iter().all(|i| seen.contains(i.as_str()))
+    });
+    assert!(
+        before < 1000,
+        "the kill came before everything was delivered ({before})"
+    );
+    // Delayed messages still respect their time across the restart: none came early.
+    for r in got.iter().filter(|r| r.target.starts_with("/d/")) {
+        assert!(
+            r.at >= t0 + Duration::from_millis(1900),
+            "{} came early",
+            r.target
+        );
+    }
+    drop(s);
+}
