@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of tidepool, installing first what the tests need on a bare Debian machine:
-# redis-server (differential tests) and the official Python SDK with pytest (real-client tests).
+# redis-server (differential tests) and the official Python SDKs with pytest (real-client tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,14 +10,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq redis-server >/dev/null
 fi
-if ! python3 -c "import upstash_redis, pytest" >/dev/null 2>&1; then
-  echo "== installing upstash-redis and pytest"
-  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" pytest
+if ! python3 -c "import upstash_redis, qstash, pytest" >/dev/null 2>&1; then
+  echo "== installing upstash-redis, qstash and pytest"
+  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest
 fi
 
 echo "== cargo test (unit, golden bytes, HTTP, CLI, crash, differential vs redis-server)"
 cargo test --locked --all-targets --features fault-injection
 
-echo "== the official Python SDK against tidepool"
+echo "== the official Python SDKs (upstash-redis, qstash) against tidepool"
 cargo build --locked --bin tidepool
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
