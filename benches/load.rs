@@ -5,6 +5,8 @@
 //!
 //!     target/release/tidepool-bench --structures
 //!
+//!     target/release/tidepool-bench --delivery [--messages N] [--connections C] [--pending P]
+//!
 //! The second form times range reads on big structures (LRANGE, ZRANGEBYSCORE, ZRANGE BYSCORE
 //! LIMIT) at 10,000 and at 1,000,000 elements: with O(log n + m) structures the two sizes cost
 //! about the same.
@@ -12,6 +14,8 @@
 //! Workloads: GET, SET (tidepool --fsync never vs redis without persistence), durable SET
 //! (tidepool --fsync always vs redis with appendfsync always), and POST /pipeline with 100
 //! SETs (commands/s). Prints a Markdown table for the README.
+
+mod delivery;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -325,6 +329,17 @@ fn run() -> Result<(), String> {
         write!(f, "wrk.method = \"POST\"\nwrk.body = '{body}'\n").map_err(|e| e.to_string())?;
         Ok(p)
     };
+    if args.iter().any(|a| a == "--delivery") {
+        let r = delivery::run(
+            &bin,
+            &tmp,
+            arg("--messages", 30_000),
+            arg("--connections", 64),
+            arg("--pending", 1_000_000),
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
     if args.iter().any(|a| a == "--structures") {
         let r = structures(&bin, &tmp);
         let _ = std::fs::remove_dir_all(&tmp);

@@ -1,0 +1,279 @@
+//! Delivery-service benchmark (`tidepool-bench --delivery`): tidepool with `--fsync always`
+//! delivering to a local sink (a hyper server in this process), on the same machine.
+//!
+//! - deliveries/s: N messages published by C concurrent clients; the rate at which the sink
+//!   receives them, from the first publish to the last delivery;
+//! - publish-to-delivery latency at a moderate rate (p50, p99): from sending the publish to the
+//!   sink receiving the delivery;
+//! - lateness of delayed messages (`Upstash-Delay: 2s`): delivery time minus (publish send time
+//!   + 2 s); an over-estimate by the publish's own latency, never an under-estimate;
+//! - memory per pending delayed message: the server's RSS growth over 1,000,000 pending small
+//!   messages (published in batches of 100), divided by their number.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const TOKEN: &str = "bench-qstash";
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn start(bin: &Path, dir: &Path) -> Result<(Proc, String), String> {
+    use std::io::BufRead;
+    let mut child = Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--fsync", "always"])
+        .args(["--qstash-token", TOKEN, "--data"])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut r = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(|e| e.to_string())?;
+    std::thread::spawn(move || for _ in r.lines() {});
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .ok_or(format!("bad start line {line}"))?
+        .to_string();
+    Ok((Proc(child), url))
+}
+
+/// What the sink saw: message id -> (arrival instant, arrival wall ms).
+#[derive(Default)]
+struct Seen {
+    at: Mutex<HashMap<String, (Instant, u64)>>,
+    count: AtomicU64,
+}
+
+async fn sink(seen: Arc<Seen>) -> Result<String, String> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let seen = seen.clone();
+                        async move {
+                            let now = (Instant::now(), wall_ms());
+                            if let Some(id) = req.headers().get("upstash-message-id") {
+                                let id = String::from_utf8_lossy(id.as_bytes()).into_owned();
+                                if let Ok(mut m) = seen.at.lock() {
+                                    m.entry(id).or_insert(now);
+                                }
+                                seen.count.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok::<_, Infallible>(hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from_static(b"ok"),
+                            )))
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(format!("http://{addr}"))
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+}
+
+async fn publish(
+    c: &reqwest::Client,
+    base: &str,
+    dest: &str,
+    delay: Option<&str>,
+) -> Result<String, String> {
+    let mut rb = c
+        .post(format!("{base}/v2/publish/{dest}"))
+        .bearer_auth(TOKEN)
+        .body("x");
+    if let Some(d) = delay {
+        rb = rb.header("Upstash-Delay", d);
+    }
+    let r = rb.send().await.map_err(|e| e.to_string())?;
+    let b = r.bytes().await.map_err(|e| e.to_string())?;
+    let v: serde_json::Value = serde_json::from_slice(&b).map_err(|e| e.to_string())?;
+    v["messageId"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or(format!("publish answered {v}"))
+}
+
+fn rss_kib(pid: u32) -> Result<u64, String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or("no VmRSS".into())
+}
+
+pub fn run(bin: &Path, tmp: &Path, messages: u64, conns: u64, pending: u64) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let seen = Arc::new(Seen::default());
+        let sink_url = sink(seen.clone()).await?;
+        let (server, base) = start(bin, &tmp.join("delivery"))?;
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(conns as usize)
+            .build()
+            .map_err(|e| e.to_string())?;
+
+        // 1. Throughput.
+        let t0 = Instant::now();
+        let next = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..conns {
+            let (c, b, d, next) = (client.clone(), base.clone(), format!("{sink_url}/t"), next.clone());
+            tasks.push(tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < messages {
+                    publish(&c, &b, &d, None).await?;
+                }
+                Ok::<(), String>(())
+            }));
+        }
+        for t in tasks {
+            t.await.map_err(|e| e.to_string())??;
+        }
+        let published = t0.elapsed();
+        while seen.count.load(Ordering::Relaxed) < messages {
+            if t0.elapsed() > Duration::from_secs(300) {
+                return Err("deliveries did not finish in 300 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let last = seen
+            .at
+            .lock()
+            .map_err(|_| "lock")?
+            .values()
+            .map(|v| v.0)
+            .max()
+            .unwrap_or(t0);
+        let rate = messages as f64 / last.duration_since(t0).as_secs_f64();
+        let pub_rate = messages as f64 / published.as_secs_f64();
+
+        // 2. Latency at a moderate rate (500/s).
+        let mut sent: Vec<(String, Instant)> = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..2000u64 {
+            let (c, b, d) = (client.clone(), base.clone(), format!("{sink_url}/l"));
+            handles.push(tokio::spawn(async move {
+                let at = Instant::now();
+                publish(&c, &b, &d, None).await.map(|id| (id, at))
+            }));
+            tokio::time::sleep_until((Instant::now() + Duration::from_micros(2000)).into()).await;
+        }
+        for h in handles {
+            sent.push(h.await.map_err(|e| e.to_string())??);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut lat: Vec<f64> = {
+            let m = seen.at.lock().map_err(|_| "lock")?;
+            sent.iter()
+                .filter_map(|(id, at)| m.get(id).map(|(r, _)| r.duration_since(*at).as_secs_f64() * 1000.0))
+                .collect()
+        };
+        let (l50, l99) = (pct(&mut lat, 0.50), pct(&mut lat, 0.99));
+
+        // 3. Lateness of delayed messages.
+        let mut sent: Vec<(String, u64)> = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..2000u64 {
+            let (c, b, d) = (client.clone(), base.clone(), format!("{sink_url}/d"));
+            handles.push(tokio::spawn(async move {
+                let at = wall_ms();
+                publish(&c, &b, &d, Some("2s")).await.map(|id| (id, at))
+            }));
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        for h in handles {
+            sent.push(h.await.map_err(|e| e.to_string())??);
+        }
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        let mut late: Vec<f64> = {
+            let m = seen.at.lock().map_err(|_| "lock")?;
+            sent.iter()
+                .filter_map(|(id, at)| m.get(id).map(|(_, w)| *w as f64 - (*at + 2000) as f64))
+                .collect()
+        };
+        let delivered_late = late.len();
+        let (d50, d99) = (pct(&mut late, 0.50), pct(&mut late, 0.99));
+        let dmax = late.last().copied().unwrap_or(f64::NAN);
+        drop(server);
+
+        // 4. Memory per pending delayed message, on a fresh server.
+        let (server, base) = start(bin, &tmp.join("memory"))?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let pid = server.0.id();
+        let before = rss_kib(pid)?;
+        let batches = pending / 100;
+        let next = Arc::new(AtomicU64::new(0));
+        let item = serde_json::json!({"destination": "http://127.0.0.1:9/pending", "headers": {"upstash-delay": "1h"}, "body": "x"});
+        let batch_body = serde_json::Value::Array(vec![item; 100]).to_string();
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (c, b, body, next) = (client.clone(), base.clone(), batch_body.clone(), next.clone());
+            tasks.push(tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < batches {
+                    let r = c.post(format!("{b}/v2/batch")).bearer_auth(TOKEN).body(body.clone()).send().await.map_err(|e| e.to_string())?;
+                    if !r.status().is_success() {
+                        return Err(format!("batch answered {}", r.status()));
+                    }
+                }
+                Ok::<(), String>(())
+            }));
+        }
+        for t in tasks {
+            t.await.map_err(|e| e.to_string())??;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = rss_kib(pid)?;
+        let per_msg = (after.saturating_sub(before) * 1024) as f64 / (batches * 100) as f64;
+        drop(server);
+
+        println!("| measure | tidepool (`--fsync always`) | target |");
+        println!("|---|---|---|");
+        println!("| deliveries/s ({messages} messages, {conns} publishers) | {rate:.0} (publish {pub_rate:.0}/s) | >= 5,000 |");
+        println!("| publish-to-delivery latency at 500 msg/s | p50 {l50:.1} ms, p99 {l99:.1} ms | |");
+        println!("| lateness of 2,000 delayed messages ({delivered_late} seen) | p50 {d50:.0} ms, p99 {d99:.0} ms, max {dmax:.0} ms | p99 <= 50 ms |");
+        println!("| memory per pending delayed message ({} pending) | {per_msg:.0} bytes (RSS {} -> {} MiB) | < 1024 bytes |", batches * 100, before / 1024, after / 1024);
+        Ok(())
+    })
+}
