@@ -599,7 +599,19 @@ fn wait_notify_and_waiter_timeout() {
     let d = got.iter().find(|r| r.target == "/wf").expect("wf");
     assert_eq!(d.header("upstash-workflow-sdk-version"), Some("1"));
     assert_eq!(d.header("upstash-workflow-runid"), Some("wfr_1"));
-    let step = d.json();
+    // A message of a workflow run is delivered as the run's history (RawSteps) up to itself;
+    // the woken step is the last entry.
+    let history = d.json();
+    let last = history
+        .as_array()
+        .and_then(|a| a.last())
+        .expect("a RawStep array");
+    let step: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(last["body"].as_str().expect("body"))
+            .expect("b64"),
+    )
+    .expect("step JSON");
     assert_eq!(step["stepId"], 4);
     assert_eq!(step["waitEventId"], "payment");
     assert_eq!(step["waitTimeout"], false);
@@ -874,4 +886,112 @@ fn kill_9_loses_no_message() {
         );
     }
     drop(s);
+}
+
+#[test]
+fn workflow_runs_history_lookback_and_end() {
+    let dir = TempDir::new("dl-runs");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let wf = sink.url("/wf");
+    let run_headers = |init: &'static str| {
+        vec![
+            ("Upstash-Workflow-RunId", "wfr_t1"),
+            ("Upstash-Workflow-Init", init),
+            ("Upstash-Forward-Upstash-Workflow-Sdk-Version", "1"),
+        ]
+    };
+    let r = publish(&mut c, &wf, &run_headers("true"), b"{\"start\":1}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let first = r.json()["messageId"].as_str().expect("id").to_string();
+    // The same run id again is a duplicate, not a second run.
+    let again = publish(&mut c, &wf, &run_headers("true"), b"{}");
+    assert_eq!(again.status, 202);
+    assert_eq!(again.json()["deduplicated"], true);
+    // The delivery carries the history up to itself (the initial payload) and the run headers.
+    let got = sink.wait_for(10, "the first step", |g| !g.is_empty());
+    let steps = got[0].json();
+    assert_eq!(steps[0]["messageId"], first.as_str());
+    assert_eq!(steps[0]["callType"], "step");
+    assert_eq!(
+        STANDARD
+            .decode(steps[0]["body"].as_str().expect("b"))
+            .expect("b64"),
+        b"{\"start\":1}"
+    );
+    assert_eq!(got[0].header("upstash-workflow-runid"), Some("wfr_t1"));
+    assert!(got[0].header("upstash-workflow-createdat").is_some());
+    assert_eq!(got[0].header("upstash-workflow-sdk-version"), Some("1"));
+    // A second step: the next delivery has both entries; the run's history is served too.
+    let step = br#"{"stepId":1,"stepName":"a","stepType":"Run","out":"1","concurrent":1}"#;
+    publish(&mut c, &wf, &run_headers("false"), step);
+    let got = sink.wait_for(10, "the second step", |g| g.len() == 2);
+    assert_eq!(got[1].json().as_array().map(Vec::len), Some(2));
+    let history = c.get("/v2/workflows/runs/wfr_t1");
+    assert_eq!(history.status, 200);
+    assert_eq!(history.json().as_array().map(Vec::len), Some(2));
+    // Lookback notify: nobody waits yet, so the run's next wait is woken at once.
+    assert_eq!(
+        c.post("/v2/notify/wfr_t1/late-event", b"early").json(),
+        json!([])
+    );
+    let wait = json!({"url": wf, "timeout": "1h", "step": {"stepId": 2, "stepType": "Wait", "stepName": "w", "concurrent": 1}});
+    let r = c.request(
+        "POST",
+        "/v2/wait/late-event",
+        &[
+            ("Upstash-Workflow-RunId", "wfr_t1"),
+            ("Upstash-Forward-Upstash-Workflow-Sdk-Version", "1"),
+        ],
+        wait.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(c.get("/v2/waiters/late-event").json(), json!([]));
+    let got = sink.wait_for(10, "the woken wait", |g| g.len() == 3);
+    let steps = got[2].json();
+    let last = STANDARD
+        .decode(steps[2]["body"].as_str().expect("b"))
+        .expect("b64");
+    let last: Value = serde_json::from_slice(&last).expect("step json");
+    assert_eq!(
+        STANDARD
+            .decode(last["out"].as_str().expect("out"))
+            .expect("b64"),
+        b"early"
+    );
+    // Finish: the run answers 404, and publishing into it is refused with 400.
+    let r = c.request(
+        "DELETE",
+        "/v2/workflows/runs/wfr_t1?cancel=false",
+        &[],
+        b"\"result\"",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(c.get("/v2/workflows/runs/wfr_t1").status, 404);
+    assert_eq!(
+        publish(&mut c, &wf, &run_headers("false"), step).status,
+        400
+    );
+    // Bulk cancel counts live runs only.
+    let h2 = [
+        ("Upstash-Workflow-RunId", "wfr_t2"),
+        ("Upstash-Workflow-Init", "true"),
+        ("Upstash-Delay", "1h"),
+    ];
+    publish(&mut c, &wf, &h2, b"{}");
+    let r = c.request(
+        "DELETE",
+        "/v2/workflows/runs?workflowRunIds=wfr_t2",
+        &[],
+        b"",
+    );
+    assert_eq!(r.json(), json!({"cancelled": 1}));
+    let r = c.request(
+        "DELETE",
+        "/v2/workflows/runs?workflowRunIds=wfr_t2",
+        &[],
+        b"",
+    );
+    assert_eq!(r.json(), json!({"cancelled": 0}));
 }

@@ -229,6 +229,20 @@ fn every_delivery_event_round_trips() {
         Event::WaitersRemove {
             ids: vec!["wtr_1".into()],
         },
+        Event::RunEnd {
+            id: "wfr_1".into(),
+            state: "RUN_SUCCESS".into(),
+            response: Some(Bin(b"\"done\"".to_vec())),
+        },
+        Event::Notification {
+            run_id: "wfr_1".into(),
+            event_id: "ev".into(),
+            body: Bin(b"data".to_vec()),
+        },
+        Event::NotificationRemove {
+            run_id: "wfr_1".into(),
+            event_id: "ev".into(),
+        },
     ];
     let record = Record::Delivery(events);
     let mut payload = Vec::new();

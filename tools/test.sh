@@ -15,9 +15,21 @@ if ! python3 -c "import upstash_redis, qstash, pytest" >/dev/null 2>&1; then
   python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest
 fi
 
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "== installing nodejs and npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nodejs npm >/dev/null
+fi
+echo "== installing the Node SDKs for the workflow test (tests/node/package-lock.json)"
+(cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+
 echo "== cargo test (unit, golden bytes, HTTP, CLI, crash, differential vs redis-server)"
 cargo test --locked --all-targets --features fault-injection
 
 echo "== the official Python SDKs (upstash-redis, qstash) against tidepool"
 cargo build --locked --bin tidepool
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
+
+echo "== the official @upstash/workflow SDK running a workflow end to end against tidepool"
+TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/workflow.mjs

@@ -252,7 +252,7 @@ fn filter(query: &[(String, String)], body: &[u8], ids_key: &str) -> Result<Filt
                 )
             }
             "cursor" => f.cursor = Some(v.clone()).filter(|c| !c.is_empty()),
-            "qstash_token" | "order" | "source" => {}
+            "qstash_token" | "order" | "source" | "cancel" => {}
             k if k == ids_key => f.ids.extend(v.split(',').map(str::to_string)),
             "messageIds" => f.ids.extend(v.split(',').map(str::to_string)),
             _ => {
@@ -502,16 +502,37 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
             },
             _ => return err(404, "use /v2/wait/<eventId>"),
         },
-        ("notify", &Method::POST) => match segs.len() {
-            // The lookback form names the run first; waiters are found by event either way.
-            1 | 2 => match name(segs.len() - 1) {
-                Some(event_id) => Op::Notify {
-                    event_id,
-                    body: body.to_vec(),
-                },
-                None => return err(404, "use /v2/notify/<eventId>"),
+        ("notify", &Method::POST) => match (segs.len(), name(0), name(1)) {
+            (1, Some(event_id), _) => Op::Notify {
+                event_id,
+                body: body.to_vec(),
+                run_id: None,
             },
-            _ => return err(404, "use /v2/notify/<eventId>"),
+            // The lookback form: kept for the run when nobody in it waits yet.
+            (2, Some(run_id), Some(event_id)) => Op::Notify {
+                event_id,
+                body: body.to_vec(),
+                run_id: Some(run_id),
+            },
+            _ => {
+                return err(
+                    404,
+                    "use /v2/notify/<eventId> or /v2/notify/<runId>/<eventId>",
+                )
+            }
+        },
+        ("workflows", _) if segs.first() == Some(&"runs") => match (m, segs.len(), name(1)) {
+            (&Method::GET, 2, Some(id)) => Op::RunGet(id),
+            (&Method::DELETE, 2, Some(id)) => Op::RunDelete {
+                id,
+                cancel: query.iter().any(|(k, v)| k == "cancel" && v == "true"),
+                body: body.to_vec(),
+            },
+            (&Method::DELETE, 1, _) => match filter(&query, &body, "workflowRunIds") {
+                Ok(f) => Op::RunsCancel(f),
+                Err(e) => return err(400, e),
+            },
+            _ => return err(404, "use /v2/workflows/runs/<runId>"),
         },
         ("waiters", &Method::GET) => match (name(0), segs.len()) {
             (Some(e), 1) => Op::Waiters(e),

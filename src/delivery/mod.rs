@@ -26,6 +26,7 @@ pub mod sign;
 pub mod worker;
 
 use crate::config::{DELIVERY_DEDUP_WINDOW_MS, DELIVERY_LOG_ENTRIES_MAX};
+use crate::wal::record::Bin;
 use model::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -94,6 +95,18 @@ pub struct Delivery {
     dedup_expiry: VecDeque<(u64, String)>,
     pub logs: VecDeque<LogEntry>,
     pub in_flight: usize,
+    /// Workflow runs by id (ended ones stay as tombstones so late steps are refused).
+    pub runs: HashMap<String, Run>,
+    /// Lookback notifications by (run, event).
+    pub notifications: BTreeMap<(String, String), Bin>,
+}
+
+/// A message ready for a worker: its body is the one to send (a workflow step gets the run's
+/// history instead of its own body).
+pub struct Due {
+    pub msg: Message,
+    pub retried: u32,
+    pub run_created_ms: Option<u64>,
 }
 
 impl Delivery {
@@ -226,7 +239,77 @@ impl Delivery {
                     }
                 }
             }
+            Event::RunEnd {
+                id,
+                state,
+                response,
+            } => {
+                if let Some(r) = self.runs.get_mut(id) {
+                    r.ended = Some(state.clone());
+                    r.completed_ms = Some(ts);
+                    r.response = response.as_ref().map(|b| b.0.clone());
+                    r.steps = Vec::new();
+                }
+                self.notifications.retain(|(run, _), _| run != id);
+            }
+            Event::Notification {
+                run_id,
+                event_id,
+                body,
+            } => {
+                self.notifications
+                    .insert((run_id.clone(), event_id.clone()), body.clone());
+            }
+            Event::NotificationRemove { run_id, event_id } => {
+                self.notifications
+                    .remove(&(run_id.clone(), event_id.clone()));
+            }
         }
+    }
+
+    /// Adds a message of a workflow run to the run's history, creating the run on its first.
+    fn run_append(&mut self, ts: u64, m: &Message) {
+        let Some(run_id) = m.conf.run_id() else {
+            return;
+        };
+        let run = self.runs.entry(run_id.to_string()).or_insert_with(|| Run {
+            id: run_id.to_string(),
+            url: m
+                .conf
+                .workflow_value("Upstash-Workflow-Url")
+                .unwrap_or(&m.url)
+                .to_string(),
+            created_ms: ts,
+            steps: Vec::new(),
+            ended: None,
+            completed_ms: None,
+            response: None,
+        });
+        if run.ended.is_none() {
+            run.steps.push(RunStep {
+                message_id: m.id.clone(),
+                body: m.body.clone(),
+                call_type: m.conf.call_type().to_string(),
+            });
+        }
+    }
+
+    /// The run's history up to and including `message_id`, as the SDK's RawStep array.
+    pub fn run_history(&self, run_id: &str, message_id: &str) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let run = self.runs.get(run_id).filter(|r| r.ended.is_none())?;
+        let mut out = Vec::new();
+        for s in &run.steps {
+            out.push(serde_json::json!({
+                "messageId": s.message_id,
+                "body": base64::engine::general_purpose::STANDARD.encode(&s.body.0),
+                "callType": s.call_type,
+            }));
+            if s.message_id == message_id {
+                break;
+            }
+        }
+        Some(serde_json::Value::Array(out).to_string().into_bytes())
     }
 
     fn put(&mut self, ts: u64, m: &Message) {
@@ -241,6 +324,7 @@ impl Delivery {
             self.dedup_expiry.push_back((until, k.clone()));
         }
         self.log(ts, m, &id, "CREATED");
+        self.run_append(ts, m);
         let order = self.next_order;
         self.next_order += 1;
         let queued = m.queue.as_ref().and_then(|q| self.queues.get_mut(q));
@@ -397,7 +481,7 @@ impl Delivery {
     }
 
     /// Messages due at `now_ms`, at most `limit`, marked in flight. Not logged: see module doc.
-    pub fn take_due(&mut self, now_ms: u64, limit: usize) -> Vec<(Message, u32)> {
+    pub fn take_due(&mut self, now_ms: u64, limit: usize) -> Vec<Due> {
         let mut out = Vec::new();
         while out.len() < limit {
             let Some(first) = self.due.first() else {
@@ -412,7 +496,27 @@ impl Delivery {
             if let Some(p) = self.msgs.get_mut(&id) {
                 p.in_flight = true;
                 self.in_flight += 1;
-                out.push((p.msg.clone(), p.retried));
+                out.push(Due {
+                    msg: p.msg.clone(),
+                    retried: p.retried,
+                    run_created_ms: None,
+                });
+            }
+        }
+        // A workflow step is delivered with the run's history up to itself (the SDK's eager
+        // form of LazyFetch); calls and callbacks carry their own bodies.
+        for d in &mut out {
+            let Some(run_id) = d.msg.conf.run_id() else {
+                continue;
+            };
+            let Some(run) = self.runs.get(run_id) else {
+                continue;
+            };
+            d.run_created_ms = Some(run.created_ms);
+            if d.msg.conf.call_type() == "step" {
+                if let Some(h) = self.run_history(run_id, &d.msg.id) {
+                    d.msg.body = Bin(h);
+                }
             }
         }
         out

@@ -82,10 +82,24 @@ pub struct Message {
     pub source_id: Option<String>,
 }
 
-impl Message {
-    /// The header (`Content-Type` and forwarded ones) as a JSON header map.
-    pub fn headers(&self) -> &[(String, String)] {
-        &self.conf.forward
+impl Conf {
+    /// A `Upstash-Workflow-*` value (canonical name, e.g. `Upstash-Workflow-Runid`).
+    pub fn workflow_value(&self, name: &str) -> Option<&str> {
+        self.workflow
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The workflow run this message belongs to.
+    pub fn run_id(&self) -> Option<&str> {
+        self.workflow_value("Upstash-Workflow-Runid")
+    }
+
+    /// `Upstash-Workflow-CallType`, `step` when absent.
+    pub fn call_type(&self) -> &str {
+        self.workflow_value("Upstash-Workflow-Calltype")
+            .unwrap_or("step")
     }
 }
 
@@ -165,6 +179,28 @@ pub struct Waiter {
     pub created_ms: u64,
 }
 
+/// One entry of a workflow run's history (what the SDK calls a RawStep).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStep {
+    pub message_id: String,
+    pub body: Bin,
+    /// `step`, `toCallback`, `fromCallback`, ... (`Upstash-Workflow-CallType`).
+    pub call_type: String,
+}
+
+/// A workflow run: created by its first message, ended by `DELETE /v2/workflows/runs/<id>`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub id: String,
+    pub url: String,
+    pub created_ms: u64,
+    pub steps: Vec<RunStep>,
+    /// `RUN_SUCCESS` or `RUN_CANCELED` once ended (the history is then dropped).
+    pub ended: Option<String>,
+    pub completed_ms: Option<u64>,
+    pub response: Option<Vec<u8>>,
+}
+
 /// How an attempt ended, as the executor decided it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -230,6 +266,23 @@ pub enum Event {
     WaitersRemove {
         ids: Vec<String>,
     },
+    /// A workflow run ended: finished (`RUN_SUCCESS`, with the result) or cancelled
+    /// (`RUN_CANCELED`).
+    RunEnd {
+        id: String,
+        state: String,
+        response: Option<Bin>,
+    },
+    /// A lookback notify that found no waiter in its run, kept for the run's next wait.
+    Notification {
+        run_id: String,
+        event_id: String,
+        body: Bin,
+    },
+    NotificationRemove {
+        run_id: String,
+        event_id: String,
+    },
 }
 
 impl Event {
@@ -250,6 +303,9 @@ impl Event {
             Event::ScheduleFired { .. } => "ScheduleFired",
             Event::Wait(_) => "Wait",
             Event::WaitersRemove { .. } => "WaitersRemove",
+            Event::RunEnd { .. } => "RunEnd",
+            Event::Notification { .. } => "Notification",
+            Event::NotificationRemove { .. } => "NotificationRemove",
         }
     }
 
@@ -304,6 +360,15 @@ impl Event {
                 w.id, w.event_id, w.url, w.deadline_s
             ),
             Event::WaitersRemove { ids } => format!("WaitersRemove {}", ids.join(" ")),
+            Event::RunEnd { id, state, .. } => format!("RunEnd {id} {state}"),
+            Event::Notification {
+                run_id,
+                event_id,
+                body,
+            } => format!("Notification {run_id} {event_id} body={}B", body.0.len()),
+            Event::NotificationRemove { run_id, event_id } => {
+                format!("NotificationRemove {run_id} {event_id}")
+            }
         }
     }
 }

@@ -104,7 +104,16 @@ pub enum Op {
     Notify {
         event_id: String,
         body: Vec<u8>,
+        /// The lookback form: a notify for a run keeps the event when nobody waits yet.
+        run_id: Option<String>,
     },
+    RunGet(String),
+    RunDelete {
+        id: String,
+        cancel: bool,
+        body: Vec<u8>,
+    },
+    RunsCancel(Filter),
     Waiters(String),
     Logs(Filter),
 }
@@ -125,6 +134,7 @@ impl Op {
                 | Op::ScheduleList
                 | Op::Waiters(_)
                 | Op::Logs(_)
+                | Op::RunGet(_)
         )
     }
 }
@@ -262,6 +272,21 @@ impl<'a> Tx<'a> {
                 .map(|e| (e.url.clone(), Some((t.name.clone(), e.name.clone()))))
                 .collect()
         };
+        if let Some(run_id) = req.conf.run_id() {
+            if let Some(run) = self.d.runs.get(run_id) {
+                if req.conf.workflow_value("Upstash-Workflow-Init") == Some("true") {
+                    let first = run.steps.first().map(|s| s.message_id.clone());
+                    return Ok(json!({
+                        "messageId": first.unwrap_or_default(),
+                        "url": req.dest,
+                        "deduplicated": true,
+                    }));
+                }
+                if run.ended.is_some() {
+                    return Err(bad(format!("workflow run {run_id} has already ended")));
+                }
+            }
+        }
         if let Some(q) = &req.queue {
             if !self.d.queues.contains_key(q) {
                 self.emit(Event::Queue(QueueConf {
@@ -603,6 +628,45 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
             ok(json!({}))
         }
         Op::Wait(w) => {
+            let run = run_id(&w.headers);
+            let stored = run.as_ref().and_then(|r| {
+                tx.d.notifications
+                    .get(&(r.clone(), w.event_id.clone()))
+                    .cloned()
+            });
+            if let (Some(run), Some(event)) = (run, stored) {
+                // A lookback notification came first: wake at once instead of waiting.
+                let waiter = Waiter {
+                    id: String::new(),
+                    event_id: w.event_id.clone(),
+                    url: w.url.clone(),
+                    headers: w.headers.clone(),
+                    deadline_s: 0,
+                    timeout_url: None,
+                    timeout_body: None,
+                    timeout_headers: Vec::new(),
+                    step: w.step.to_string(),
+                    created_ms: tx.now_ms,
+                };
+                let c = conf::parse(&header_pairs(&w.headers), &mut conf::Extra::default())
+                    .unwrap_or_default();
+                let m = tx.message(
+                    &w.url,
+                    &c,
+                    wake_body(&waiter, Some(&event.0)),
+                    Origin::Notify,
+                    None,
+                    None,
+                    None,
+                    None,
+                );
+                tx.emit(Event::NotificationRemove {
+                    run_id: run,
+                    event_id: w.event_id,
+                });
+                tx.emit(Event::Put(Box::new(m)));
+                return ok(json!({}));
+            }
             let id = tx.random_id("wtr_", 20);
             let deadline_s = tx.now_ms.saturating_add(w.timeout_ms).div_ceil(1000);
             tx.emit(Event::Wait(Box::new(Waiter {
@@ -619,7 +683,61 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
             })));
             ok(json!({}))
         }
-        Op::Notify { event_id, body } => notify(tx, &event_id, &body),
+        Op::Notify {
+            event_id,
+            body,
+            run_id,
+        } => notify(tx, &event_id, &body, run_id.as_deref()),
+        Op::RunGet(id) => match tx.d.runs.get(&id) {
+            Some(r) if r.ended.is_none() => {
+                let steps: Vec<Value> = r
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        json!({
+                            "messageId": s.message_id,
+                            "body": STANDARD.encode(&s.body.0),
+                            "callType": s.call_type,
+                        })
+                    })
+                    .collect();
+                ok(Value::Array(steps))
+            }
+            _ => not_found(&format!("workflow run {id} not found or ended")),
+        },
+        Op::RunDelete { id, cancel, body } => match tx.d.runs.get(&id) {
+            Some(r) if r.ended.is_none() => {
+                end_run(tx, &id, cancel, (!body.is_empty()).then_some(body));
+                ok(json!({}))
+            }
+            _ => not_found(&format!("workflow run {id} not found or ended")),
+        },
+        Op::RunsCancel(f) => {
+            let ids: Vec<String> =
+                tx.d.runs
+                    .values()
+                    .filter(|r| r.ended.is_none())
+                    .filter(|r| f.ids.is_empty() || f.ids.contains(&r.id))
+                    .filter(|r| {
+                        values(&f, "workflowUrl").is_none_or(|vs| {
+                            let exact = values(&f, "workflowUrlExactMatch")
+                                .is_some_and(|v| v.iter().any(|x| x == "true"));
+                            vs.iter().any(|v| {
+                                if exact {
+                                    r.url == *v
+                                } else {
+                                    r.url.starts_with(v.as_str())
+                                }
+                            })
+                        })
+                    })
+                    .map(|r| r.id.clone())
+                    .collect();
+            for id in &ids {
+                end_run(tx, id, true, None);
+            }
+            ok(json!({ "cancelled": ids.len() }))
+        }
         Op::Waiters(event_id) => ok(Value::Array(
             tx.d.waiters
                 .values()
@@ -835,13 +953,60 @@ fn run_id(headers: &[(String, String)]) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
-fn notify(tx: &mut Tx, event_id: &str, body: &[u8]) -> OpReply {
+/// Ends a run: cancelled runs lose their pending messages and waiters.
+fn end_run(tx: &mut Tx, id: &str, cancel: bool, response: Option<Vec<u8>>) {
+    if cancel {
+        let mut msgs: Vec<(u64, String)> =
+            tx.d.msgs
+                .values()
+                .filter(|p| p.msg.conf.run_id() == Some(id))
+                .map(|p| (p.order, p.msg.id.clone()))
+                .collect();
+        msgs.sort();
+        if !msgs.is_empty() {
+            tx.emit(Event::Cancel {
+                ids: msgs.into_iter().map(|(_, i)| i).collect(),
+            });
+        }
+        let waiters: Vec<String> =
+            tx.d.waiters
+                .values()
+                .filter(|w| run_id(&w.headers).as_deref() == Some(id))
+                .map(|w| w.id.clone())
+                .collect();
+        if !waiters.is_empty() {
+            tx.emit(Event::WaitersRemove { ids: waiters });
+        }
+    }
+    tx.emit(Event::RunEnd {
+        id: id.to_string(),
+        state: if cancel {
+            "RUN_CANCELED"
+        } else {
+            "RUN_SUCCESS"
+        }
+        .into(),
+        response: response.map(Bin),
+    });
+}
+
+fn notify(tx: &mut Tx, event_id: &str, body: &[u8], only_run: Option<&str>) -> OpReply {
     let waiters: Vec<Waiter> =
         tx.d.waiters
             .values()
             .filter(|w| w.event_id == event_id)
+            .filter(|w| only_run.is_none() || run_id(&w.headers).as_deref() == only_run)
             .cloned()
             .collect();
+    if let (Some(run), true) = (only_run, waiters.is_empty()) {
+        // Lookback: nobody in the run waits yet; the run's next wait for this event gets it.
+        tx.emit(Event::Notification {
+            run_id: run.to_string(),
+            event_id: event_id.to_string(),
+            body: Bin(body.to_vec()),
+        });
+        return ok(json!([]));
+    }
     let mut out = Vec::new();
     let mut ids = Vec::new();
     for w in waiters {
@@ -944,7 +1109,13 @@ pub fn fire_schedules(tx: &mut Tx) {
 
 /// Callback body (section 7 of the reference): after every attempt to `Upstash-Callback`, and
 /// with `dlqId` once retries are exhausted to `Upstash-Failure-Callback`.
-fn callback_body(m: &Message, retried: u32, r: &Response, dlq_id: Option<&str>) -> Vec<u8> {
+fn callback_body(
+    m: &Message,
+    retried: u32,
+    r: &Response,
+    dlq_id: Option<&str>,
+    run: Option<&Run>,
+) -> Vec<u8> {
     let mut b = Map::new();
     b.insert("status".into(), json!(r.status));
     b.insert("header".into(), json::header_map(&r.headers));
@@ -973,6 +1144,14 @@ fn callback_body(m: &Message, retried: u32, r: &Response, dlq_id: Option<&str>) 
     }
     if let Some(d) = dlq_id {
         b.insert("dlqId".into(), json!(d));
+    }
+    if let Some(run) = run {
+        b.insert("workflowRunId".into(), json!(run.id));
+        b.insert("workflowCreatedAt".into(), json!(run.created_ms));
+        // The workflow SDK reads the run's initial payload here.
+        if let Some(first) = run.steps.first() {
+            b.insert("sourceBody".into(), json!(STANDARD.encode(&first.body.0)));
+        }
     }
     Value::Object(b).to_string().into_bytes()
 }
@@ -1025,12 +1204,13 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
         r.retried
     };
     let mut spawned = Vec::new();
+    let run = m.conf.run_id().and_then(|id| tx.d.runs.get(id));
     if let Some(cb) = &m.conf.callback {
-        let body = callback_body(&m, reported_retried, &r.response, None);
+        let body = callback_body(&m, reported_retried, &r.response, None, run);
         spawned.push((cb.clone(), body, Origin::Callback));
     }
     if let (Some(fcb), Some(d)) = (&m.conf.failure_callback, &dlq_id) {
-        let body = callback_body(&m, reported_retried, &r.response, Some(d));
+        let body = callback_body(&m, reported_retried, &r.response, Some(d), run);
         spawned.push((fcb.clone(), body, Origin::FailureCallback));
     }
     tx.emit(Event::Attempt {

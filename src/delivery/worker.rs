@@ -21,6 +21,8 @@ const ATTEMPT_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1000;
 pub struct Dispatch {
     pub msg: Message,
     pub retried: u32,
+    /// For a workflow run's message: when the run was created (`Upstash-Workflow-CreatedAt`).
+    pub run_created_ms: Option<u64>,
     /// The log sequence that holds the message; with fsync `always` the attempt waits until it
     /// is durable, so nothing is delivered that a crash could un-publish.
     pub durable_after: u64,
@@ -120,41 +122,55 @@ impl Workers {
             now_s,
             &format!("{jti}{}", d.retried),
         );
-        let mut rb = self
-            .client
-            .request(method, &m.url)
-            .timeout(Duration::from_millis(timeout))
-            .body(m.body.0.clone());
+        // Forwarded headers first (repeated names kept), then the delivery's own headers, which
+        // replace any forwarded header of the same name: a workflow step forwards the headers
+        // of the request that produced it, its old Upstash-Signature included.
+        let mut h = reqwest::header::HeaderMap::new();
         for (k, v) in &m.conf.forward {
             if is_hop_by_hop(k) {
                 continue;
             }
-            rb = rb.header(k.as_str(), v.as_str());
-        }
-        rb = rb
-            .header("Upstash-Message-Id", m.id.as_str())
-            .header("Upstash-Retried", d.retried.to_string())
-            .header("Upstash-Signature", signature);
-        if let Some(s) = &m.schedule_id {
-            rb = rb.header("Upstash-Schedule-Id", s.as_str());
-        }
-        if let Some(t) = &m.topic {
-            rb = rb.header("Upstash-Topic-Name", t.as_str());
-        }
-        if let Some(ip) = &m.caller_ip {
-            rb = rb.header("Upstash-Caller-Ip", ip.as_str());
-        }
-        for (k, v) in &m.conf.workflow {
-            match k.as_str() {
-                "Upstash-Workflow-Runid" => {
-                    rb = rb
-                        .header("Upstash-Workflow-RunId", v.as_str())
-                        .header("Upstash-Workflow-CreatedAt", m.created_ms.to_string());
-                }
-                "Upstash-Workflow-Url" => rb = rb.header("Upstash-Workflow-Url", v.as_str()),
-                _ => {}
+            if let (Ok(name), Ok(value)) = (
+                reqwest::header::HeaderName::from_bytes(k.as_bytes()),
+                reqwest::header::HeaderValue::from_str(v),
+            ) {
+                h.append(name, value);
             }
         }
+        let mut own = vec![
+            ("upstash-message-id", m.id.clone()),
+            ("upstash-retried", d.retried.to_string()),
+            ("upstash-signature", signature),
+            ("user-agent", "Upstash-QStash".to_string()),
+        ];
+        if let Some(s) = &m.schedule_id {
+            own.push(("upstash-schedule-id", s.clone()));
+        }
+        if let Some(t) = &m.topic {
+            own.push(("upstash-topic-name", t.clone()));
+        }
+        if let Some(ip) = &m.caller_ip {
+            own.push(("upstash-caller-ip", ip.clone()));
+        }
+        if let Some(run) = m.conf.run_id() {
+            let created = d.run_created_ms.unwrap_or(m.created_ms);
+            own.push(("upstash-workflow-runid", run.to_string()));
+            own.push(("upstash-workflow-createdat", created.to_string()));
+        }
+        if let Some(u) = m.conf.workflow_value("Upstash-Workflow-Url") {
+            own.push(("upstash-workflow-url", u.to_string()));
+        }
+        for (k, v) in own {
+            if let Ok(value) = reqwest::header::HeaderValue::from_str(&v) {
+                h.insert(reqwest::header::HeaderName::from_static(k), value);
+            }
+        }
+        let rb = self
+            .client
+            .request(method, &m.url)
+            .timeout(Duration::from_millis(timeout))
+            .headers(h)
+            .body(m.body.0.clone());
         let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => {

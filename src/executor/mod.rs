@@ -383,11 +383,12 @@ impl Executor {
         }
         let now = clock::wall_unix_ms();
         let durable_after = self.wal.last_seq();
-        for (msg, retried) in self.delivery.take_due(now, room) {
+        for d in self.delivery.take_due(now, room) {
             self.workers.start(
                 Dispatch {
-                    msg,
-                    retried,
+                    msg: d.msg,
+                    retried: d.retried,
+                    run_created_ms: d.run_created_ms,
                     durable_after,
                 },
                 self.jobs.clone(),
