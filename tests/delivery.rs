@@ -995,3 +995,166 @@ fn workflow_runs_history_lookback_and_end() {
     );
     assert_eq!(r.json(), json!({"cancelled": 0}));
 }
+
+#[test]
+fn flow_control_limits_parallelism_and_rate() {
+    let dir = TempDir::new("dl-flow");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    // Parallelism 1: each delivery starts only after the previous one answered (100 ms each).
+    for i in 0..4 {
+        let h = [
+            ("Upstash-Flow-Control-Key", "one"),
+            ("Upstash-Flow-Control-Value", "parallelism=1"),
+        ];
+        let r = publish(&mut c, &sink.url(&format!("/sleep/100/p{i}")), &h, b"x");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let got = sink.wait_for(20, "four deliveries", |g| g.len() == 4);
+    for w in got.windows(2) {
+        assert!(
+            w[1].at.duration_since(w[0].at) >= Duration::from_millis(95),
+            "{} started before {} finished",
+            w[1].target,
+            w[0].target
+        );
+    }
+    let info = c.get("/v2/flowControl/one").json();
+    assert_eq!(info["parallelismMax"], 1);
+    for k in [
+        "flowControlKey",
+        "waitListSize",
+        "parallelismCount",
+        "rateMax",
+        "rateCount",
+        "ratePeriod",
+        "ratePeriodStart",
+        "isPaused",
+        "isPinnedParallelism",
+        "isPinnedRate",
+    ] {
+        assert!(info.get(k).is_some(), "flow control field {k}");
+    }
+    // Rate 2 per second: six messages need three windows.
+    for i in 0..6 {
+        let h = [
+            ("Upstash-Flow-Control-Key", "two"),
+            ("Upstash-Flow-Control-Value", "rate=2, period=1s"),
+        ];
+        publish(&mut c, &sink.url(&format!("/r{i}")), &h, b"x");
+    }
+    let got = sink.wait_for(20, "six rate-limited deliveries", |g| {
+        g.iter().filter(|r| r.target.starts_with("/r")).count() == 6
+    });
+    let r: Vec<&Received> = got.iter().filter(|r| r.target.starts_with("/r")).collect();
+    assert!(r[5].at.duration_since(r[0].at) >= Duration::from_millis(1900));
+    // A paused key holds its messages; resume lets them go.
+    assert_eq!(c.post("/v2/flowControl/three/pause", b"").status, 200);
+    let h = [
+        ("Upstash-Flow-Control-Key", "three"),
+        ("Upstash-Flow-Control-Value", "parallelism=5"),
+    ];
+    publish(&mut c, &sink.url("/held"), &h, b"x");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(sink.at("/held").is_empty());
+    let info = c.get("/v2/flowControl/three").json();
+    assert_eq!(
+        (info["isPaused"].clone(), info["waitListSize"].clone()),
+        (json!(true), json!(1))
+    );
+    assert_eq!(c.post("/v2/flowControl/three/resume", b"").status, 200);
+    sink.wait_for(10, "the resumed delivery", |g| {
+        g.iter().any(|r| r.target == "/held")
+    });
+    // Pinning overrides the messages' values.
+    assert_eq!(
+        c.post(
+            "/v2/flowControl/three/pin?parallelism=7&rate=3&period=1m",
+            b""
+        )
+        .status,
+        200
+    );
+    let info = c.get("/v2/flowControl/three").json();
+    assert_eq!(
+        (
+            info["parallelismMax"].clone(),
+            info["rateMax"].clone(),
+            info["ratePeriod"].clone()
+        ),
+        (json!(7), json!(3), json!(60))
+    );
+    assert_eq!(info["isPinnedRate"], true);
+    assert_eq!(
+        c.post(
+            "/v2/flowControl/three/unpin?parallelism=true&rate=true",
+            b""
+        )
+        .status,
+        200
+    );
+    assert_eq!(c.get("/v2/flowControl/three").json()["parallelismMax"], 5);
+    let list = c.get("/v2/flowControl").json();
+    assert_eq!(list.as_array().map(Vec::len), Some(3));
+    let g = c.get("/v2/globalParallelism").json();
+    assert!(g["parallelismMax"].is_u64() && g["parallelismCount"].is_u64());
+    assert_eq!(c.post("/v2/flowControl/three/bogus", b"").status, 400);
+}
+
+#[test]
+fn webhooks_notify_their_run_without_credentials() {
+    let dir = TempDir::new("dl-hook");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    // The dev token's UserID is defaultUser; the caller is a third party with no token.
+    let mut anon = Http::connect(&s.addr, "");
+    let r = anon.request(
+        "PUT",
+        "/v2/workflows/hooks/defaultUser/wfr_h/evt_1?x=1",
+        &[("Content-Type", "text/plain")],
+        b"from outside",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        anon.post("/v2/workflows/hooks/someoneElse/wfr_h/evt_1", b"")
+            .status,
+        404
+    );
+    let mut c = s.qstash();
+    let wait = json!({"url": sink.url("/wf"), "timeout": "1h", "step": {"stepId": 1, "stepType": "WaitForWebhook", "stepName": "hook", "concurrent": 1}});
+    let r = c.request(
+        "POST",
+        "/v2/wait/evt_1",
+        &[("Upstash-Workflow-RunId", "wfr_h")],
+        wait.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    let got = sink.wait_for(10, "the webhook step", |g| !g.is_empty());
+    let history = got[0].json();
+    let last = history.as_array().and_then(|a| a.last()).expect("history");
+    let step: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(last["body"].as_str().expect("b"))
+            .expect("b64"),
+    )
+    .expect("json");
+    let out: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(step["out"].as_str().expect("out"))
+            .expect("b64"),
+    )
+    .expect("json");
+    assert_eq!(out["method"], "PUT");
+    assert_eq!(
+        out["url"],
+        "/v2/workflows/hooks/defaultUser/wfr_h/evt_1?x=1"
+    );
+    assert_eq!(
+        STANDARD
+            .decode(out["body"].as_str().expect("body"))
+            .expect("b64"),
+        b"from outside"
+    );
+    assert_eq!(out["header"]["Content-Type"], json!(["text/plain"]));
+}

@@ -243,6 +243,13 @@ fn every_delivery_event_round_trips() {
             run_id: "wfr_1".into(),
             event_id: "ev".into(),
         },
+        Event::FlowControl {
+            key: "k".into(),
+            paused: true,
+            pin_parallelism: Some(2),
+            pin_rate: None,
+            pin_period_s: Some(60),
+        },
     ];
     let record = Record::Delivery(events);
     let mut payload = Vec::new();

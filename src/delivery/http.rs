@@ -4,7 +4,7 @@
 
 use super::conf::{self, canonical, check_url, valid_name, Extra};
 use super::model::{Endpoint, QueueConf};
-use super::ops::{Filter, Op, OpReply, PublishReq, ScheduleReq, WaitReq};
+use super::ops::{Filter, FlowAction, Op, OpReply, PublishReq, ScheduleReq, WaitReq};
 use super::sign::SigningKeys;
 use crate::config::{DELIVERY_MESSAGE_BYTES_MAX, REQUEST_BYTES_MAX};
 use crate::executor::Job;
@@ -288,7 +288,10 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
     let (parts, body) = req.into_parts();
     let query = query_pairs(parts.uri.query());
     let path = parts.uri.path();
-    // Webhook calls come from third parties without credentials (not implemented yet).
+    // Webhook calls come from third parties, without credentials: the URL is the secret.
+    if let Some(rest) = path.strip_prefix("/v2/workflows/hooks/") {
+        return webhook(app, auth, rest, &parts, body).await;
+    }
     if !authorized(&parts.headers, &query, auth) {
         return err(
             401,
@@ -543,12 +546,147 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
             | "notify" | "waiters",
             _,
         ) => return err(405, format!("method {method} is not allowed on {path}")),
+        ("flowControl", &Method::GET) => match (segs.len(), name(0)) {
+            (0, _) => Op::FlowList(
+                query
+                    .iter()
+                    .find(|(k, _)| k == "search")
+                    .map(|(_, v)| v.clone())
+                    .filter(|v| !v.is_empty()),
+            ),
+            (1, Some(key)) => Op::FlowGet(key),
+            _ => return err(404, "use /v2/flowControl/<key>"),
+        },
+        ("flowControl", &Method::POST) => match (segs.len(), name(0), segs.get(1).copied()) {
+            (2, Some(key), Some(a)) => match flow_action(a, &query) {
+                Ok(action) => Op::FlowAction { key, action },
+                Err(e) => return err(400, e),
+            },
+            _ => return err(404, "use /v2/flowControl/<key>/<action>"),
+        },
+        ("globalParallelism", &Method::GET) if tail.is_empty() => Op::GlobalParallelism,
         ("flowControl" | "globalParallelism" | "workflows" | "trigger", _) => {
             return err(501, format!("{path} is not implemented by tidepool yet"))
         }
         _ => return err(404, format!("unknown route {path}")),
     };
     run(app, op).await
+}
+
+fn flow_action(action: &str, query: &[(String, String)]) -> Result<FlowAction, String> {
+    let q = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let num = |k: &str| -> Result<Option<u32>, String> {
+        q(k).filter(|v| !v.is_empty())
+            .map(|v| v.parse().map_err(|_| format!("invalid {k} '{v}'")))
+            .transpose()
+    };
+    Ok(match action {
+        "pause" => FlowAction::Pause,
+        "resume" => FlowAction::Resume,
+        "resetRate" => FlowAction::ResetRate,
+        "reset" => FlowAction::Reset,
+        "pin" => FlowAction::Pin {
+            parallelism: num("parallelism")?,
+            rate: num("rate")?,
+            period_s: q("period")
+                .filter(|v| !v.is_empty())
+                .map(|v| conf::duration_ms(v).map(|ms| (ms / 1000).max(1)))
+                .transpose()?,
+        },
+        "unpin" => FlowAction::Unpin {
+            parallelism: q("parallelism") == Some("true"),
+            rate: q("rate") == Some("true"),
+        },
+        other => return Err(format!("unknown flow control action '{other}'")),
+    })
+}
+
+/// The `UserID` inside a token (base64 of `{"UserID":...,"Password":...}`).
+fn user_id(token: &str) -> Option<String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .ok()?;
+    let v: Value = serde_json::from_slice(&raw).ok()?;
+    v.get("UserID")?.as_str().map(str::to_string)
+}
+
+/// `ANY /v2/workflows/hooks/<userId>/<runId>/<eventId>`: the request itself becomes the event
+/// of a lookback notify for that run (`context.waitForWebhook` reads it back).
+async fn webhook(
+    app: &App,
+    auth: &QstashAuth,
+    rest: &str,
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+) -> Response<Body> {
+    let segs: Vec<String> = rest
+        .split('/')
+        .map(|s| String::from_utf8_lossy(&percent_decode(s, false)).into_owned())
+        .collect();
+    let [user, run_id, event_id] = segs.as_slice() else {
+        return err(
+            404,
+            "use /v2/workflows/hooks/<userId>/<workflowRunId>/<eventId>",
+        );
+    };
+    if user_id(&auth.token).as_deref() != Some(user.as_str())
+        || run_id.is_empty()
+        || event_id.is_empty()
+    {
+        return err(404, "unknown webhook");
+    }
+    let body = match read_body(body, DELIVERY_MESSAGE_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    use base64::Engine;
+    let host = parts
+        .headers
+        .get(hyper::header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let mut header = serde_json::Map::new();
+    for (k, v) in &parts.headers {
+        let entry = header
+            .entry(canonical(k.as_str()))
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(a) = entry {
+            a.push(Value::String(
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            ));
+        }
+    }
+    let event = json!({
+        "method": parts.method.as_str(),
+        "header": header,
+        "body": base64::engine::general_purpose::STANDARD.encode(&body),
+        "proto": "http",
+        "host": host,
+        "url": parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or(""),
+    });
+    let op = Op::Notify {
+        event_id: event_id.clone(),
+        body: event.to_string().into_bytes(),
+        run_id: Some(run_id.clone()),
+    };
+    let (tx, rx) = oneshot::channel();
+    if app
+        .tx
+        .send(Job::Delivery {
+            op: Box::new(op),
+            reply: tx,
+        })
+        .await
+        .is_err()
+    {
+        return err(503, "the server is shutting down");
+    }
+    match rx.await {
+        Ok(r) if r.status < 300 => reply(200, &json!({"ok": true})),
+        Ok(r) => reply(r.status, &r.body),
+        Err(_) => err(503, "the server is shutting down"),
+    }
 }
 
 fn read_keys(auth: &QstashAuth) -> SigningKeys {

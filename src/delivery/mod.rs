@@ -17,6 +17,7 @@
 
 pub mod conf;
 pub mod cron;
+pub mod flow;
 pub mod http;
 pub mod json;
 pub mod model;
@@ -43,6 +44,8 @@ pub struct Pending {
     pub in_flight: bool,
     /// For a queued message: let out of the queue's wait list.
     pub released: bool,
+    /// Counted in its flow-control key's in-flight number (scheduler state, not logged).
+    pub flow_started: bool,
 }
 
 #[derive(Debug)]
@@ -99,6 +102,9 @@ pub struct Delivery {
     pub runs: HashMap<String, Run>,
     /// Lookback notifications by (run, event).
     pub notifications: BTreeMap<(String, String), Bin>,
+    pub flows: flow::Flows,
+    /// When a flow-control key's rate window reopens, for keys with messages held back.
+    flow_wake: BTreeSet<(u64, String)>,
 }
 
 /// A message ready for a worker: its body is the one to send (a workflow step gets the run's
@@ -264,6 +270,48 @@ impl Delivery {
                 self.notifications
                     .remove(&(run_id.clone(), event_id.clone()));
             }
+            Event::FlowControl {
+                key,
+                paused,
+                pin_parallelism,
+                pin_rate,
+                pin_period_s,
+            } => {
+                self.flows.get_mut(key).settings = flow::FlowSettings {
+                    paused: *paused,
+                    pin_parallelism: *pin_parallelism,
+                    pin_rate: *pin_rate,
+                    pin_period_s: *pin_period_s,
+                };
+                self.unpark(key);
+            }
+        }
+    }
+
+    /// Puts a flow-control key's held-back messages back in line; they are checked again
+    /// against the key's limits when they are next taken.
+    pub fn unpark(&mut self, key: &str) {
+        let Some(f) = self.flows.keys.get_mut(key) else {
+            return;
+        };
+        for id in std::mem::take(&mut f.waiting) {
+            if let Some(p) = self.msgs.get(&id) {
+                if !p.in_flight {
+                    self.due.insert((p.due_ms, p.order, id.clone()));
+                }
+            }
+        }
+    }
+
+    /// A message leaves flight: its key has a free slot again.
+    fn flow_finished(&mut self, p: &mut Pending) {
+        if !p.flow_started {
+            return;
+        }
+        p.flow_started = false;
+        if let Some(key) = p.msg.conf.flow_key.clone() {
+            self.flows.get_mut(&key).finished();
+            self.unpark(&key);
         }
     }
 
@@ -343,8 +391,17 @@ impl Delivery {
                 order,
                 in_flight: false,
                 released,
+                flow_started: false,
             }),
         );
+        if let Some(key) = &m.conf.flow_key {
+            let f = self.flows.get_mut(key);
+            if m.conf.parallelism.is_some() || m.conf.rate.is_some() {
+                f.parallelism = m.conf.parallelism;
+                f.rate = m.conf.rate;
+                f.period_s = m.conf.period_s;
+            }
+        }
         if let Some(q) = &m.queue {
             if !self.queues.contains_key(q) {
                 // Enqueue creates the queue (parallelism 1) through its own Queue event, which
@@ -394,8 +451,9 @@ impl Delivery {
     }
 
     /// Drops a finished message's indexes and frees its queue slot.
-    fn forget(&mut self, id: &Arc<str>, p: Box<Pending>) {
+    fn forget(&mut self, id: &Arc<str>, mut p: Box<Pending>) {
         self.due.remove(&(p.due_ms, p.order, id.clone()));
+        self.flow_finished(&mut p);
         if p.in_flight {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
@@ -449,6 +507,7 @@ impl Delivery {
                     p.in_flight = false;
                     self.in_flight = self.in_flight.saturating_sub(1);
                 }
+                self.flow_finished(&mut p);
                 p.retried = retried + 1;
                 p.due_ms = *next_ms;
                 self.due.insert((p.due_ms, p.order, key.clone()));
@@ -483,6 +542,14 @@ impl Delivery {
     /// Messages due at `now_ms`, at most `limit`, marked in flight. Not logged: see module doc.
     pub fn take_due(&mut self, now_ms: u64, limit: usize) -> Vec<Due> {
         let mut out = Vec::new();
+        while let Some((t, _)) = self.flow_wake.first() {
+            if *t > now_ms {
+                break;
+            }
+            if let Some((_, key)) = self.flow_wake.pop_first() {
+                self.unpark(&key);
+            }
+        }
         while out.len() < limit {
             let Some(first) = self.due.first() else {
                 break;
@@ -494,6 +561,19 @@ impl Delivery {
                 break;
             };
             if let Some(p) = self.msgs.get_mut(&id) {
+                if let Some(key) = &p.msg.conf.flow_key {
+                    let f = self.flows.get_mut(key);
+                    match f.try_start(now_ms) {
+                        Ok(()) => p.flow_started = true,
+                        Err(reopens) => {
+                            f.waiting.push_back(id.clone());
+                            if let Some(t) = reopens {
+                                self.flow_wake.insert((t, key.clone()));
+                            }
+                            continue;
+                        }
+                    }
+                }
                 p.in_flight = true;
                 self.in_flight += 1;
                 out.push(Due {
@@ -547,6 +627,7 @@ impl Delivery {
             self.due.first().filter(|_| messages).map(|d| d.0),
             self.schedule_due.first().map(|d| d.0),
             self.waiter_deadlines.first().map(|d| d.0),
+            self.flow_wake.first().map(|d| d.0),
         ]
         .into_iter()
         .flatten()

@@ -283,6 +283,14 @@ pub enum Event {
         run_id: String,
         event_id: String,
     },
+    /// A flow-control key's settings: paused, and the limits pinned over the messages' own.
+    FlowControl {
+        key: String,
+        paused: bool,
+        pin_parallelism: Option<u32>,
+        pin_rate: Option<u32>,
+        pin_period_s: Option<u64>,
+    },
 }
 
 impl Event {
@@ -306,6 +314,7 @@ impl Event {
             Event::RunEnd { .. } => "RunEnd",
             Event::Notification { .. } => "Notification",
             Event::NotificationRemove { .. } => "NotificationRemove",
+            Event::FlowControl { .. } => "FlowControl",
         }
     }
 
@@ -366,9 +375,18 @@ impl Event {
                 event_id,
                 body,
             } => format!("Notification {run_id} {event_id} body={}B", body.0.len()),
-            Event::NotificationRemove { run_id, event_id } => {
+                        Event::NotificationRemove { run_id, event_id } => {
                 format!("NotificationRemove {run_id} {event_id}")
             }
+            Event::FlowControl {
+                key,
+                paused,
+                pin_parallelism,
+                pin_rate,
+                pin_period_s,
+            } => format!(
+                "FlowControl {key} paused={paused} pin_parallelism={pin_parallelism:?} pin_rate={pin_rate:?} pin_period_s={pin_period_s:?}"
+            ),
         }
     }
 }

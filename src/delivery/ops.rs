@@ -116,6 +116,31 @@ pub enum Op {
     RunsCancel(Filter),
     Waiters(String),
     Logs(Filter),
+    FlowList(Option<String>),
+    FlowGet(String),
+    FlowAction {
+        key: String,
+        action: FlowAction,
+    },
+    GlobalParallelism,
+}
+
+/// What `POST /v2/flowControl/<key>/<action>` asks.
+#[derive(Debug, Clone)]
+pub enum FlowAction {
+    Pause,
+    Resume,
+    Pin {
+        parallelism: Option<u32>,
+        rate: Option<u32>,
+        period_s: Option<u64>,
+    },
+    Unpin {
+        parallelism: bool,
+        rate: bool,
+    },
+    ResetRate,
+    Reset,
 }
 
 impl Op {
@@ -135,6 +160,9 @@ impl Op {
                 | Op::Waiters(_)
                 | Op::Logs(_)
                 | Op::RunGet(_)
+                | Op::FlowList(_)
+                | Op::FlowGet(_)
+                | Op::GlobalParallelism
         )
     }
 }
@@ -688,6 +716,79 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
             body,
             run_id,
         } => notify(tx, &event_id, &body, run_id.as_deref()),
+        Op::FlowList(search) => {
+            let mut keys: Vec<&String> =
+                tx.d.flows
+                    .keys
+                    .keys()
+                    .filter(|k| search.as_ref().is_none_or(|s| k.contains(s.as_str())))
+                    .collect();
+            keys.sort();
+            ok(Value::Array(
+                keys.into_iter()
+                    .map(|k| flow_info(k, &tx.d.flows.keys[k]))
+                    .collect(),
+            ))
+        }
+        Op::FlowGet(key) => match tx.d.flows.keys.get(&key) {
+            Some(f) => ok(flow_info(&key, f)),
+            None => not_found(&format!("flow control key {key} not found")),
+        },
+        Op::GlobalParallelism => ok(json!({
+            "parallelismMax": crate::config::DELIVERY_IN_FLIGHT_MAX,
+            "parallelismCount": tx.d.in_flight,
+        })),
+        Op::FlowAction { key, action } => {
+            let f = tx.d.flows.get_mut(&key);
+            let mut s = f.settings.clone();
+            match action {
+                FlowAction::Pause => s.paused = true,
+                FlowAction::Resume => s.paused = false,
+                FlowAction::Pin {
+                    parallelism,
+                    rate,
+                    period_s,
+                } => {
+                    if parallelism.is_some() {
+                        s.pin_parallelism = parallelism;
+                    }
+                    if rate.is_some() {
+                        s.pin_rate = rate;
+                    }
+                    if period_s.is_some() {
+                        s.pin_period_s = period_s;
+                    }
+                    // Pinning starts a new rate window.
+                    f.window_count = 0;
+                }
+                FlowAction::Unpin { parallelism, rate } => {
+                    if parallelism {
+                        s.pin_parallelism = None;
+                    }
+                    if rate {
+                        s.pin_rate = None;
+                        s.pin_period_s = None;
+                    }
+                }
+                FlowAction::ResetRate => f.window_count = 0,
+                FlowAction::Reset => {
+                    s = Default::default();
+                    f.window_count = 0;
+                }
+            }
+            if s != tx.d.flows.get_mut(&key).settings {
+                tx.emit(Event::FlowControl {
+                    key: key.clone(),
+                    paused: s.paused,
+                    pin_parallelism: s.pin_parallelism,
+                    pin_rate: s.pin_rate,
+                    pin_period_s: s.pin_period_s,
+                });
+            } else {
+                tx.d.unpark(&key);
+            }
+            ok(json!({}))
+        }
         Op::RunGet(id) => match tx.d.runs.get(&id) {
             Some(r) if r.ended.is_none() => {
                 let steps: Vec<Value> = r
@@ -951,6 +1052,22 @@ fn run_id(headers: &[(String, String)]) -> Option<String> {
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("upstash-workflow-runid"))
         .map(|(_, v)| v.clone())
+}
+
+fn flow_info(key: &str, f: &super::flow::Flow) -> Value {
+    json!({
+        "flowControlKey": key,
+        "waitListSize": f.waiting.len(),
+        "parallelismMax": f.parallelism_max().unwrap_or(0),
+        "parallelismCount": f.in_flight,
+        "rateMax": f.rate_max().unwrap_or(0),
+        "rateCount": f.window_count,
+        "ratePeriod": f.period_s(),
+        "ratePeriodStart": f.window_start_ms / 1000,
+        "isPaused": f.settings.paused,
+        "isPinnedParallelism": f.settings.pin_parallelism.is_some(),
+        "isPinnedRate": f.settings.pin_rate.is_some(),
+    })
 }
 
 /// Ends a run: cancelled runs lose their pending messages and waiters.
