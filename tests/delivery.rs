@@ -740,6 +740,13 @@ fn schedules_fire_pause_and_route_carefully() {
         sink.at("/paused").is_empty(),
         "a paused schedule delivers nothing"
     );
+    let states = c.get(&format!("/v2/schedules/{live}")).json()["lastScheduleStates"].clone();
+    let (mid, state) = states
+        .as_object()
+        .and_then(|o| o.iter().next())
+        .expect("lastScheduleStates after a firing");
+    assert_eq!(Some(mid.as_str()), d.header("upstash-message-id"));
+    assert!(state == "SUCCESS" || state == "IN_PROGRESS", "{state}");
     assert!(c.get(&format!("/v2/schedules/{live}")).json()["lastScheduleTime"].is_u64());
     assert_eq!(
         c.request("PATCH", "/v2/schedules/my.sched/resume", &[], b"")
@@ -1157,4 +1164,80 @@ fn webhooks_notify_their_run_without_credentials() {
         b"from outside"
     );
     assert_eq!(out["header"]["Content-Type"], json!(["text/plain"]));
+}
+
+#[test]
+fn a_queue_waits_for_callbacks_and_redacted_fields_stay_hidden() {
+    let dir = TempDir::new("dl-qcb");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    // The first message's callback takes 300 ms; the queue's next message waits for it.
+    let cb = sink.url("/sleep/300/cb");
+    let r = c.request(
+        "POST",
+        &format!("/v2/enqueue/cbq/{}", sink.url("/q1")),
+        &[("Upstash-Callback", &cb)],
+        b"1",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    c.request(
+        "POST",
+        &format!("/v2/enqueue/cbq/{}", sink.url("/q2")),
+        &[],
+        b"2",
+    );
+    let got = sink.wait_for(10, "the second queued message", |g| {
+        g.iter().any(|r| r.target == "/q2")
+    });
+    let cb_at = got
+        .iter()
+        .find(|r| r.target == "/sleep/300/cb")
+        .expect("callback")
+        .at;
+    let q2_at = got.iter().find(|r| r.target == "/q2").expect("q2").at;
+    assert!(
+        q2_at >= cb_at + Duration::from_millis(290),
+        "the queue let the next message out before the callback finished"
+    );
+
+    // Redaction: the API shows a hash, the destination gets the real values.
+    let r = publish(
+        &mut c,
+        &sink.url("/secret"),
+        &[
+            ("Upstash-Redact-Fields", "body, header[X-Secret]"),
+            ("Upstash-Forward-X-Secret", "hunter2"),
+            ("Upstash-Forward-X-Plain", "visible"),
+            ("Upstash-Delay", "1s"),
+        ],
+        b"card=4111",
+    );
+    let id = r.json()["messageId"].as_str().expect("id").to_string();
+    let m = c.get(&format!("/v2/messages/{id}")).json();
+    let hash = |v: &[u8]| -> String {
+        Sha256::digest(v)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(m["body"], format!("REDACTED:{}", hash(b"card=4111")));
+    assert_eq!(
+        m["header"]["X-Secret"],
+        json!([format!("REDACTED:{}", hash(b"hunter2"))])
+    );
+    assert_eq!(m["header"]["X-Plain"], json!(["visible"]));
+    let got = sink.wait_for(10, "the redacted message", |g| {
+        g.iter().any(|r| r.target == "/secret")
+    });
+    let d = got.iter().find(|r| r.target == "/secret").expect("secret");
+    assert_eq!(d.body, b"card=4111");
+    assert_eq!(d.header("x-secret"), Some("hunter2"));
+    let r = publish(
+        &mut c,
+        &sink.url("/x"),
+        &[("Upstash-Redact-Fields", "everything")],
+        b"",
+    );
+    assert_eq!(r.status, 400);
 }

@@ -124,6 +124,7 @@ fn every_delivery_event_round_trips() {
             conf: Conf::default(),
         })),
         labels: vec!["l".into()],
+        redact: vec!["body".into(), "header[Authorization]".into()],
         ..Conf::default()
     };
     let msg = Message {
@@ -143,6 +144,7 @@ fn every_delivery_event_round_trips() {
         caller_ip: Some("127.0.0.1".into()),
         dedup_key: Some("id:x".into()),
         source_id: None,
+        holds_queue: Some("q".into()),
     };
     let events = vec![
         Event::Put(Box::new(msg.clone())),
@@ -202,6 +204,7 @@ fn every_delivery_event_round_trips() {
             paused: false,
             next_ms: 60_000,
             last_ms: Some(0),
+            last_message_id: Some("msg_0".into()),
         })),
         Event::ScheduleDelete { id: "scd_1".into() },
         Event::SchedulePause {

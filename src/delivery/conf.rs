@@ -152,6 +152,27 @@ pub fn parse(pairs: &[(String, String)], extra: &mut Extra) -> Result<Conf, Stri
             "schedule-id" => extra.schedule_id = Some(v.to_string()),
             "queue-name" => extra.queue_name = Some(v.to_string()),
             "header-forward" => extra.header_forward = is_true(v),
+            "redact-fields" => {
+                for f in v.split(',').map(str::trim).filter(|f| !f.is_empty()) {
+                    let lower = f.to_ascii_lowercase();
+                    let field = if lower == "headers" || lower == "header" {
+                        "header".to_string()
+                    } else if let Some(name) = lower
+                        .strip_prefix("header[")
+                        .or_else(|| lower.strip_prefix("headers["))
+                        .and_then(|n| n.strip_suffix(']'))
+                    {
+                        format!("header[{}]", canonical(name))
+                    } else if lower == "body" {
+                        "body".to_string()
+                    } else {
+                        return Err(format!(
+                            "invalid Upstash-Redact-Fields entry '{f}': use body, header or header[Name]"
+                        ));
+                    };
+                    c.redact.push(field);
+                }
+            }
             n if n.starts_with("workflow-") || n == "feature-set" => c
                 .workflow
                 .push((canonical(&format!("upstash-{n}")), value.clone())),

@@ -62,9 +62,13 @@ pub fn message(msg: &Message) -> Map<String, Value> {
     put_opt(&mut m, "endpointName", msg.endpoint.clone());
     m.insert("method".into(), json!(msg.method));
     if !msg.conf.forward.is_empty() {
-        m.insert("header".into(), header_map(&msg.conf.forward));
+        m.insert("header".into(), header_map(&redacted_headers(&msg.conf)));
     }
-    put_body(&mut m, "body", &msg.body.0);
+    if msg.conf.redact.iter().any(|r| r == "body") && !msg.body.0.is_empty() {
+        m.insert("body".into(), json!(redacted(&msg.body.0)));
+    } else {
+        put_body(&mut m, "body", &msg.body.0);
+    }
     m.insert("maxRetries".into(), json!(msg.max_retries));
     m.insert("notBefore".into(), json!(msg.not_before_ms));
     m.insert("createdAt".into(), json!(msg.created_ms));
@@ -92,6 +96,26 @@ pub fn message(msg: &Message) -> Map<String, Value> {
     m
 }
 
+/// How a redacted value shows: `REDACTED:<SHA-256 hex>`.
+fn redacted(v: &[u8]) -> String {
+    format!("REDACTED:{}", super::sign::sha256_plain_hex(v))
+}
+
+/// The forwarded headers with `Upstash-Redact-Fields` applied.
+fn redacted_headers(c: &Conf) -> Vec<(String, String)> {
+    let all = c.redact.iter().any(|r| r == "header");
+    c.forward
+        .iter()
+        .map(|(k, v)| {
+            if all || c.redact.iter().any(|r| *r == format!("header[{k}]")) {
+                (k.clone(), redacted(v.as_bytes()))
+            } else {
+                (k.clone(), v.clone())
+            }
+        })
+        .collect()
+}
+
 pub fn pending(p: &Pending) -> Value {
     Value::Object(message(&p.msg))
 }
@@ -107,7 +131,7 @@ pub fn dlq(e: &DlqEntry) -> Value {
     Value::Object(m)
 }
 
-pub fn schedule(s: &Schedule) -> Value {
+pub fn schedule(s: &Schedule, d: &super::Delivery) -> Value {
     let mut m = Map::new();
     m.insert("scheduleId".into(), json!(s.id));
     m.insert("cron".into(), json!(s.cron));
@@ -144,6 +168,16 @@ pub fn schedule(s: &Schedule) -> Value {
     labels(&mut m, &s.conf.labels);
     put_opt(&mut m, "lastScheduleTime", s.last_ms);
     m.insert("nextScheduleTime".into(), json!(s.next_ms));
+    if let Some(id) = &s.last_message_id {
+        let state = if d.msgs.contains_key(id.as_str()) {
+            "IN_PROGRESS"
+        } else if d.dlq.values().any(|e| e.message.id == *id) {
+            "FAIL"
+        } else {
+            "SUCCESS"
+        };
+        m.insert("lastScheduleStates".into(), json!({ id.as_str(): state }));
+    }
     if let Some(t) = s.conf.timeout_ms {
         m.insert("timeout".into(), json!(t / 1000));
     }

@@ -223,11 +223,17 @@ impl Delivery {
                 }
             }
             Event::ScheduleFired {
-                id, at_ms, next_ms, ..
+                id,
+                at_ms,
+                next_ms,
+                message_id,
             } => {
                 if let Some(s) = self.schedules.get_mut(id) {
                     self.schedule_due.remove(&(s.next_ms, id.clone()));
                     s.last_ms = Some(*at_ms);
+                    if message_id.is_some() {
+                        s.last_message_id = message_id.clone();
+                    }
                     s.next_ms = *next_ms;
                     self.schedule_due.insert((*next_ms, id.clone()));
                 }
@@ -394,6 +400,9 @@ impl Delivery {
                 flow_started: false,
             }),
         );
+        if let Some(q) = m.holds_queue.as_ref().and_then(|q| self.queues.get_mut(q)) {
+            q.active += 1;
+        }
         if let Some(key) = &m.conf.flow_key {
             let f = self.flows.get_mut(key);
             if m.conf.parallelism.is_some() || m.conf.rate.is_some() {
@@ -456,6 +465,13 @@ impl Delivery {
         self.flow_finished(&mut p);
         if p.in_flight {
             self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        if let Some(qn) = &p.msg.holds_queue {
+            if let Some(q) = self.queues.get_mut(qn) {
+                q.active = q.active.saturating_sub(1);
+            }
+            let qn = qn.clone();
+            self.pump(&qn);
         }
         if let Some(qn) = &p.msg.queue {
             if let Some(q) = self.queues.get_mut(qn) {

@@ -37,6 +37,10 @@ pub struct Conf {
     pub period_s: Option<u64>,
     /// `Upstash-Workflow-*` and `Upstash-Feature-Set`, kept for the workflow protocol.
     pub workflow: Vec<(String, String)>,
+    /// `Upstash-Redact-Fields`: `body`, `header` (all), `header[Name]`; shown redacted by the
+    /// API, delivered unchanged.
+    #[serde(default)]
+    pub redact: Vec<String>,
 }
 
 /// A callback or failure callback: where it goes and how it is sent.
@@ -80,6 +84,10 @@ pub struct Message {
     pub dedup_key: Option<String>,
     /// For a callback or failure callback: the message it reports on.
     pub source_id: Option<String>,
+    /// For the callback of a queued message: the queue whose slot it holds until it is done
+    /// (a queue's next message waits for the current one's callbacks too).
+    #[serde(default)]
+    pub holds_queue: Option<String>,
 }
 
 impl Conf {
@@ -161,6 +169,9 @@ pub struct Schedule {
     /// The next firing time (kept while paused: that firing is then skipped).
     pub next_ms: u64,
     pub last_ms: Option<u64>,
+    /// The message of the last firing (for `lastScheduleStates`).
+    #[serde(default)]
+    pub last_message_id: Option<String>,
 }
 
 /// A workflow run waiting for an event.

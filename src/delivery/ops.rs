@@ -274,6 +274,7 @@ impl<'a> Tx<'a> {
             caller_ip,
             dedup_key: None,
             source_id: None,
+            holds_queue: None,
         }
     }
 
@@ -629,16 +630,20 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
                 paused,
                 next_ms,
                 last_ms: None,
+                last_message_id: None,
             };
             tx.emit(Event::Schedule(Box::new(s)));
             ok(json!({ "scheduleId": id }))
         }
         Op::ScheduleGet(id) => match tx.d.schedules.get(&id) {
-            Some(s) => ok(json::schedule(s)),
+            Some(s) => ok(json::schedule(s, tx.d)),
             None => not_found(&format!("schedule {id} not found")),
         },
         Op::ScheduleList => ok(Value::Array(
-            tx.d.schedules.values().map(json::schedule).collect(),
+            tx.d.schedules
+                .values()
+                .map(|s| json::schedule(s, tx.d))
+                .collect(),
         )),
         Op::ScheduleDelete(id) => {
             if tx.d.schedules.contains_key(&id) {
@@ -1330,13 +1335,16 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
         let body = callback_body(&m, reported_retried, &r.response, Some(d), run);
         spawned.push((fcb.clone(), body, Origin::FailureCallback));
     }
-    tx.emit(Event::Attempt {
+    // The callbacks of a queued message's last attempt hold its queue slot until they are done;
+    // their Puts come before the Attempt so that the slot never looks free in between.
+    let last_attempt = !matches!(outcome, Outcome::Retry { .. });
+    let attempt = Event::Attempt {
         id: r.id,
         retried: r.retried,
         started_ms: r.started_ms,
         response: r.response,
         outcome,
-    });
+    };
     for (hook, body, origin) in spawned {
         let mut c = hook.conf.clone();
         if c.retries.is_none() {
@@ -1348,6 +1356,10 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
         }
         let mut cm = tx.message(&hook.url, &c, body, origin, None, None, None, None);
         cm.source_id = Some(m.id.clone());
+        if last_attempt {
+            cm.holds_queue = m.queue.clone();
+        }
         tx.emit(Event::Put(Box::new(cm)));
     }
+    tx.emit(attempt);
 }

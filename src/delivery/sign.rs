@@ -47,7 +47,15 @@ fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
     }
 }
 
-/// SHA-256 of some bytes, hex (content-based deduplication keys).
+/// SHA-256 of one byte string, hex.
+pub fn sha256_plain_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// SHA-256 of some length-prefixed parts, hex (content-based deduplication keys).
 pub fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
     for p in parts {
