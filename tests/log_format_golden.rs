@@ -130,7 +130,7 @@ fn every_delivery_event_round_trips() {
     let msg = Message {
         id: "msg_1".into(),
         url: "http://x/y".into(),
-        method: "PUT".into(),
+        method: HttpMethod::PUT,
         body: Bin(vec![0, 255, 1]),
         created_ms: 1,
         not_before_ms: 2,

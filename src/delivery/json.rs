@@ -58,9 +58,9 @@ pub fn message(msg: &Message) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("messageId".into(), json!(msg.id));
     m.insert("url".into(), json!(msg.url));
-    put_opt(&mut m, "topicName", msg.topic.clone());
-    put_opt(&mut m, "endpointName", msg.endpoint.clone());
-    m.insert("method".into(), json!(msg.method));
+    put_opt(&mut m, "topicName", msg.topic.as_deref());
+    put_opt(&mut m, "endpointName", msg.endpoint.as_deref());
+    m.insert("method".into(), json!(msg.method.as_str()));
     if !msg.conf.forward.is_empty() {
         m.insert("header".into(), header_map(&redacted_headers(&msg.conf)));
     }
@@ -84,9 +84,9 @@ pub fn message(msg: &Message) -> Map<String, Value> {
             m.insert("failureCallbackHeader".into(), header_map(&cb.conf.forward));
         }
     }
-    put_opt(&mut m, "queueName", msg.queue.clone());
-    put_opt(&mut m, "scheduleId", msg.schedule_id.clone());
-    put_opt(&mut m, "callerIP", msg.caller_ip.clone());
+    put_opt(&mut m, "queueName", msg.queue.as_deref());
+    put_opt(&mut m, "scheduleId", msg.schedule_id.as_deref());
+    put_opt(&mut m, "callerIP", msg.caller_ip.as_deref());
     labels(&mut m, &msg.conf.labels);
     flow(&mut m, &msg.conf);
     put_opt(&mut m, "retryDelayExpression", msg.conf.retry_delay.clone());
@@ -171,7 +171,7 @@ pub fn schedule(s: &Schedule, d: &super::Delivery) -> Value {
     if let Some(id) = &s.last_message_id {
         let state = if d.msgs.contains_key(id.as_str()) {
             "IN_PROGRESS"
-        } else if d.dlq.values().any(|e| e.message.id == *id) {
+        } else if d.dlq.values().any(|e| *e.message.id == **id) {
             "FAIL"
         } else {
             "SUCCESS"

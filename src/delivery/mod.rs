@@ -73,7 +73,7 @@ pub struct LogEntry {
     pub error: Option<String>,
     pub next_delivery_ms: Option<u64>,
     pub response_status: Option<u16>,
-    pub method: String,
+    pub method: &'static str,
     pub max_retries: u32,
     pub labels: Vec<String>,
 }
@@ -137,14 +137,14 @@ impl Delivery {
             message_id: id.clone(),
             state,
             url: msg.url.clone(),
-            topic: msg.topic.clone(),
-            endpoint: msg.endpoint.clone(),
-            schedule_id: msg.schedule_id.clone(),
-            queue: msg.queue.clone(),
+            topic: msg.topic.as_deref().map(str::to_string),
+            endpoint: msg.endpoint.as_deref().map(str::to_string),
+            schedule_id: msg.schedule_id.as_deref().map(str::to_string),
+            queue: msg.queue.as_deref().map(str::to_string),
             error: None,
             next_delivery_ms: None,
             response_status: None,
-            method: msg.method.clone(),
+            method: msg.method.as_str(),
             max_retries: msg.max_retries,
             labels: msg.conf.labels.clone(),
         });
@@ -341,7 +341,7 @@ impl Delivery {
         });
         if run.ended.is_none() {
             run.steps.push(RunStep {
-                message_id: m.id.clone(),
+                message_id: m.id.to_string(),
                 body: m.body.clone(),
                 call_type: m.conf.call_type().to_string(),
             });
@@ -367,21 +367,21 @@ impl Delivery {
     }
 
     fn put(&mut self, ts: u64, m: &Message) {
-        let id: Arc<str> = Arc::from(m.id.as_str());
+        let id: Arc<str> = m.id.clone();
         if self.msgs.contains_key(&id) {
             return;
         }
         self.prune_dedup(ts);
         if let Some(k) = &m.dedup_key {
             let until = ts.saturating_add(DELIVERY_DEDUP_WINDOW_MS);
-            self.dedup.insert(k.clone(), (m.id.clone(), until));
-            self.dedup_expiry.push_back((until, k.clone()));
+            self.dedup.insert(k.to_string(), (m.id.to_string(), until));
+            self.dedup_expiry.push_back((until, k.to_string()));
         }
         self.log(ts, m, &id, "CREATED");
         self.run_append(ts, m);
         let order = self.next_order;
         self.next_order += 1;
-        let queued = m.queue.as_ref().and_then(|q| self.queues.get_mut(q));
+        let queued = m.queue.as_deref().and_then(|q| self.queues.get_mut(q));
         let released = queued.is_none();
         if let Some(q) = queued {
             q.waiting.push_back(id.clone());
@@ -400,7 +400,11 @@ impl Delivery {
                 flow_started: false,
             }),
         );
-        if let Some(q) = m.holds_queue.as_ref().and_then(|q| self.queues.get_mut(q)) {
+        if let Some(q) = m
+            .holds_queue
+            .as_deref()
+            .and_then(|q| self.queues.get_mut(q))
+        {
             q.active += 1;
         }
         if let Some(key) = &m.conf.flow_key {
@@ -411,13 +415,13 @@ impl Delivery {
                 f.period_s = m.conf.period_s;
             }
         }
-        if let Some(q) = &m.queue {
+        if let Some(q) = m.queue.as_deref() {
             if !self.queues.contains_key(q) {
                 // Enqueue creates the queue (parallelism 1) through its own Queue event, which
                 // comes first in the record; a queue deleted since is simply not there.
                 return;
             }
-            let q = q.clone();
+            let q = q.to_string();
             self.pump(&q);
         }
     }
@@ -466,14 +470,14 @@ impl Delivery {
         if p.in_flight {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
-        if let Some(qn) = &p.msg.holds_queue {
+        if let Some(qn) = p.msg.holds_queue.as_deref() {
             if let Some(q) = self.queues.get_mut(qn) {
                 q.active = q.active.saturating_sub(1);
             }
-            let qn = qn.clone();
+            let qn = qn.to_string();
             self.pump(&qn);
         }
-        if let Some(qn) = &p.msg.queue {
+        if let Some(qn) = p.msg.queue.as_deref() {
             if let Some(q) = self.queues.get_mut(qn) {
                 if p.released {
                     q.active = q.active.saturating_sub(1);
@@ -481,7 +485,7 @@ impl Delivery {
                     q.waiting.retain(|w| w != id);
                 }
             }
-            let qn = qn.clone();
+            let qn = qn.to_string();
             self.pump(&qn);
         }
     }

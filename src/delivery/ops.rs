@@ -258,20 +258,24 @@ impl<'a> Tx<'a> {
             (None, None) => self.now_ms,
         };
         Message {
-            id: self.random_id("msg_", 26),
+            id: self.random_id("msg_", 26).into(),
             url: url.to_string(),
-            method: conf.method.clone().unwrap_or_else(|| "POST".into()),
+            method: conf
+                .method
+                .as_deref()
+                .and_then(HttpMethod::parse)
+                .unwrap_or(HttpMethod::POST),
             body: Bin(body),
             created_ms: self.now_ms,
             not_before_ms: not_before,
             max_retries: conf.retries.unwrap_or(DELIVERY_DEFAULT_RETRIES),
             conf: conf.clone(),
             origin,
-            topic: topic.as_ref().map(|t| t.0.to_string()),
-            endpoint: topic.and_then(|t| t.1),
-            queue,
-            schedule_id,
-            caller_ip,
+            topic: topic.as_ref().map(|t| t.0.into()),
+            endpoint: topic.and_then(|t| t.1).map(String::into_boxed_str),
+            queue: queue.map(String::into_boxed_str),
+            schedule_id: schedule_id.map(String::into_boxed_str),
+            caller_ip: caller_ip.map(String::into_boxed_str),
             dedup_key: None,
             source_id: None,
             holds_queue: None,
@@ -344,7 +348,7 @@ impl<'a> Tx<'a> {
                 schedule_id.clone(),
                 req.caller_ip.clone(),
             );
-            m.dedup_key = key;
+            m.dedup_key = key.map(String::into_boxed_str);
             items.push(json!({"messageId": m.id, "url": url}));
             self.emit(Event::Put(Box::new(m)));
         }
@@ -433,7 +437,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
                     tx.d.msgs
                         .values()
                         .filter(|p| message_matches(&p.msg, p.msg.created_ms, &f))
-                        .map(|p| (p.order, p.msg.id.clone()))
+                        .map(|p| (p.order, p.msg.id.to_string()))
                         .collect();
                 v.sort();
                 let limit = if f.params.is_empty() && f.count.is_none() {
@@ -505,15 +509,18 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
                     &c,
                     old.body.0.clone(),
                     Origin::DlqRetry,
-                    old.topic.as_deref().map(|t| (t, old.endpoint.clone())),
+                    old.topic
+                        .as_deref()
+                        .map(|t| (t, old.endpoint.as_deref().map(str::to_string))),
                     None,
-                    old.schedule_id.clone(),
-                    old.caller_ip.clone(),
+                    old.schedule_id.as_deref().map(str::to_string),
+                    old.caller_ip.as_deref().map(str::to_string),
                 );
-                m.method = old.method.clone();
-                if let Some(mr) = overrides.method.clone() {
-                    m.method = mr;
-                }
+                m.method = overrides
+                    .method
+                    .as_deref()
+                    .and_then(HttpMethod::parse)
+                    .unwrap_or(old.method);
                 responses.push(json!({"messageId": m.id}));
                 tx.emit(Event::Put(Box::new(m)));
             }
@@ -1082,7 +1089,7 @@ fn end_run(tx: &mut Tx, id: &str, cancel: bool, response: Option<Vec<u8>>) {
             tx.d.msgs
                 .values()
                 .filter(|p| p.msg.conf.run_id() == Some(id))
-                .map(|p| (p.order, p.msg.id.clone()))
+                .map(|p| (p.order, p.msg.id.to_string()))
                 .collect();
         msgs.sort();
         if !msgs.is_empty() {
@@ -1253,7 +1260,7 @@ fn callback_body(
         b.insert("endpointName".into(), json!(e));
     }
     b.insert("url".into(), json!(m.url));
-    b.insert("method".into(), json!(m.method));
+    b.insert("method".into(), json!(m.method.as_str()));
     b.insert("sourceHeader".into(), json::header_map(&m.conf.forward));
     b.insert("sourceBody".into(), json!(STANDARD.encode(&m.body.0)));
     b.insert("notBefore".into(), json!(m.not_before_ms.to_string()));
@@ -1355,7 +1362,7 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
                 .push((canonical("content-type"), "application/json".into()));
         }
         let mut cm = tx.message(&hook.url, &c, body, origin, None, None, None, None);
-        cm.source_id = Some(m.id.clone());
+        cm.source_id = Some(m.id.as_ref().into());
         if last_attempt {
             cm.holds_queue = m.queue.clone();
         }

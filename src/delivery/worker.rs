@@ -76,7 +76,7 @@ impl Workers {
             let response = w.attempt(&d).await;
             let _ = jobs
                 .send(Job::Attempted(Box::new(AttemptResult {
-                    id: d.msg.id,
+                    id: d.msg.id.to_string(),
                     retried: d.retried,
                     started_ms,
                     response,
@@ -102,8 +102,8 @@ impl Workers {
 
     async fn attempt(&self, d: &Dispatch) -> Response {
         let m = &d.msg;
-        let method =
-            reqwest::Method::from_bytes(m.method.as_bytes()).unwrap_or(reqwest::Method::POST);
+        let method = reqwest::Method::from_bytes(m.method.as_str().as_bytes())
+            .unwrap_or(reqwest::Method::POST);
         let timeout = m
             .conf
             .timeout_ms
@@ -138,19 +138,19 @@ impl Workers {
             }
         }
         let mut own = vec![
-            ("upstash-message-id", m.id.clone()),
+            ("upstash-message-id", m.id.to_string()),
             ("upstash-retried", d.retried.to_string()),
             ("upstash-signature", signature),
             ("user-agent", "Upstash-QStash".to_string()),
         ];
         if let Some(s) = &m.schedule_id {
-            own.push(("upstash-schedule-id", s.clone()));
+            own.push(("upstash-schedule-id", s.to_string()));
         }
         if let Some(t) = &m.topic {
-            own.push(("upstash-topic-name", t.clone()));
+            own.push(("upstash-topic-name", t.to_string()));
         }
         if let Some(ip) = &m.caller_ip {
-            own.push(("upstash-caller-ip", ip.clone()));
+            own.push(("upstash-caller-ip", ip.to_string()));
         }
         if let Some(run) = m.conf.run_id() {
             let created = d.run_created_ms.unwrap_or(m.created_ms);

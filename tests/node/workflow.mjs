@@ -1,6 +1,6 @@
 // The official @upstash/workflow SDK (and @upstash/qstash underneath) against tidepool: a
-// workflow endpoint on loopback runs context.run, context.sleep and context.waitForEvent end to
-// end, started with the SDK's Client.trigger and woken with Client.notify. Exits non-zero on
+// workflow endpoint on loopback runs context.run, context.sleep, context.waitForEvent and
+// context.call end to end, started with the SDK's Client.trigger and woken with Client.notify. Exits non-zero on
 // any failure. The server binary comes from TIDEPOOL_BIN.
 import { spawn } from "node:child_process";
 import http from "node:http";
@@ -65,9 +65,15 @@ const { handler: POST } = serve(async (context) => {
     return Date.now() - before;
   });
   const { eventData, timeout } = await context.waitForEvent("payment", "payment-42", { timeout: "30s" });
+  // A third-party call through the service: the response comes back as a callback.
+  const call = await context.call("third-party", {
+    url: `http://127.0.0.1:${endpoint.address().port}/third-party`,
+    method: "POST",
+    body: { ask: "price" },
+  });
   const result = await context.run("last", async () => {
     trace.push("last");
-    return { a, eventData, timeout, slept };
+    return { a, eventData, timeout, slept, call };
   });
   done(result);
   return result;
@@ -75,6 +81,12 @@ const { handler: POST } = serve(async (context) => {
 const endpoint = http.createServer(async (req, res) => {
   const chunks = [];
   for await (const c of req) chunks.push(c);
+  if (req.url === "/third-party") {
+    const asked = JSON.parse(Buffer.concat(chunks).toString() || "{}");
+    res.writeHead(201, { "Content-Type": "application/json", "X-Third": "yes" });
+    res.end(JSON.stringify({ price: 9, asked: asked.ask }));
+    return;
+  }
   const url = `http://127.0.0.1:${endpoint.address().port}${req.url}`;
   const request = new Request(url, {
     method: req.method,
@@ -124,6 +136,8 @@ const checks = [
   [result.a?.got?.order === 42, `the initial payload reached the first step: ${JSON.stringify(result.a)}`],
   [result.eventData?.paid === true && result.timeout === false, `the event data arrived: ${JSON.stringify(result)}`],
   [result.slept >= 900, `the sleep slept: ${result.slept} ms`],
+  [result.call?.status === 201 && result.call?.body?.price === 9 && result.call?.body?.asked === "price",
+    `context.call got the third party's answer: ${JSON.stringify(result.call)}`],
   [gone, "the finished run answers 404"],
 ];
 for (const [ok, what] of checks) if (!ok) await fail(what);
