@@ -46,6 +46,9 @@ pub struct Pending {
     pub released: bool,
     /// Counted in its flow-control key's in-flight number (scheduler state, not logged).
     pub flow_started: bool,
+    /// Sequence number of the record that put it: an attempt waits for that record to be
+    /// durable, and for nothing later.
+    pub seq: u64,
 }
 
 #[derive(Debug)]
@@ -103,6 +106,8 @@ pub struct Delivery {
     /// Lookback notifications by (run, event).
     pub notifications: BTreeMap<(String, String), Bin>,
     pub flows: flow::Flows,
+    /// Sequence number of the record being applied (set by the executor and by replay).
+    pub applying_seq: u64,
     /// When a flow-control key's rate window reopens, for keys with messages held back.
     flow_wake: BTreeSet<(u64, String)>,
 }
@@ -113,6 +118,8 @@ pub struct Due {
     pub msg: Message,
     pub retried: u32,
     pub run_created_ms: Option<u64>,
+    /// The record that put the message (see `Pending::seq`).
+    pub seq: u64,
 }
 
 impl Delivery {
@@ -398,6 +405,7 @@ impl Delivery {
                 in_flight: false,
                 released,
                 flow_started: false,
+                seq: self.applying_seq,
             }),
         );
         if let Some(q) = m
@@ -600,6 +608,7 @@ impl Delivery {
                     msg: p.msg.clone(),
                     retried: p.retried,
                     run_created_ms: None,
+                    seq: p.seq,
                 });
             }
         }

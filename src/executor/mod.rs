@@ -147,7 +147,8 @@ pub fn start(
     let mut delivery = Delivery::new();
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
-    let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |_seq, ts, record| {
+    let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |seq, ts, record| {
+        delivery.applying_seq = seq;
         replay_errors += apply_record(&mut db, &mut delivery, &mut rng, ts, &record);
         Ok(())
     })?;
@@ -348,6 +349,7 @@ impl Executor {
             }
         }
         let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        self.delivery.applying_seq = self.wal.last_seq() + 1;
         let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
         let reply = ops::run(&mut tx, op);
         let events = std::mem::take(&mut tx.events);
@@ -363,6 +365,7 @@ impl Executor {
             return;
         }
         let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        self.delivery.applying_seq = self.wal.last_seq() + 1;
         let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
         f(&mut tx, self.backoff_unit_ms);
         let events = std::mem::take(&mut tx.events);
@@ -382,14 +385,13 @@ impl Executor {
             return;
         }
         let now = clock::wall_unix_ms();
-        let durable_after = self.wal.last_seq();
         for d in self.delivery.take_due(now, room) {
             self.workers.start(
                 Dispatch {
                     msg: d.msg,
                     retried: d.retried,
                     run_created_ms: d.run_created_ms,
-                    durable_after,
+                    durable_after: d.seq,
                 },
                 self.jobs.clone(),
             );
