@@ -32,14 +32,15 @@ pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;
 /// Retries of a message that sets no `Upstash-Retries` (so up to 4 attempts).
 pub const DELIVERY_DEFAULT_RETRIES: u32 = 3;
-/// A destination's response body kept for callbacks and the DLQ; the rest is cut off.
-pub const DELIVERY_RESPONSE_BYTES_MAX: usize = 1024 * 1024;
+
 /// How long a deduplication id (or content hash) keeps a second publish out.
 pub const DELIVERY_DEDUP_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// Delivery log entries kept in memory for `GET /v2/events` (oldest dropped first).
 pub const DELIVERY_LOG_ENTRIES_MAX: usize = 10_000;
-/// Largest publish body (the hosted free plan's 1 MB is a plan limit, not a protocol one).
-pub const DELIVERY_MESSAGE_BYTES_MAX: usize = 10 * 1024 * 1024;
+/// Default maximum message size (`--max-message-bytes`): the largest publish body, and where
+/// a destination's response body is cut for callbacks and the DLQ. The hosted free plan's 1 MB
+/// is a plan limit, not a protocol one.
+pub const DELIVERY_MESSAGE_BYTES_MAX_DEFAULT: usize = 10 * 1024 * 1024;
 
 /// When a write counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,4 +86,6 @@ pub struct Config {
     pub qstash_next_signing_key: Option<String>,
     /// Milliseconds per "second" of the default retry backoff: 1000, except in tests.
     pub retry_backoff_unit_ms: u64,
+    /// Maximum message size of the delivery service.
+    pub max_message_bytes: usize,
 }

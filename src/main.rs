@@ -4,11 +4,13 @@ use std::path::PathBuf;
 use tidepool::config::{self, Config, FsyncMode};
 
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
-                      [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
+                                            [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
+                      [--max-message-bytes B]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
-TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY, TIDEPOOL_QSTASH_NEXT_SIGNING_KEY. Defaults: 127.0.0.1:8079,
+TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY, TIDEPOOL_QSTASH_NEXT_SIGNING_KEY,
+TIDEPOOL_MAX_MESSAGE_BYTES (default 10 MiB). Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
 
@@ -49,6 +51,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut qtoken = env("TIDEPOOL_QSTASH_TOKEN");
     let mut qcurrent = env("TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY");
     let mut qnext = env("TIDEPOOL_QSTASH_NEXT_SIGNING_KEY");
+    let mut max_msg = env("TIDEPOOL_MAX_MESSAGE_BYTES");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -64,6 +67,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--qstash-token" => &mut qtoken,
             "--qstash-current-signing-key" => &mut qcurrent,
             "--qstash-next-signing-key" => &mut qnext,
+            "--max-message-bytes" => &mut max_msg,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -96,7 +100,16 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             format!("TIDEPOOL_RETRY_BACKOFF_UNIT_MS '{u}' must be a number of milliseconds")
         })?,
     };
+    let max_message_bytes = match max_msg {
+        None => config::DELIVERY_MESSAGE_BYTES_MAX_DEFAULT,
+        Some(m) => m
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("--max-message-bytes '{m}' must be a positive number"))?,
+    };
     Ok(Config {
+        max_message_bytes,
         qstash_token: qtoken,
         qstash_current_signing_key: qcurrent,
         qstash_next_signing_key: qnext,

@@ -209,7 +209,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let setup = executor::DeliverySetup {
             keys: keys.clone(),
-            backoff_unit_ms: cfg.retry_backoff_unit_ms,
+                        backoff_unit_ms: cfg.retry_backoff_unit_ms,
+            max_message_bytes: cfg.max_message_bytes,
         };
         let ex = executor::start(&wal_dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {
@@ -237,7 +238,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let qstash = crate::delivery::http::QstashAuth {
             token: creds.qstash_token.clone(),
             keys,
-            save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
+                        save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
+            max_message_bytes: cfg.max_message_bytes,
         };
         let app = Arc::new(App::new(
             ex.tx.clone(),

@@ -1241,3 +1241,39 @@ fn a_queue_waits_for_callbacks_and_redacted_fields_stay_hidden() {
     );
     assert_eq!(r.status, 400);
 }
+
+#[test]
+fn the_maximum_message_size_bounds_bodies_and_cuts_responses() {
+    let dir = TempDir::new("dl-max");
+    let sink = Sink::start();
+    let s = Server::try_start_env(
+        dir.path(),
+        &[
+            "--qstash-token",
+            QSTASH_TOKEN,
+            "--max-message-bytes",
+            "1000",
+        ],
+        &[],
+    )
+    .expect("start");
+    let mut c = s.qstash();
+    let r = publish(&mut c, &sink.url("/x"), &[], &[b'a'; 2000]);
+    assert_eq!(r.status, 413);
+    assert!(r.json()["error"].is_string());
+    // A 5,000-byte answer reaches the callback cut to the maximum message size.
+    let cb = sink.url("/cb");
+    let r = publish(
+        &mut c,
+        &sink.url("/big/5000"),
+        &[("Upstash-Callback", &cb)],
+        b"small",
+    );
+    assert_eq!(r.status, 200);
+    let got = sink.wait_for(10, "the callback", |g| g.iter().any(|r| r.target == "/cb"));
+    let body = got.iter().find(|r| r.target == "/cb").expect("cb").json();
+    let response = STANDARD
+        .decode(body["body"].as_str().expect("body"))
+        .expect("b64");
+    assert_eq!(response.len(), 1000);
+}

@@ -6,7 +6,7 @@ use super::conf::{self, canonical, check_url, valid_name, Extra};
 use super::model::{Endpoint, QueueConf};
 use super::ops::{Filter, FlowAction, Op, OpReply, PublishReq, ScheduleReq, WaitReq};
 use super::sign::SigningKeys;
-use crate::config::{DELIVERY_MESSAGE_BYTES_MAX, REQUEST_BYTES_MAX};
+use crate::config::REQUEST_BYTES_MAX;
 use crate::executor::Job;
 use crate::http::{request::percent_decode, App, Body};
 use bytes::Bytes;
@@ -25,6 +25,8 @@ pub struct QstashAuth {
     pub keys: Arc<RwLock<SigningKeys>>,
     /// Persists rotated keys (to the data directory's credentials file).
     pub save_keys: SaveKeys,
+    /// The maximum message size: larger publish bodies answer 413.
+    pub max_message_bytes: usize,
 }
 
 /// Writes rotated keys where the next start finds them.
@@ -304,7 +306,7 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
     let limit = if head == "batch" {
         REQUEST_BYTES_MAX
     } else {
-        DELIVERY_MESSAGE_BYTES_MAX
+        auth.max_message_bytes
     };
     let body = match read_body(body, limit).await {
         Ok(b) => b,
@@ -636,7 +638,7 @@ async fn webhook(
     {
         return err(404, "unknown webhook");
     }
-    let body = match read_body(body, DELIVERY_MESSAGE_BYTES_MAX).await {
+    let body = match read_body(body, auth.max_message_bytes).await {
         Ok(b) => b,
         Err(r) => return r,
     };

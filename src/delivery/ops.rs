@@ -12,7 +12,7 @@ use super::model::*;
 use super::retry;
 use super::Delivery;
 use crate::command::Rng;
-use crate::config::{DELIVERY_DEFAULT_RETRIES, DELIVERY_RESPONSE_BYTES_MAX};
+use crate::config::DELIVERY_DEFAULT_RETRIES;
 use crate::wal::record::Bin;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -1248,7 +1248,8 @@ fn callback_body(
     let mut b = Map::new();
     b.insert("status".into(), json!(r.status));
     b.insert("header".into(), json::header_map(&r.headers));
-    let body = &r.body.0[..r.body.0.len().min(DELIVERY_RESPONSE_BYTES_MAX)];
+    // Already cut to the maximum message size by the worker.
+    let body = &r.body.0;
     b.insert("body".into(), json!(STANDARD.encode(body)));
     b.insert("retried".into(), json!(retried));
     b.insert("maxRetries".into(), json!(m.max_retries));

@@ -6,7 +6,7 @@ use super::model::{Message, Response};
 use super::ops::AttemptResult;
 use super::sign::{self, SigningKeys};
 use crate::clock;
-use crate::config::DELIVERY_RESPONSE_BYTES_MAX;
+
 use crate::executor::{Job, Shared};
 use crate::wal::record::Bin;
 use std::sync::atomic::Ordering;
@@ -35,6 +35,8 @@ pub struct Workers {
     keys: Arc<RwLock<SigningKeys>>,
     shared: Arc<Shared>,
     wait_for_sync: bool,
+    /// A response body longer than this (the maximum message size) is cut.
+    response_bytes_max: usize,
 }
 
 impl Workers {
@@ -42,6 +44,7 @@ impl Workers {
         keys: Arc<RwLock<SigningKeys>>,
         shared: Arc<Shared>,
         wait_for_sync: bool,
+        response_bytes_max: usize,
     ) -> Result<Workers, String> {
         // Follow 307/308 (method and body kept) a few times; any other 3xx is a failed attempt.
         let policy = reqwest::redirect::Policy::custom(|a| {
@@ -62,6 +65,7 @@ impl Workers {
             keys,
             shared,
             wait_for_sync,
+            response_bytes_max,
         })
     }
 
@@ -199,7 +203,7 @@ impl Workers {
         loop {
             match resp.chunk().await {
                 Ok(Some(c)) => {
-                    let room = DELIVERY_RESPONSE_BYTES_MAX.saturating_sub(body.len());
+                    let room = self.response_bytes_max.saturating_sub(body.len());
                     body.extend_from_slice(&c[..c.len().min(room)]);
                     if room <= c.len() {
                         break;

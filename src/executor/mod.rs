@@ -124,6 +124,8 @@ pub struct DeliverySetup {
     pub keys: Arc<RwLock<SigningKeys>>,
     /// Milliseconds per "second" of the default retry backoff (1000; tests shrink it).
     pub backoff_unit_ms: u64,
+    /// Where a destination's response body is cut (the maximum message size).
+    pub max_message_bytes: usize,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -163,7 +165,12 @@ pub fn start(
         mode => Some(Flusher::start(mode, shared.clone())),
     };
     let (tx, rx) = mpsc::channel(config::EXECUTOR_QUEUE_JOBS_MAX);
-    let workers = Workers::new(setup.keys, shared.clone(), fsync == FsyncMode::Always)?;
+    let workers = Workers::new(
+        setup.keys,
+        shared.clone(),
+        fsync == FsyncMode::Always,
+        setup.max_message_bytes,
+    )?;
     let mut ex = Executor {
         db,
         rng,

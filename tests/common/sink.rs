@@ -5,6 +5,7 @@
 //! - `/nonretryable`: 489 with `Upstash-NonRetryable-Error: true`.
 //! - `/flaky/<n>/...`: the first n requests to that exact path answer 500, then 200.
 //! - `/sleep/<ms>/...`: answers 200 after that long.
+//! - `/big/<n>`: answers 200 with a body of n bytes.
 //! - anything else: 200 `ok`.
 
 #![allow(dead_code)]
@@ -196,7 +197,9 @@ fn serve(conn: TcpStream, st: Arc<Mutex<State>>) {
                 extra.push_str(&format!("Retry-After: {v}\r\n"));
             }
         }
-        let text = if code == 200 {
+        let text = if let ["big", n, ..] = segs.as_slice() {
+            "x".repeat(n.parse().unwrap_or(0))
+        } else if code == 200 {
             "ok".to_string()
         } else {
             format!("{code} {}", reason(code))
