@@ -195,3 +195,36 @@ def test_url_groups_and_queues(client, sink):
     r = client.message.enqueue(queue="py-queue", url=f"{sink.base}/queued", body="q")
     sink.wait(lambda x: x[2].get("upstash-message-id") == r.message_id, "the queued delivery")
     client.queue.delete("py-queue")
+
+
+def test_batch_bulk_dlq_delete_cancel_all_and_flow_control(client, sink):
+    res = client.message.batch_json([
+        {"url": f"{sink.base}/b1", "body": {"n": 1}},
+        {"url": f"{sink.base}/404", "body": {"n": 2}, "retries": 0},
+    ])
+    assert len(res) == 2 and all(r.message_id.startswith("msg_") for r in res)
+    sink.wait(lambda x: x[1] == "/b1", "the first batch item")
+    failed = res[1].message_id
+    deadline = time.time() + 20
+    ids = []
+    while time.time() < deadline and not ids:
+        ids = [d.dlq_id for d in client.dlq.list().messages if d.message_id == failed]
+        time.sleep(0.05)
+    assert ids
+    assert client.dlq.delete_many(ids) == 1
+
+    for _ in range(3):
+        client.message.publish(url=f"{sink.base}/never", body="x", delay="1h")
+    assert client.message.cancel_all() >= 3
+
+    r = client.message.publish(
+        url=f"{sink.base}/flow", body="x",
+        flow_control={"key": "py-key", "parallelism": 2, "rate": 5, "period": 10})
+    sink.wait(lambda x: x[2].get("upstash-message-id") == r.message_id, "the flow-controlled delivery")
+    info = client.flow_control.get("py-key")
+    assert (info.parallelism_max, info.rate_max, info.rate_period) == (2, 5, 10)
+    client.flow_control.pause("py-key")
+    assert client.flow_control.get("py-key").is_paused is True
+    client.flow_control.resume("py-key")
+    assert client.flow_control.get("py-key").is_paused is False
+    assert client.flow_control.get_global_parallelism().parallelism_max > 0
