@@ -22,6 +22,9 @@ struct Credentials {
     qstash_current_signing_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     qstash_next_signing_key: Option<String>,
+    /// Keys the MACs of ACL REST tokens (`ACL RESTTOKEN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acl_token_secret: Option<String>,
 }
 
 /// Every credential the server runs with, after flags and the stored file.
@@ -30,6 +33,7 @@ pub struct Resolved {
     pub read_only_token: String,
     pub qstash_token: String,
     pub keys: SigningKeys,
+    pub acl_secret: Vec<u8>,
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
@@ -101,6 +105,7 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
             qstash_token: None,
             qstash_current_signing_key: None,
             qstash_next_signing_key: None,
+            acl_token_secret: None,
         },
     };
     // Fill in what is missing (a new directory, or one from before the delivery service) and
@@ -114,6 +119,9 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
     }
     if stored.qstash_next_signing_key.is_none() {
         stored.qstash_next_signing_key = Some(random_signing_key()?);
+    }
+    if stored.acl_token_secret.is_none() {
+        stored.acl_token_secret = Some(random_token()?);
     }
     let exists = dir.join("credentials.json").exists();
     if !exists || before != serde_json::to_vec(&stored).map_err(|e| e.to_string())? {
@@ -147,6 +155,7 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
                 stored_q.qstash_next_signing_key,
             ),
         },
+        acl_secret: stored_q.acl_token_secret.unwrap_or_default().into_bytes(),
     };
     if resolved.qstash_token.is_empty()
         || resolved.keys.current.is_empty()
@@ -207,7 +216,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let setup = executor::DeliverySetup {
+                let setup = executor::Setup {
+            acl_secret: creds.acl_secret.clone(),
             keys: keys.clone(),
                         backoff_unit_ms: cfg.retry_backoff_unit_ms,
             max_message_bytes: cfg.max_message_bytes,

@@ -5,6 +5,7 @@
 //! sets `ctx.dirty`; when the command as sent would not replay to the same state (a relative
 //! expiry, a random pick) it also sets `ctx.rewrite` to the deterministic form that is logged.
 
+pub mod acl;
 pub mod args;
 pub mod bitmaps;
 pub mod geo;
@@ -63,6 +64,8 @@ pub struct Ctx<'a> {
     pub rewrite: Option<Vec<Vec<Vec<u8>>>>,
     /// True while replaying the log (no side effects beyond the state).
     pub replaying: bool,
+    /// The ACL user a token stands for (`None`: the default user).
+    pub user: Option<std::sync::Arc<str>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -74,6 +77,7 @@ impl<'a> Ctx<'a> {
             dirty: false,
             rewrite: None,
             replaying: false,
+            user: None,
         }
     }
 
@@ -280,6 +284,14 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
             (Err(e), _) | (_, Err(e)) => e,
         },
         "command|count" => Reply::Int(table::global().len_top_level() as i64),
+        "acl|setuser" => acl::setuser(ctx, args),
+        "acl|deluser" => acl::deluser(ctx, args),
+        "acl|getuser" => acl::getuser(ctx, args),
+        "acl|users" => acl::users(ctx),
+        "acl|list" => acl::list(ctx),
+        "acl|whoami" => acl::whoami(ctx),
+        "acl|cat" => acl::cat(args),
+        "acl|resttoken" => acl::resttoken(ctx, args),
         _ => Reply::Error(format!(
             "ERR '{}' is known to Redis but not implemented by tidepool yet",
             info.name.replace('|', " ")

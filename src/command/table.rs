@@ -17,6 +17,12 @@ struct RawInfo {
     acl_categories: Vec<String>,
     #[serde(default)]
     group: String,
+    #[serde(default)]
+    first_key: i32,
+    #[serde(default)]
+    last_key: i32,
+    #[serde(default)]
+    step: i32,
 }
 
 /// What tidepool knows about one command (or `container|subcommand`).
@@ -33,6 +39,35 @@ pub struct CommandInfo {
     pub group: String,
     /// True for containers such as OBJECT, whose second argument names a subcommand.
     pub has_subcommands: bool,
+    /// ACL categories, with their `@` (`@read`, `@hash`, ...).
+    pub categories: Vec<String>,
+    /// Key positions (Redis's legacy triple): first, last (negative counts from the end),
+    /// step; first 0 means no keys at fixed positions.
+    pub first_key: i32,
+    pub last_key: i32,
+    pub step: i32,
+}
+
+impl CommandInfo {
+    /// The arguments that are keys, by the fixed positions of the table.
+    pub fn keys<'a>(&self, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
+        if self.first_key <= 0 || self.step <= 0 {
+            return Vec::new();
+        }
+        let n = args.len() as i32;
+        let last = if self.last_key < 0 {
+            n + self.last_key
+        } else {
+            self.last_key.min(n - 1)
+        };
+        let mut out = Vec::new();
+        let mut i = self.first_key;
+        while i <= last && i < n {
+            out.push(args[i as usize].as_slice());
+            i += self.step;
+        }
+        out
+    }
 }
 
 pub struct CommandTable {
@@ -73,9 +108,32 @@ impl CommandTable {
                 arity: r.arity,
                 group: r.group,
                 name: name.clone(),
+                categories: r.acl_categories,
+                first_key: r.first_key,
+                last_key: r.last_key,
+                step: r.step,
             };
             map.insert(name, info);
         }
+        // Upstash's extension: a REST token for an ACL user.
+        map.insert(
+            "acl|resttoken".to_string(),
+            CommandInfo {
+                name: "acl|resttoken".into(),
+                arity: 4,
+                write: false,
+                readonly_flag: false,
+                blocking: false,
+                category_read: false,
+                category_dangerous: true,
+                group: "server".into(),
+                has_subcommands: false,
+                categories: vec!["@admin".into(), "@slow".into(), "@dangerous".into()],
+                first_key: 0,
+                last_key: 0,
+                step: 0,
+            },
+        );
         CommandTable { map, top_level }
     }
 
@@ -85,6 +143,11 @@ impl CommandTable {
 
     pub fn get(&self, lowercase_name: &str) -> Option<&CommandInfo> {
         self.map.get(lowercase_name)
+    }
+
+    /// Every command (and subcommand) entry.
+    pub fn all(&self) -> impl Iterator<Item = &CommandInfo> {
+        self.map.values()
     }
 
     /// Looks up the command `args` names. For a container with a subcommand argument, returns

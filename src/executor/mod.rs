@@ -21,6 +21,7 @@ use crate::delivery::sign::SigningKeys;
 use crate::delivery::worker::{Dispatch, Workers};
 use crate::delivery::Delivery;
 use crate::reply::Reply;
+use crate::state::acl::AclUser;
 use crate::state::Db;
 use crate::wal::{self, Record, WalWriter};
 use bytes::Bytes;
@@ -32,11 +33,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which token a request came with.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Access {
+    /// The Standard token: the `default` user.
     Full,
     ReadOnly,
+    /// Some other token: maybe one minted by `ACL RESTTOKEN`, resolved by the executor (which
+    /// owns the users) when the request runs.
+    Token(Arc<str>),
+}
+
+/// What a request may do, once its token is resolved.
+enum Perm {
+    Full,
+    ReadOnly,
+    User(Arc<str>, Box<AclUser>),
 }
 
 /// How a list of commands is run.
@@ -56,6 +68,8 @@ pub struct Answer {
     pub replies: Result<Vec<Reply>, String>,
     /// The log sequence this answer reflects (the `upstash-sync-token`).
     pub sync_token: u64,
+    /// The token matched no user (HTTP 401); nothing ran.
+    pub unauthorized: bool,
 }
 
 pub enum Job {
@@ -73,6 +87,11 @@ pub enum Job {
     },
     /// Periodic work: expiry of keys whose time has passed.
     Tick,
+    /// Whether a token belongs to a live ACL user.
+    CheckToken {
+        token: Arc<str>,
+        reply: oneshot::Sender<bool>,
+    },
     /// A delivery-service request (publish, cancel, list, ...).
     Delivery {
         op: Box<Op>,
@@ -119,8 +138,10 @@ pub struct Executor {
     backoff_unit_ms: u64,
 }
 
-/// What the delivery service needs at start.
-pub struct DeliverySetup {
+/// What the executor needs at start besides the log: the delivery service's settings and the
+/// secret that keys ACL REST tokens.
+pub struct Setup {
+    pub acl_secret: Vec<u8>,
     pub keys: Arc<RwLock<SigningKeys>>,
     /// Milliseconds per "second" of the default retry backoff (1000; tests shrink it).
     pub backoff_unit_ms: u64,
@@ -143,7 +164,7 @@ pub fn start(
     dir: &Path,
     fsync: FsyncMode,
     listen_port: u16,
-    setup: DeliverySetup,
+    setup: Setup,
 ) -> Result<ExecutorHandle, String> {
     let mut db = Db::new();
     let mut delivery = Delivery::new();
@@ -157,6 +178,7 @@ pub fn start(
     if replay_errors > 0 {
         crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
+    db.acl.set_secret(setup.acl_secret);
     let shared = Arc::new(Shared::default());
     shared.last_seq.store(wal.last_seq(), Ordering::SeqCst);
     shared.durable_seq.store(wal.last_seq(), Ordering::SeqCst);
@@ -287,7 +309,16 @@ impl Executor {
                         client,
                         reply,
                     } => {
-                        let replies = self.exec(cmds, mode, access, &client);
+                        let last_seq = self.wal.last_seq();
+                        let Some(perm) = self.resolve(&access) else {
+                            let _ = reply.send(Answer {
+                                replies: Err("WRONGPASS invalid or missing auth token".into()),
+                                sync_token: last_seq,
+                                unauthorized: true,
+                            });
+                            continue;
+                        };
+                        let replies = self.exec(cmds, mode, &perm, &client);
                         let last_seq = self.wal.last_seq();
                         pending.push(Box::new(move |failure: Option<&str>| {
                             let replies = match failure {
@@ -297,12 +328,16 @@ impl Executor {
                             let _ = reply.send(Answer {
                                 replies,
                                 sync_token: last_seq,
+                                unauthorized: false,
                             });
                         }));
                     }
                     Job::Subscribe(handle) => self.pubsub.add(handle),
                     Job::Unsubscribe { id } => self.pubsub.remove(id),
                     Job::Tick => self.expire_cycle(),
+                    Job::CheckToken { token, reply } => {
+                        let _ = reply.send(self.db.acl.resolve(&token).is_some());
+                    }
                     Job::Delivery { op, reply } => {
                         let answer = self.delivery_op(*op);
                         pending.push(Box::new(move |failure: Option<&str>| {
@@ -464,7 +499,19 @@ impl Executor {
 
     /// Checks a command before it runs: known, supported over REST, right arity, allowed for
     /// the token.
-    fn check(args: &[Vec<u8>], access: Access) -> Result<&'static CommandInfo, Reply> {
+    fn resolve(&self, access: &Access) -> Option<Perm> {
+        match access {
+            Access::Full => Some(Perm::Full),
+            Access::ReadOnly => Some(Perm::ReadOnly),
+            Access::Token(t) => self
+                .db
+                .acl
+                .resolve(t)
+                .map(|(name, user)| Perm::User(Arc::from(name), Box::new(user.clone()))),
+        }
+    }
+
+    fn check(args: &[Vec<u8>], perm: &Perm) -> Result<&'static CommandInfo, Reply> {
         let info = match table::global().lookup(args) {
             table::Lookup::Found(i) => i,
             table::Lookup::Unknown => return Err(command::unknown_command(args)),
@@ -482,11 +529,30 @@ impl Executor {
         if !command::arity_ok(info, args.len()) {
             return Err(command::arity_error(info));
         }
-        if access == Access::ReadOnly && !read_only_allows(info) {
-            return Err(Reply::Error(format!(
+        let denied = || {
+            Reply::Error(format!(
                 "NOPERM this user has no permissions to run the '{}' command or its subcommand",
                 info.name
-            )));
+            ))
+        };
+        match perm {
+            Perm::Full => {}
+            Perm::ReadOnly if !read_only_allows(info) => return Err(denied()),
+            Perm::ReadOnly => {}
+            Perm::User(_, u) => {
+                if !u.allows(&info.name, &info.categories) {
+                    return Err(denied());
+                }
+                if info
+                    .keys(args)
+                    .iter()
+                    .any(|k| !u.key_allowed(k, info.write))
+                {
+                    return Err(Reply::err(
+                        "NOPERM this user has no permissions to access one of the keys used as arguments",
+                    ));
+                }
+            }
         }
         Ok(info)
     }
@@ -495,13 +561,13 @@ impl Executor {
         &mut self,
         cmds: Vec<Vec<Vec<u8>>>,
         mode: ExecMode,
-        access: Access,
+        perm: &Perm,
         client: &str,
     ) -> Result<Vec<Reply>, String> {
         let ts = self.wal.next_timestamp(clock::wall_unix_ms());
         if mode == ExecMode::Multi {
             for args in &cmds {
-                if let Err(Reply::Error(e)) = Self::check(args, access) {
+                if let Err(Reply::Error(e)) = Self::check(args, perm) {
                     return Err(format!("EXECABORT Transaction discarded because of: {e}"));
                 }
             }
@@ -509,7 +575,7 @@ impl Executor {
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
         let mut replies = Vec::with_capacity(cmds.len());
         for args in cmds {
-            replies.push(self.run_one(args, access, ts, client, &mut logged));
+            replies.push(self.run_one(args, perm, ts, client, &mut logged));
         }
         if !logged.is_empty() {
             self.wal.append(ts, &Record::KvCommands(logged));
@@ -520,17 +586,17 @@ impl Executor {
     fn run_one(
         &mut self,
         args: Vec<Vec<u8>>,
-        access: Access,
+        perm: &Perm,
         ts: u64,
         client: &str,
         logged: &mut Vec<Vec<Vec<u8>>>,
     ) -> Reply {
-        let info = match Self::check(&args, access) {
+        let info = match Self::check(&args, perm) {
             Ok(i) => i,
             Err(r) => return r,
         };
         self.commands_processed += 1;
-        if info.write {
+        if info.write || matches!(info.name.as_str(), "acl|setuser" | "acl|deluser") {
             if let Some(why) = self.poisoned() {
                 return Reply::Error(format!(
                     "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
@@ -551,6 +617,9 @@ impl Executor {
             _ => {}
         }
         let mut ctx = Ctx::new(&mut self.db, ts, &mut self.rng);
+        if let Perm::User(name, _) = perm {
+            ctx.user = Some(name.clone());
+        }
         let reply = command::execute(&mut ctx, info, &args);
         if ctx.dirty {
             match ctx.rewrite.take() {

@@ -174,8 +174,11 @@ fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<A
         Some(Access::Full)
     } else if ro {
         Some(Access::ReadOnly)
-    } else {
+    } else if presented.is_empty() {
         None
+    } else {
+        // Perhaps an ACL user's token: the executor, which owns the users, decides.
+        Some(Access::Token(Arc::from(presented.as_str())))
     }
 }
 
@@ -231,13 +234,21 @@ async fn execute(
             "ERR the server is shutting down",
         ));
     }
-    rx.await.map_err(|_| {
+    let answer = rx.await.map_err(|_| {
         error(
             app,
             StatusCode::SERVICE_UNAVAILABLE,
             "ERR the server is shutting down",
         )
-    })
+    })?;
+    if answer.unauthorized {
+        return Err(error(
+            app,
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        ));
+    }
+    Ok(answer)
 }
 
 async fn handle(
@@ -340,7 +351,12 @@ async fn handle(
             };
             batch(app, cmds, multi, access, client, enc, format).await
         }
-        Some("monitor") if segments.len() == 1 => stream(app, StreamKind::Monitor, access),
+        Some("monitor") if segments.len() == 1 => {
+            if let Err(r) = known_token(app, &access).await {
+                return r;
+            }
+            stream(app, StreamKind::Monitor, access)
+        }
         Some(kind @ ("subscribe" | "psubscribe")) => {
             let names: Vec<Vec<u8>> = segments[1..]
                 .iter()
@@ -358,6 +374,9 @@ async fn handle(
             } else {
                 StreamKind::Patterns(names)
             };
+            if let Err(r) = known_token(app, &access).await {
+                return r;
+            }
             stream(app, k, access)
         }
         Some(_) => {
@@ -472,13 +491,36 @@ enum StreamKind {
     Patterns(Vec<Vec<u8>>),
 }
 
+/// For a token other than the two fixed ones: 401 unless it is a live ACL user's token (asked of
+/// the executor, which owns the users).
+async fn known_token(app: &App, access: &Access) -> Result<(), Response<Body>> {
+    let Access::Token(t) = access else {
+        return Ok(());
+    };
+    let (reply, rx) = oneshot::channel();
+    let job = Job::CheckToken {
+        token: t.clone(),
+        reply,
+    };
+    let known = app.tx.send(job).await.is_ok() && rx.await.unwrap_or(false);
+    if known {
+        Ok(())
+    } else {
+        Err(error(
+            app,
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        ))
+    }
+}
+
 fn stream(app: &App, kind: StreamKind, access: Access) -> Response<Body> {
     let name = match &kind {
         StreamKind::Monitor => "monitor",
         StreamKind::Channels(_) => "subscribe",
         StreamKind::Patterns(_) => "psubscribe",
     };
-    if access == Access::ReadOnly {
+    if access != Access::Full {
         return error(
             app,
             StatusCode::BAD_REQUEST,

@@ -4,6 +4,7 @@
 //! (the record's timestamp on replay, the executor's clock live), so applying the same log
 //! always yields the same state.
 
+pub mod acl;
 pub mod scanmap;
 pub mod zset;
 
@@ -51,6 +52,8 @@ pub struct Db {
     keys: ScanMap<Entry>,
     /// (expiry, key) for every key with a TTL, to find expired keys without a full scan.
     expires: BTreeSet<(u64, Box<[u8]>)>,
+    /// ACL users (FLUSHALL leaves them, as in Redis).
+    pub acl: acl::Acl,
 }
 
 impl Db {
