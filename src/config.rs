@@ -37,6 +37,9 @@ pub const DELIVERY_DEFAULT_RETRIES: u32 = 3;
 pub const DELIVERY_DEDUP_WINDOW_MS: u64 = 10 * 60 * 1000;
 /// Delivery log entries kept in memory for `GET /v2/events` (oldest dropped first).
 pub const DELIVERY_LOG_ENTRIES_MAX: usize = 10_000;
+/// Ended workflow runs whose step history is kept for `GET /v2/workflows/events` (older ones
+/// keep only their id, state and times).
+pub const WORKFLOW_ENDED_RUNS_KEPT_MAX: usize = 1_000;
 /// Default maximum message size (`--max-message-bytes`): the largest publish body, and where
 /// a destination's response body is cut for callbacks and the DLQ. The hosted free plan's 1 MB
 /// is a plan limit, not a protocol one.

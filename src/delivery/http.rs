@@ -254,7 +254,7 @@ fn filter(query: &[(String, String)], body: &[u8], ids_key: &str) -> Result<Filt
                 )
             }
             "cursor" => f.cursor = Some(v.clone()).filter(|c| !c.is_empty()),
-            "qstash_token" | "order" | "source" | "cancel" => {}
+            "qstash_token" | "order" | "source" | "cancel" | "groupBy" => {}
             k if k == ids_key => f.ids.extend(v.split(',').map(str::to_string)),
             "messageIds" => f.ids.extend(v.split(',').map(str::to_string)),
             _ => {
@@ -526,6 +526,12 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
                 )
             }
         },
+        ("workflows", &Method::GET) if matches!(segs.as_slice(), ["events" | "logs"]) => {
+            match filter(&query, &[], "workflowRunIds") {
+                Ok(f) => Op::WorkflowLogs(f),
+                Err(e) => return err(400, e),
+            }
+        }
         ("workflows", _) if segs.first() == Some(&"runs") => match (m, segs.len(), name(1)) {
             (&Method::GET, 2, Some(id)) => Op::RunGet(id),
             (&Method::DELETE, 2, Some(id)) => Op::RunDelete {

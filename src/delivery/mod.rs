@@ -103,6 +103,8 @@ pub struct Delivery {
     pub in_flight: usize,
     /// Workflow runs by id (ended ones stay as tombstones so late steps are refused).
     pub runs: HashMap<String, Run>,
+    /// Ended runs in the order they ended (whose history is still kept).
+    ended_runs: VecDeque<String>,
     /// Lookback notifications by (run, event).
     pub notifications: BTreeMap<(String, String), Bin>,
     pub flows: flow::Flows,
@@ -267,7 +269,15 @@ impl Delivery {
                     r.ended = Some(state.clone());
                     r.completed_ms = Some(ts);
                     r.response = response.as_ref().map(|b| b.0.clone());
-                    r.steps = Vec::new();
+                    // The history stays for the logs of the last runs, not forever.
+                    self.ended_runs.push_back(id.clone());
+                    while self.ended_runs.len() > crate::config::WORKFLOW_ENDED_RUNS_KEPT_MAX {
+                        if let Some(old) = self.ended_runs.pop_front() {
+                            if let Some(o) = self.runs.get_mut(&old) {
+                                o.steps = Vec::new();
+                            }
+                        }
+                    }
                 }
                 self.notifications.retain(|(run, _), _| run != id);
             }

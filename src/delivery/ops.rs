@@ -116,6 +116,7 @@ pub enum Op {
     RunsCancel(Filter),
     Waiters(String),
     Logs(Filter),
+    WorkflowLogs(Filter),
     FlowList(Option<String>),
     FlowGet(String),
     FlowAction {
@@ -161,6 +162,7 @@ impl Op {
                 | Op::Logs(_)
                 | Op::RunGet(_)
                 | Op::FlowList(_)
+                | Op::WorkflowLogs(_)
                 | Op::FlowGet(_)
                 | Op::GlobalParallelism
         )
@@ -728,6 +730,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
             body,
             run_id,
         } => notify(tx, &event_id, &body, run_id.as_deref()),
+        Op::WorkflowLogs(f) => workflow_logs(tx.d, &f),
         Op::FlowList(search) => {
             let mut keys: Vec<&String> =
                 tx.d.flows
@@ -1064,6 +1067,108 @@ fn run_id(headers: &[(String, String)]) -> Option<String> {
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("upstash-workflow-runid"))
         .map(|(_, v)| v.clone())
+}
+
+/// `GET /v2/workflows/events` (and `/logs`): runs newest first, each with its steps.
+fn workflow_logs(d: &Delivery, f: &Filter) -> OpReply {
+    let count = f.count.unwrap_or(10).clamp(1, 1000);
+    let skip: usize = f
+        .cursor
+        .as_deref()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut runs: Vec<&Run> = d
+        .runs
+        .values()
+        .filter(|r| any_eq(f, "workflowRunId", Some(&r.id)))
+        .filter(|r| any_eq(f, "workflowUrl", Some(&r.url)))
+        .filter(|r| any_eq(f, "state", Some(run_state(r))))
+        .filter(|r| {
+            values(f, "workflowCreatedAt")
+                .and_then(|v| v.first())
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_none_or(|t| r.created_ms == t)
+        })
+        .collect();
+    runs.sort_by(|a, b| (b.created_ms, &b.id).cmp(&(a.created_ms, &a.id)));
+    let more = runs.len() > skip + count;
+    let page: Vec<Value> = runs
+        .into_iter()
+        .skip(skip)
+        .take(count)
+        .map(|r| run_log(d, r))
+        .collect();
+    let mut m = Map::new();
+    if more {
+        m.insert("cursor".into(), json!((skip + count).to_string()));
+    }
+    m.insert("runs".into(), Value::Array(page));
+    ok(Value::Object(m))
+}
+
+fn run_state(r: &Run) -> &str {
+    r.ended.as_deref().unwrap_or("RUN_STARTED")
+}
+
+/// One run as the workflow SDK's `WorkflowRunLog`: the initial payload and each step message,
+/// with the step's own fields (stepId, stepName, stepType, out, ...) when its body is a step.
+fn run_log(d: &Delivery, r: &Run) -> Value {
+    let mut groups = Vec::new();
+    let mut next = Vec::new();
+    for (i, s) in r.steps.iter().enumerate() {
+        let pending = d.msgs.contains_key(s.message_id.as_str());
+        let mut step = Map::new();
+        if i == 0 {
+            step.insert("stepId".into(), json!(0));
+            step.insert("stepName".into(), json!("init"));
+            step.insert("stepType".into(), json!("Initial"));
+            step.insert(
+                "out".into(),
+                json!(String::from_utf8_lossy(&s.body.0).into_owned()),
+            );
+        } else if let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&s.body.0) {
+            for k in [
+                "stepId",
+                "stepName",
+                "stepType",
+                "out",
+                "concurrent",
+                "targetStep",
+            ] {
+                if let Some(v) = body.get(k) {
+                    step.insert(k.into(), v.clone());
+                }
+            }
+        }
+        step.insert("callType".into(), json!(s.call_type));
+        step.insert("messageId".into(), json!(s.message_id));
+        if pending && r.ended.is_none() {
+            step.insert("state".into(), json!("STEP_PROGRESS"));
+            next.push(Value::Object(step));
+        } else {
+            step.insert("state".into(), json!("STEP_SUCCESS"));
+            groups.push(json!({"type": "sequential", "steps": [Value::Object(step)]}));
+        }
+    }
+    if !next.is_empty() {
+        groups.push(json!({"type": "next", "steps": next}));
+    }
+    let mut m = Map::new();
+    m.insert("workflowRunId".into(), json!(r.id));
+    m.insert("workflowUrl".into(), json!(r.url));
+    m.insert("workflowState".into(), json!(run_state(r)));
+    m.insert("workflowRunCreatedAt".into(), json!(r.created_ms));
+    if let Some(t) = r.completed_ms {
+        m.insert("workflowRunCompletedAt".into(), json!(t));
+    }
+    if let Some(resp) = &r.response {
+        m.insert(
+            "workflowRunResponse".into(),
+            json!(String::from_utf8_lossy(resp).into_owned()),
+        );
+    }
+    m.insert("steps".into(), Value::Array(groups));
+    Value::Object(m)
 }
 
 fn flow_info(key: &str, f: &super::flow::Flow) -> Value {

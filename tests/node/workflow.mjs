@@ -131,7 +131,12 @@ for (let i = 0; i < 100 && !gone; i++) {
   gone = r.status === 404;
   if (!gone) await new Promise((r) => setTimeout(r, 50));
 }
+const logs = await client.logs({ workflowRunId });
+const run = logs.runs?.[0];
+const stepNames = (run?.steps ?? []).flatMap((g) => g.steps.map((x) => x.stepName));
 const checks = [
+  [run?.workflowState === "RUN_SUCCESS", `client.logs shows the run finished: ${JSON.stringify(run)?.slice(0, 300)}`],
+  [["init", "first", "last"].every((n) => stepNames.includes(n)), `client.logs lists the steps: ${JSON.stringify(stepNames)}`],
   [JSON.stringify(trace) === JSON.stringify(["first", "after-nap", "last"]), `steps ran once each, in order: ${JSON.stringify(trace)}`],
   [result.a?.got?.order === 42, `the initial payload reached the first step: ${JSON.stringify(result.a)}`],
   [result.eventData?.paid === true && result.timeout === false, `the event data arrived: ${JSON.stringify(result)}`],
