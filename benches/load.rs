@@ -271,15 +271,21 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     let mut rows: Vec<(String, Vec<f64>)> = vec![
         ("LRANGE".into(), Vec::new()),
         ("ZRANGEBYSCORE min max".into(), Vec::new()),
-        ("ZRANGE BYSCORE LIMIT 0 100".into(), Vec::new()),
+                ("ZRANGE BYSCORE LIMIT 0 100".into(), Vec::new()),
+        ("XRANGE start + COUNT 100".into(), Vec::new()),
     ];
     for n in [10_000usize, 1_000_000] {
         c.post("/", r#"["FLUSHALL"]"#)?;
         for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
             let push: Vec<String> = chunk.iter().map(|i| format!(r#""e{i}""#)).collect();
             c.post("/", &format!(r#"["RPUSH","l",{}]"#, push.join(",")))?;
-            let zadd: Vec<String> = chunk.iter().map(|i| format!(r#"{i},"m{i}""#)).collect();
+                        let zadd: Vec<String> = chunk.iter().map(|i| format!(r#"{i},"m{i}""#)).collect();
             c.post("/", &format!(r#"["ZADD","z",{}]"#, zadd.join(",")))?;
+            let xadd: Vec<String> = chunk
+                .iter()
+                .map(|i| format!(r#"["XADD","x","{}-0","f","v{i}"]"#, i + 1))
+                .collect();
+            c.post("/pipeline", &format!("[{}]", xadd.join(",")))?;
         }
         let mid = n / 2;
         rows[0].1.push(time_cmd(
@@ -294,7 +300,12 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
         )?);
         rows[2].1.push(time_cmd(
             &mut c,
-            &format!(r#"["ZRANGE","z",{mid},"+inf","BYSCORE","LIMIT",0,100]"#),
+                        &format!(r#"["ZRANGE","z",{mid},"+inf","BYSCORE","LIMIT",0,100]"#),
+            200,
+        )?);
+        rows[3].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["XRANGE","x","{mid}-0","+","COUNT",100]"#),
             200,
         )?);
     }

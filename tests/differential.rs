@@ -4,7 +4,9 @@
 //! from.
 //!
 //! `TIDEPOOL_DIFF_COMMANDS` sets the number of commands (CI runs the fixed-seed default);
-//! `TIDEPOOL_DIFF_SEED` picks another seed.
+//! `TIDEPOOL_DIFF_SEED` picks another seed; `TIDEPOOL_DIFF_FAMILY` (streams, zsets, bits, geo,
+//! hll, collections) runs one family alone; `TIDEPOOL_DIFF_HISTORY` sets how many of the last
+//! commands a failure shows.
 
 mod common;
 use common::*;
@@ -710,7 +712,172 @@ fn gen_hll(r: &mut TestRng) -> Vec<String> {
     }
 }
 
+/// The next millisecond part for stream IDs: mostly moving forward, so streams grow past
+/// Redis's 100-entry nodes and approximate trimming has whole nodes to drop.
+static STREAM_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Streams without consumer groups, on their own keys x0/x1 and now and then on the shared keys
+/// (WRONGTYPE both ways). IDs are explicit or `ms-*`: `*` takes each server's own clock.
+fn gen_streams(r: &mut TestRng) -> Vec<String> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let k = |r: &mut TestRng| {
+        if r.chance(8) {
+            r.pick(KEYS).to_string()
+        } else {
+            r.pick(&["x0", "x1"]).to_string()
+        }
+    };
+    let now = STREAM_MS.load(Relaxed);
+    let id = |r: &mut TestRng| -> String {
+        match r.below(10) {
+            0 => format!("{}-{}", r.below(now as usize + 1), r.below(3)),
+            1 => format!("{}", r.below(now as usize + 1)),
+            2 => "0-0".into(),
+            3 => "bogus".into(),
+            _ => format!("{}-{}", now.saturating_sub(r.below(3) as u64), r.below(4)),
+        }
+    };
+    let bound = |r: &mut TestRng, start: bool| -> String {
+        match r.below(6) {
+            0 => if start { "-" } else { "+" }.into(),
+            1 => format!("({}-{}", r.below(now as usize + 1), r.below(3)),
+            2 => format!("{}", r.below(now as usize + 1)),
+            3 => "(bad".into(),
+            _ => format!("{}-{}", r.below(now as usize + 1), r.below(3)),
+        }
+    };
+    let trim = |r: &mut TestRng, c: &mut Vec<String>| {
+        if r.chance(50) {
+            c.push("MAXLEN".into());
+        } else {
+            c.push("MINID".into());
+        }
+        match r.below(3) {
+            0 => c.push("~".into()),
+            1 => c.push("=".into()),
+            _ => {}
+        }
+        if c.iter().any(|a| a == "MAXLEN") {
+            c.push(
+                r.pick(&["0", "5", "50", "150", "300", "-1", "x"])
+                    .to_string(),
+            );
+        } else {
+            c.push(format!("{}-0", now.saturating_sub(r.below(400) as u64)));
+        }
+        if r.chance(20) {
+            c.extend([
+                "LIMIT".into(),
+                r.pick(&["0", "10", "150", "-1"]).to_string(),
+            ]);
+        }
+    };
+    match r.below(20) {
+        0..=8 => {
+            let mut c = vec!["XADD".to_string(), k(r)];
+            if r.chance(10) {
+                c.push("NOMKSTREAM".into());
+            }
+            if r.chance(25) {
+                trim(r, &mut c);
+            }
+            let step = r.below(3) as u64;
+            let next = STREAM_MS.fetch_add(step, Relaxed) + step;
+            c.push(match r.below(10) {
+                0 => id(r),
+                1 => format!("{next}-*"),
+                _ => format!("{next}-{}", r.below(2)),
+            });
+            for _ in 0..1 + r.below(2) {
+                c.push(r.pick(FIELDS).to_string());
+                c.push(r.pick(&["v", "1", "abc", "", "x y"]).to_string());
+            }
+            if r.chance(3) {
+                c.pop();
+            }
+            c
+        }
+        9 => vec!["XLEN".into(), k(r)],
+        10 | 11 => {
+            let rev = r.chance(40);
+            let mut c = vec![
+                if rev { "XREVRANGE" } else { "XRANGE" }.to_string(),
+                k(r),
+                bound(r, !rev),
+                bound(r, rev),
+            ];
+            if r.chance(50) {
+                c.extend([
+                    "COUNT".into(),
+                    r.pick(&["0", "1", "3", "-1", "x"]).to_string(),
+                ]);
+            }
+            c
+        }
+        12 | 13 => {
+            let mut c = vec!["XDEL".to_string(), k(r)];
+            for _ in 0..1 + r.below(3) {
+                c.push(id(r));
+            }
+            c
+        }
+        14 => {
+            let mut c = vec!["XTRIM".to_string(), k(r)];
+            trim(r, &mut c);
+            c
+        }
+        15 | 16 => {
+            let mut c = vec!["XREAD".to_string()];
+            if r.chance(50) {
+                c.extend(["COUNT".into(), r.pick(&["1", "2", "0", "-1"]).to_string()]);
+            }
+            c.push("STREAMS".into());
+            let n = 1 + r.below(2);
+            let keys: Vec<String> = (0..n).map(|_| k(r)).collect();
+            c.extend(keys);
+            for _ in 0..n {
+                c.push(if r.chance(15) { "$".into() } else { id(r) });
+            }
+            if r.chance(5) {
+                c.pop();
+            }
+            c
+        }
+        17 => {
+            let mut c = vec!["XSETID".to_string(), k(r), id(r)];
+            if r.chance(30) {
+                c.extend([
+                    "ENTRIESADDED".into(),
+                    r.pick(&["0", "1000", "5"]).to_string(),
+                ]);
+            }
+            if r.chance(30) {
+                c.extend(["MAXDELETEDID".into(), id(r)]);
+            }
+            c
+        }
+        _ => vec!["XINFO".into(), "STREAM".into(), k(r)],
+    }
+}
+
 fn gen(r: &mut TestRng, abs_base_ms: u64) -> Vec<String> {
+    // TIDEPOOL_DIFF_FAMILY=streams runs one family alone (for long runs of it).
+    static FAMILY: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    match FAMILY
+        .get_or_init(|| std::env::var("TIDEPOOL_DIFF_FAMILY").ok())
+        .as_deref()
+    {
+        Some("streams") => return gen_streams(r),
+        Some("hll") => return gen_hll(r),
+        Some("geo") => return gen_geo(r),
+        Some("bits") => return gen_bits(r),
+        Some("zsets") => return gen_zsets(r),
+        Some("collections") => return gen_collections(r),
+        _ => {}
+    }
+    if r.chance(8) {
+        return gen_streams(r);
+    }
     if r.chance(5) {
         return gen_hll(r);
     }
@@ -1050,6 +1217,16 @@ fn normalize(cmd: &[String], reply: Canon) -> Canon {
         // Random picks: compare the shape (count), not the choice.
         ("hrandfield", Canon::Arr(v)) => Canon::Int(v.len() as i64),
         ("hrandfield", Canon::Str(_)) => Canon::s("<one field>"),
+        // radix-tree-nodes counts Redis's radix tree internals, which tidepool does not model
+        // (radix-tree-keys, the node count, it does).
+        ("xinfo", Canon::Arr(mut v)) => {
+            for i in 0..v.len() {
+                if v[i] == Canon::s("radix-tree-nodes") && i + 1 < v.len() {
+                    v[i + 1] = Canon::Nil;
+                }
+            }
+            Canon::Arr(v)
+        }
         (_, r) => r,
     }
 }
@@ -1118,7 +1295,7 @@ fn no_sort_in_pipeline(c: Vec<String>) -> Vec<String> {
 /// Every key's type and full content, in a canonical form: the state both servers must share.
 fn state_of(mut run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)> {
     let mut out = Vec::new();
-    for k in KEYS.iter().chain(&["lx", "g0", "g1"]) {
+    for k in KEYS.iter().chain(&["lx", "g0", "g1", "x0", "x1"]) {
         let t = run(&["TYPE", k]);
         let v = match &t {
             Canon::Str(s) if s == b"string" => run(&["GET", k]),
@@ -1126,6 +1303,10 @@ fn state_of(mut run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)
             Canon::Str(s) if s == b"list" => run(&["LRANGE", k, "0", "-1"]),
             Canon::Str(s) if s == b"set" => normalize(&["SMEMBERS".into()], run(&["SMEMBERS", k])),
             Canon::Str(s) if s == b"zset" => run(&["ZRANGE", k, "0", "-1", "WITHSCORES"]),
+            Canon::Str(s) if s == b"stream" => Canon::Arr(vec![
+                run(&["XRANGE", k, "-", "+"]),
+                normalize(&["XINFO".into()], run(&["XINFO", "STREAM", k])),
+            ]),
             _ => Canon::Nil,
         };
         // Whether the key expires (not when: the two servers set relative times a few ms apart).
@@ -1167,6 +1348,11 @@ fn random_commands_match_redis() {
     let mut r = TestRng(seed);
     let mut done = 0;
     let mut history: Vec<String> = Vec::new();
+    // How many of the last commands a failure report shows (TIDEPOOL_DIFF_HISTORY).
+    let history_max: usize = std::env::var("TIDEPOOL_DIFF_HISTORY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
     let check_every: usize = std::env::var("TIDEPOOL_DIFF_CHECK_EVERY")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -1195,9 +1381,39 @@ fn random_commands_match_redis() {
             cmds.iter().zip(raw).map(|(c, g)| normalize(c, g)).collect()
         };
         for ((c, e), g) in cmds.iter().zip(&expected).zip(&got) {
-            history.push(c.join(" "));
-            if history.len() > 60 {
+            // Quoted where needed, so a reported history can be replayed (shlex-style).
+            history.push(
+                c.iter()
+                    .map(|a| {
+                        if a.is_empty() || a.contains(' ') {
+                            format!("{a:?}")
+                        } else {
+                            a.clone()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+            if history.len() > history_max {
                 history.remove(0);
+            }
+            if !same(c, g, e) && std::env::var("TIDEPOOL_DIFF_DEBUG").is_ok() && c.len() > 1 {
+                eprintln!(
+                    "DEBUG tidepool XINFO: {:?}",
+                    http.cmd_str(&["XINFO", "STREAM", &c[1]])
+                );
+                eprintln!(
+                    "DEBUG redis    XINFO: {:?}",
+                    redis.cmd_str(&["XINFO", "STREAM", &c[1]])
+                );
+                eprintln!(
+                    "DEBUG tidepool XRANGE: {:?}",
+                    http.cmd_str(&["XRANGE", &c[1], "-", "+"])
+                );
+                eprintln!(
+                    "DEBUG redis    XRANGE: {:?}",
+                    redis.cmd_str(&["XRANGE", &c[1], "-", "+"])
+                );
             }
             assert!(
                 same(c, g, e),

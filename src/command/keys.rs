@@ -307,6 +307,7 @@ pub fn encoding(v: &Value) -> &'static str {
                 "hashtable"
             }
         }
+        Value::Stream(_) => "stream",
     }
 }
 

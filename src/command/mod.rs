@@ -17,6 +17,7 @@ pub mod longdouble;
 pub mod server;
 pub mod sets;
 pub mod sort;
+pub mod streams;
 pub mod strings;
 pub mod table;
 pub mod typed;
@@ -284,6 +285,16 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
             (Err(e), _) | (_, Err(e)) => e,
         },
         "command|count" => Reply::Int(table::global().len_top_level() as i64),
+        // streams
+        "xadd" => streams::xadd(ctx, args),
+        "xlen" => streams::xlen(ctx, args),
+        "xrange" => streams::xrange(ctx, args, false),
+        "xrevrange" => streams::xrange(ctx, args, true),
+        "xdel" => streams::xdel(ctx, args),
+        "xtrim" => streams::xtrim(ctx, args),
+        "xread" => streams::xread(ctx, args),
+        "xsetid" => streams::xsetid(ctx, args),
+        "xinfo|stream" => streams::xinfo_stream(ctx, args),
         "acl|setuser" => acl::setuser(ctx, args),
         "acl|deluser" => acl::deluser(ctx, args),
         "acl|getuser" => acl::getuser(ctx, args),

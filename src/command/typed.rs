@@ -5,6 +5,7 @@
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::scanmap::ScanMap;
+use crate::state::stream::Stream;
 use crate::state::zset::ZSet;
 use crate::state::{Db, Value};
 use std::collections::VecDeque;
@@ -46,6 +47,29 @@ aggregate!(ScanMap<Vec<u8>>, Hash, ScanMap::new());
 aggregate!(VecDeque<Vec<u8>>, List, VecDeque::new());
 aggregate!(ScanMap<()>, Set, ScanMap::new());
 aggregate!(ZSet, ZSet, ZSet::new());
+
+// A stream is not removed when it becomes empty (Redis keeps empty streams), so `is_empty`
+// answers false for the drop-if-empty helper.
+impl Aggregate for Box<Stream> {
+    fn of(v: &Value) -> Option<&Self> {
+        match v {
+            Value::Stream(x) => Some(x),
+            _ => None,
+        }
+    }
+    fn of_mut(v: &mut Value) -> Option<&mut Self> {
+        match v {
+            Value::Stream(x) => Some(x),
+            _ => None,
+        }
+    }
+    fn empty() -> Value {
+        Value::Stream(Box::new(Stream::new()))
+    }
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
 
 /// The value at `key`: None when absent, WRONGTYPE when another type.
 pub fn read<'a, T: Aggregate>(db: &'a Db, key: &[u8], now_ms: u64) -> Result<Option<&'a T>, Reply> {

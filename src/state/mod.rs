@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod scanmap;
+pub mod stream;
 pub mod zset;
 
 use scanmap::ScanMap;
@@ -19,6 +20,7 @@ pub enum Value {
     List(VecDeque<Vec<u8>>),
     Set(ScanMap<()>),
     ZSet(zset::ZSet),
+    Stream(Box<stream::Stream>),
 }
 
 impl Value {
@@ -30,6 +32,7 @@ impl Value {
             Value::List(_) => "list",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream(_) => "stream",
         }
     }
 }

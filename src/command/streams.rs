@@ -1,0 +1,525 @@
+//! Streams without consumer groups: XADD (NOMKSTREAM, MAXLEN/MINID with `=`/`~` and LIMIT,
+//! auto, partial and explicit IDs), XLEN, XRANGE, XREVRANGE, XDEL, XTRIM, XREAD (not
+//! blocking), XSETID, XINFO STREAM.
+//!
+//! An auto-generated ID comes from the command's timestamp, which is the record's, and the
+//! command is logged with the ID it produced, so replay yields the same IDs.
+
+use super::args::int_arg;
+use super::typed;
+use super::Ctx;
+use crate::reply::{errors, Reply};
+use crate::state::stream::{Stream, StreamId, Trim};
+
+const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+/// `ms` or `ms-seq`; a missing sequence is `missing_seq`.
+fn parse_id(b: &[u8], missing_seq: u64) -> Result<StreamId, Reply> {
+    let text = std::str::from_utf8(b).map_err(|_| Reply::err(INVALID_ID))?;
+    let num = |s: &str| -> Result<u64, Reply> {
+        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(Reply::err(INVALID_ID));
+        }
+        s.parse().map_err(|_| Reply::err(INVALID_ID))
+    };
+    match text.split_once('-') {
+        Some((ms, seq)) => Ok(StreamId {
+            ms: num(ms)?,
+            seq: num(seq)?,
+        }),
+        None => Ok(StreamId {
+            ms: num(text)?,
+            seq: missing_seq,
+        }),
+    }
+}
+
+/// A range bound: `-`, `+`, an ID (a missing sequence is 0 for a start, the maximum for an
+/// end), or `(ID` for an exclusive bound.
+fn parse_bound(b: &[u8], start: bool) -> Result<StreamId, Reply> {
+    match b {
+        b"-" => return Ok(StreamId::MIN),
+        b"+" => return Ok(StreamId::MAX),
+        _ => {}
+    }
+    let missing = if start { 0 } else { u64::MAX };
+    if let Some(rest) = b.strip_prefix(b"(") {
+        let id = parse_id(rest, missing)?;
+        return if start {
+            id.next()
+                .ok_or_else(|| Reply::err("ERR invalid start ID for the interval"))
+        } else {
+            id.prev()
+                .ok_or_else(|| Reply::err("ERR invalid end ID for the interval"))
+        };
+    }
+    parse_id(b, missing)
+}
+
+fn entry_reply(id: &StreamId, fields: &[Vec<u8>]) -> Reply {
+    Reply::Array(vec![
+        Reply::Bulk(id.text()),
+        Reply::bulks(fields.iter().cloned()),
+    ])
+}
+
+/// The trimming options shared by XADD and XTRIM.
+struct TrimArgs {
+    how: Option<Trim>,
+    approx: bool,
+    limit: usize,
+}
+
+/// Parses options from `i`; for XADD stops at the ID (returned with its index).
+fn parse_options(
+    args: &[Vec<u8>],
+    mut i: usize,
+    xadd: bool,
+) -> Result<(TrimArgs, bool, Option<usize>), Reply> {
+    let mut how = None;
+    let mut approx = false;
+    let mut limit: Option<i64> = None;
+    let mut nomkstream = false;
+    let mut id_at = None;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let opt = &args[i];
+        if xadd && opt.as_slice() == b"*" {
+            id_at = Some(i);
+            break;
+        }
+        if (eq(opt, "maxlen") || eq(opt, "minid")) && more > 0 {
+            if how.is_some() {
+                return Err(Reply::err(
+                    "ERR syntax error, MAXLEN and MINID options at the same time are not compatible",
+                ));
+            }
+            approx = false;
+            let next = &args[i + 1];
+            if more >= 2 && next.as_slice() == b"~" {
+                approx = true;
+                i += 1;
+            } else if more >= 2 && next.as_slice() == b"=" {
+                i += 1;
+            }
+            if eq(opt, "maxlen") {
+                let n = int_arg(&args[i + 1])?;
+                if n < 0 {
+                    return Err(Reply::err("ERR The MAXLEN argument must be >= 0."));
+                }
+                how = Some(Trim::MaxLen(n as usize));
+            } else {
+                how = Some(Trim::MinId(parse_id(&args[i + 1], 0)?));
+            }
+            i += 2;
+            continue;
+        }
+        if eq(opt, "limit") && more > 0 {
+            let n = int_arg(&args[i + 1])?;
+            if n < 0 {
+                return Err(Reply::err("ERR The LIMIT argument must be >= 0."));
+            }
+            limit = Some(n);
+            i += 2;
+            continue;
+        }
+        if xadd && eq(opt, "nomkstream") {
+            nomkstream = true;
+            i += 1;
+            continue;
+        }
+        if xadd {
+            // An explicit ID, or `ms-*` (the sequence picked by the server).
+            let ms_only = opt.strip_suffix(b"-*").unwrap_or(opt);
+            parse_id(ms_only, 0)?;
+            id_at = Some(i);
+            break;
+        }
+        return Err(Reply::err(errors::SYNTAX));
+    }
+    if limit.is_some_and(|l| l > 0) && how.is_none() {
+        return Err(Reply::err(
+            "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy",
+        ));
+    }
+    if !xadd && how.is_none() {
+        return Err(Reply::err(
+            "ERR syntax error, XTRIM must be called with a trimming strategy",
+        ));
+    }
+    let limit = match limit {
+        Some(_) if !approx => {
+            return Err(Reply::err(
+                "ERR syntax error, LIMIT cannot be used without the special ~ option",
+            ))
+        }
+        Some(l) => l as usize,
+        None if approx => 100 * crate::state::stream::NODE_ENTRIES_MAX,
+        None => 0,
+    };
+    Ok((TrimArgs { how, approx, limit }, nomkstream, id_at))
+}
+
+pub fn xadd(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let (trim, nomkstream, id_at) = match parse_options(args, 2, true) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let Some(id_at) = id_at else {
+        return Reply::err("ERR wrong number of arguments for 'xadd' command");
+    };
+    let fields = &args[id_at + 1..];
+    if fields.len() < 2 || fields.len() % 2 == 1 {
+        return Reply::err("ERR wrong number of arguments for 'xadd' command");
+    }
+    // The ID as given: auto (`*`), partial (`ms-*`) or explicit.
+    let raw = &args[id_at];
+    let given: Option<(u64, Option<u64>)> = if raw.as_slice() == b"*" {
+        None
+    } else if let Some(ms) = raw.strip_suffix(b"-*") {
+        match parse_id(ms, 0) {
+            Ok(id) if !ms.contains(&b'-') => Some((id.ms, None)),
+            _ => return Reply::err(INVALID_ID),
+        }
+    } else {
+        match parse_id(raw, 0) {
+            Ok(id) => Some((id.ms, Some(id.seq))),
+            Err(e) => return e,
+        }
+    };
+    if given == Some((0, Some(0))) {
+        return Reply::err("ERR The ID specified in XADD must be greater than 0-0");
+    }
+    let key = &args[1];
+    let now = ctx.now_ms;
+    let last = match typed::read::<Box<Stream>>(ctx.db, key, now) {
+        Err(e) => return e,
+        Ok(None) if nomkstream => return Reply::Nil,
+        Ok(s) => s.map(|s| s.last_id).unwrap_or(StreamId::MIN),
+    };
+    let id = match given {
+        None => {
+            if now > last.ms {
+                Some(StreamId { ms: now, seq: 0 })
+            } else {
+                last.next()
+            }
+        }
+        Some((ms, None)) => {
+            if ms > last.ms {
+                Some(StreamId { ms, seq: 0 })
+            } else if ms == last.ms && last.seq < u64::MAX {
+                Some(StreamId {
+                    ms,
+                    seq: last.seq + 1,
+                })
+            } else {
+                None
+            }
+        }
+        Some((ms, Some(seq))) => Some(StreamId { ms, seq }).filter(|id| *id > last),
+    };
+    // (Redis creates the key before it checks the ID; on a new stream every ID that got this
+    // far is valid, so no refused XADD leaves an empty stream behind.)
+    let Some(id) = id else {
+        if given.is_none() {
+            return Reply::err(
+                "ERR The stream has exhausted the last possible ID, unable to add more items",
+            );
+        }
+        return Reply::err(
+            "ERR The ID specified in XADD is equal or smaller than the target stream top item",
+        );
+    };
+    let stream = match typed::create::<Box<Stream>>(ctx, key) {
+        Ok(s) => s,
+        Err(e) => return e,
+    };
+    stream.append(id, fields.to_vec());
+    if let Some(how) = trim.how {
+        stream.trim(how, trim.approx, trim.limit);
+    }
+    ctx.dirty = true;
+    let mut logged = args.to_vec();
+    logged[id_at] = id.text();
+    ctx.log_as(logged);
+    Reply::Bulk(id.text())
+}
+
+pub fn xlen(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
+        Ok(s) => Reply::Int(s.map(|s| s.len() as i64).unwrap_or(0)),
+        Err(e) => e,
+    }
+}
+
+pub fn xrange(ctx: &mut Ctx, args: &[Vec<u8>], rev: bool) -> Reply {
+    let (lo_arg, hi_arg) = if rev {
+        (&args[3], &args[2])
+    } else {
+        (&args[2], &args[3])
+    };
+    let lo = match parse_bound(lo_arg, true) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let hi = match parse_bound(hi_arg, false) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let mut count: Option<usize> = None;
+    let mut i = 4;
+    while i < args.len() {
+        if eq(&args[i], "count") && i + 1 < args.len() {
+            match int_arg(&args[i + 1]) {
+                Ok(n) => count = Some(n.max(0) as usize),
+                Err(e) => return e,
+            }
+            i += 2;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+    }
+    let s = match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Reply::Array(Vec::new()),
+        Err(e) => return e,
+    };
+    if count == Some(0) {
+        return Reply::NilArray;
+    }
+    if lo > hi {
+        return Reply::Array(Vec::new());
+    }
+    let limit = count.unwrap_or(usize::MAX);
+    let range = s.entries.range(lo..=hi);
+    let out: Vec<Reply> = if rev {
+        range
+            .rev()
+            .take(limit)
+            .map(|(id, f)| entry_reply(id, f))
+            .collect()
+    } else {
+        range
+            .take(limit)
+            .map(|(id, f)| entry_reply(id, f))
+            .collect()
+    };
+    Reply::Array(out)
+}
+
+pub fn xdel(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    // The key first (a missing one answers 0 whatever the IDs), then every ID, before any goes.
+    let s = match typed::existing::<Box<Stream>>(ctx, &args[1]) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Reply::Int(0),
+        Err(e) => return e,
+    };
+    let mut ids = Vec::with_capacity(args.len() - 2);
+    for a in &args[2..] {
+        match parse_id(a, 0) {
+            Ok(id) => ids.push(id),
+            Err(e) => return e,
+        }
+    }
+    let n = ids.into_iter().filter(|id| s.delete(*id)).count();
+    if n > 0 {
+        ctx.dirty = true;
+    }
+    Reply::Int(n as i64)
+}
+
+pub fn xtrim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let (trim, _, _) = match parse_options(args, 2, false) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let s = match typed::existing::<Box<Stream>>(ctx, &args[1]) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Reply::Int(0),
+        Err(e) => return e,
+    };
+    let Some(how) = trim.how else {
+        return Reply::err(errors::SYNTAX);
+    };
+    let n = s.trim(how, trim.approx, trim.limit);
+    if n > 0 {
+        ctx.dirty = true;
+    }
+    Reply::Int(n as i64)
+}
+
+pub fn xread(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let mut count = 0usize;
+    let mut i = 1;
+    let mut streams_at = None;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        if eq(&args[i], "count") && more > 0 {
+            match int_arg(&args[i + 1]) {
+                Ok(n) => count = n.max(0) as usize,
+                Err(e) => return e,
+            }
+            i += 2;
+        } else if eq(&args[i], "streams") && more > 0 {
+            streams_at = Some(i + 1);
+            break;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+    }
+    let Some(at) = streams_at else {
+        return Reply::err(errors::SYNTAX);
+    };
+    let rest = &args[at..];
+    if rest.len() % 2 == 1 {
+        return Reply::err("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.");
+    }
+    let (keys, ids) = rest.split_at(rest.len() / 2);
+    let mut starts = Vec::with_capacity(ids.len());
+    for (k, id) in keys.iter().zip(ids) {
+        let s = match typed::read::<Box<Stream>>(ctx.db, k, ctx.now_ms) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        let after = match id.as_slice() {
+            b"$" => s.map(|s| s.last_id).unwrap_or(StreamId::MIN),
+            b">" => return Reply::err("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."),
+            raw => match parse_id(raw, 0) {
+                Ok(id) => id,
+                Err(e) => return e,
+            },
+        };
+        starts.push(after);
+    }
+    let mut out = Vec::new();
+    for (k, after) in keys.iter().zip(starts) {
+        let Ok(Some(s)) = typed::read::<Box<Stream>>(ctx.db, k, ctx.now_ms) else {
+            continue;
+        };
+        let Some(from) = after.next() else { continue };
+        let entries: Vec<Reply> = s
+            .entries
+            .range(from..)
+            .take(if count == 0 { usize::MAX } else { count })
+            .map(|(id, f)| entry_reply(id, f))
+            .collect();
+        if !entries.is_empty() {
+            out.push(Reply::Array(vec![
+                Reply::Bulk(k.clone()),
+                Reply::Array(entries),
+            ]));
+        }
+    }
+    if out.is_empty() {
+        Reply::NilArray
+    } else {
+        Reply::Array(out)
+    }
+}
+
+pub fn xsetid(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let id = match parse_id(&args[2], 0) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let mut entries_added: Option<u64> = None;
+    let mut max_deleted: Option<StreamId> = None;
+    let mut i = 3;
+    while i < args.len() {
+        if eq(&args[i], "entriesadded") && i + 1 < args.len() {
+            match int_arg(&args[i + 1]) {
+                Ok(n) if n >= 0 => entries_added = Some(n as u64),
+                Ok(_) => {
+                    return Reply::err("ERR entries_added must be positive");
+                }
+                Err(e) => return e,
+            }
+        } else if eq(&args[i], "maxdeletedid") && i + 1 < args.len() {
+            // 0-0 means "not given" (as Redis 7.0 reads it).
+            match parse_id(&args[i + 1], 0) {
+                Ok(x) => max_deleted = Some(x).filter(|m| *m != StreamId::MIN),
+                Err(e) => return e,
+            }
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+        i += 2;
+    }
+    if let Some(m) = max_deleted {
+        if id < m {
+            return Reply::err(
+                "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+            );
+        }
+    }
+    let s = match typed::existing::<Box<Stream>>(ctx, &args[1]) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Reply::err("ERR no such key"),
+        Err(e) => return e,
+    };
+    // Compared with the last entry still there, not with the last ID generated (as Redis 7.0).
+    if s.entries.keys().next_back().is_some_and(|last| *last > id) {
+        return Reply::err(
+            "ERR The ID specified in XSETID is smaller than the target stream top item",
+        );
+    }
+    if let Some(n) = entries_added {
+        if (s.len() as u64) > n {
+            return Reply::err(
+                "ERR The entries_added specified in XSETID is smaller than the target stream length",
+            );
+        }
+    }
+    s.last_id = id;
+    if let Some(n) = entries_added {
+        s.entries_added = n;
+    }
+    if let Some(m) = max_deleted {
+        s.max_deleted_id = m;
+    }
+    ctx.dirty = true;
+    Reply::ok()
+}
+
+pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    if args.len() > 3 {
+        return Reply::err("ERR 'XINFO STREAM ... FULL' is not implemented by tidepool yet");
+    }
+    let s = match typed::read::<Box<Stream>>(ctx.db, &args[2], ctx.now_ms) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Reply::err("ERR no such key"),
+        Err(e) => return e,
+    };
+    let first = s.entries.iter().next();
+    let last = s.entries.iter().next_back();
+    let recorded_first = first.map(|(id, _)| *id).unwrap_or(StreamId::MIN);
+    Reply::Array(vec![
+        Reply::bulk("length"),
+        Reply::Int(s.len() as i64),
+        Reply::bulk("radix-tree-keys"),
+        Reply::Int(s.node_count() as i64),
+        Reply::bulk("radix-tree-nodes"),
+        Reply::Int(s.node_count() as i64 + 1),
+        Reply::bulk("last-generated-id"),
+        Reply::Bulk(s.last_id.text()),
+        Reply::bulk("max-deleted-entry-id"),
+        Reply::Bulk(s.max_deleted_id.text()),
+        Reply::bulk("entries-added"),
+        Reply::Int(s.entries_added as i64),
+        Reply::bulk("recorded-first-entry-id"),
+        Reply::Bulk(recorded_first.text()),
+        Reply::bulk("groups"),
+        Reply::Int(0),
+        Reply::bulk("first-entry"),
+        first
+            .map(|(id, f)| entry_reply(id, f))
+            .unwrap_or(Reply::Nil),
+        Reply::bulk("last-entry"),
+        last.map(|(id, f)| entry_reply(id, f)).unwrap_or(Reply::Nil),
+    ])
+}

@@ -1,0 +1,237 @@
+//! A stream: entries ordered by ID in a B-tree (XRANGE is O(log n + m)), and a model of how
+//! Redis packs entries into nodes, because approximate trimming (`MAXLEN ~`) removes whole
+//! nodes and so decides what is left.
+//!
+//! Redis appends to the last node while it holds fewer than `stream-node-max-entries` (100)
+//! entries, deleted ones included, and fewer than `stream-node-max-bytes` (4096) bytes. The byte
+//! limit is modelled from the entries' field and value lengths; entries with large values may
+//! cut nodes at slightly different places than Redis does.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// Entries per node (Redis's `stream-node-max-entries` default).
+pub const NODE_ENTRIES_MAX: usize = 100;
+/// Bytes per node (Redis's `stream-node-max-bytes` default).
+pub const NODE_BYTES_MAX: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct StreamId {
+    pub ms: u64,
+    pub seq: u64,
+}
+
+impl StreamId {
+    pub const MIN: StreamId = StreamId { ms: 0, seq: 0 };
+    pub const MAX: StreamId = StreamId {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+
+    pub fn text(&self) -> Vec<u8> {
+        format!("{}-{}", self.ms, self.seq).into_bytes()
+    }
+
+    pub fn next(&self) -> Option<StreamId> {
+        if self.seq < u64::MAX {
+            Some(StreamId {
+                ms: self.ms,
+                seq: self.seq + 1,
+            })
+        } else if self.ms < u64::MAX {
+            Some(StreamId {
+                ms: self.ms + 1,
+                seq: 0,
+            })
+        } else {
+            None
+        }
+    }
+
+    pub fn prev(&self) -> Option<StreamId> {
+        if self.seq > 0 {
+            Some(StreamId {
+                ms: self.ms,
+                seq: self.seq - 1,
+            })
+        } else if self.ms > 0 {
+            Some(StreamId {
+                ms: self.ms - 1,
+                seq: u64::MAX,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// One node: the IDs it holds (live or deleted) and its modelled size.
+#[derive(Debug, Clone, PartialEq)]
+struct Node {
+    /// Every entry ever appended to this node, in order, with whether it is deleted.
+    ids: Vec<(StreamId, bool)>,
+    live: usize,
+    bytes: usize,
+}
+
+/// A trimming strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trim {
+    MaxLen(usize),
+    MinId(StreamId),
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Stream {
+    pub entries: BTreeMap<StreamId, Vec<Vec<u8>>>,
+    pub last_id: StreamId,
+    pub max_deleted_id: StreamId,
+    pub entries_added: u64,
+    nodes: VecDeque<Node>,
+}
+
+fn entry_bytes(fields: &[Vec<u8>]) -> usize {
+    // A listpack entry: each string with a small header, plus flags, ID deltas and a backlen.
+    fields.iter().map(|f| f.len() + 2).sum::<usize>() + 6
+}
+
+impl Stream {
+    pub fn new() -> Stream {
+        Stream::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Appends an entry whose ID is known to be greater than `last_id`.
+    pub fn append(&mut self, id: StreamId, fields: Vec<Vec<u8>>) {
+        let bytes = entry_bytes(&fields);
+        let fits = self
+            .nodes
+            .back()
+            .is_some_and(|n| n.ids.len() < NODE_ENTRIES_MAX && n.bytes + bytes <= NODE_BYTES_MAX);
+        if !fits {
+            self.nodes.push_back(Node {
+                ids: Vec::new(),
+                live: 0,
+                bytes: 0,
+            });
+        }
+        if let Some(n) = self.nodes.back_mut() {
+            n.ids.push((id, false));
+            n.live += 1;
+            n.bytes += bytes;
+        }
+        self.entries.insert(id, fields);
+        self.last_id = id;
+        self.entries_added += 1;
+    }
+
+    /// Deletes one entry (XDEL): marked deleted in its node; an emptied node goes away.
+    pub fn delete(&mut self, id: StreamId) -> bool {
+        if self.entries.remove(&id).is_none() {
+            return false;
+        }
+        // XSETID can move the last ID back, so an ID deleted from one node can be added again
+        // to a later one: look for the live copy, node by node from the first that may hold it.
+        let mut idx = self
+            .nodes
+            .partition_point(|n| n.ids.last().is_some_and(|(last, _)| *last < id));
+        while let Some(n) = self.nodes.get_mut(idx) {
+            if let Some(slot) = n.ids.iter_mut().find(|(i, d)| *i == id && !*d) {
+                slot.1 = true;
+                n.live -= 1;
+                if n.live == 0 {
+                    self.nodes.remove(idx);
+                }
+                break;
+            }
+            if n.ids.first().is_none_or(|(first, _)| *first > id) {
+                break;
+            }
+            idx += 1;
+        }
+        if id > self.max_deleted_id {
+            self.max_deleted_id = id;
+        }
+        true
+    }
+
+    /// Trims from the head exactly as Redis's `streamTrim` does: whole nodes while that keeps
+    /// the stream at the threshold (MAXLEN) or the node's last ID is below it (MINID); then,
+    /// unless `approx`, single entries of the next node. `limit` (0: none) caps the entries
+    /// removed, checked a node at a time. Returns how many entries went.
+    pub fn trim(&mut self, how: Trim, approx: bool, limit: usize) -> usize {
+        let mut deleted = 0;
+        loop {
+            if let Trim::MaxLen(m) = how {
+                if self.entries.len() <= m {
+                    break;
+                }
+            }
+            let Some(node) = self.nodes.front() else {
+                break;
+            };
+            let live = node.live;
+            if limit > 0 && deleted + live > limit {
+                break;
+            }
+            let remove_node = match how {
+                Trim::MaxLen(m) => self.entries.len() - live >= m,
+                // The node's last ID, deleted entries included (as Redis reads it).
+                Trim::MinId(min) => node.ids.last().is_some_and(|(last, _)| *last < min),
+            };
+            if remove_node {
+                if let Some(node) = self.nodes.pop_front() {
+                    for (id, gone) in node.ids {
+                        if !gone {
+                            self.entries.remove(&id);
+                        }
+                    }
+                }
+                deleted += live;
+                continue;
+            }
+            if approx {
+                break;
+            }
+            let ids: Vec<StreamId> = node
+                .ids
+                .iter()
+                .filter(|(_, gone)| !*gone)
+                .map(|(i, _)| *i)
+                .collect();
+            for id in ids {
+                let stop = match how {
+                    Trim::MaxLen(m) => self.entries.len() <= m,
+                    Trim::MinId(min) => id >= min,
+                };
+                if stop {
+                    break;
+                }
+                self.entries.remove(&id);
+                if let Some(n) = self.nodes.front_mut() {
+                    if let Some(slot) = n.ids.iter_mut().find(|(i, d)| *i == id && !*d) {
+                        slot.1 = true;
+                    }
+                    n.live -= 1;
+                }
+                deleted += 1;
+            }
+            break;
+        }
+        deleted
+    }
+
+    pub fn first_id(&self) -> Option<StreamId> {
+        self.entries.keys().next().copied()
+    }
+}
