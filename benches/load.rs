@@ -271,7 +271,7 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     let mut rows: Vec<(String, Vec<f64>)> = vec![
         ("LRANGE".into(), Vec::new()),
         ("ZRANGEBYSCORE min max".into(), Vec::new()),
-                ("ZRANGE BYSCORE LIMIT 0 100".into(), Vec::new()),
+        ("ZRANGE BYSCORE LIMIT 0 100".into(), Vec::new()),
         ("XRANGE start + COUNT 100".into(), Vec::new()),
     ];
     for n in [10_000usize, 1_000_000] {
@@ -279,7 +279,7 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
         for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
             let push: Vec<String> = chunk.iter().map(|i| format!(r#""e{i}""#)).collect();
             c.post("/", &format!(r#"["RPUSH","l",{}]"#, push.join(",")))?;
-                        let zadd: Vec<String> = chunk.iter().map(|i| format!(r#"{i},"m{i}""#)).collect();
+            let zadd: Vec<String> = chunk.iter().map(|i| format!(r#"{i},"m{i}""#)).collect();
             c.post("/", &format!(r#"["ZADD","z",{}]"#, zadd.join(",")))?;
             let xadd: Vec<String> = chunk
                 .iter()
@@ -300,7 +300,7 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
         )?);
         rows[2].1.push(time_cmd(
             &mut c,
-                        &format!(r#"["ZRANGE","z",{mid},"+inf","BYSCORE","LIMIT",0,100]"#),
+            &format!(r#"["ZRANGE","z",{mid},"+inf","BYSCORE","LIMIT",0,100]"#),
             200,
         )?);
         rows[3].1.push(time_cmd(

@@ -772,6 +772,121 @@ fn gen_streams(r: &mut TestRng) -> Vec<String> {
             ]);
         }
     };
+    let grp = |r: &mut TestRng| r.pick(&["g1", "g2", "g3"]).to_string();
+    let who = |r: &mut TestRng| r.pick(&["c1", "c2", "c3"]).to_string();
+    // Idle times: 0 claims everything, the huge one nothing; anything between would depend on
+    // when each server ran the command.
+    let idle = |r: &mut TestRng| r.pick(&["0", "0", "100000000", "-5", "x"]).to_string();
+    if r.chance(45) {
+        return match r.below(16) {
+            0 | 1 => {
+                let mut c = vec!["XGROUP".into(), "CREATE".into(), k(r), grp(r)];
+                c.push(if r.chance(40) { "$".into() } else { id(r) });
+                if r.chance(30) {
+                    c.push("MKSTREAM".into());
+                }
+                if r.chance(15) {
+                    c.extend(["ENTRIESREAD".into(), r.pick(&["0", "3", "-1"]).to_string()]);
+                }
+                c
+            }
+            2 => {
+                let mut c = vec!["XGROUP".into(), "SETID".into(), k(r), grp(r)];
+                c.push(if r.chance(40) { "$".into() } else { id(r) });
+                if r.chance(20) {
+                    c.extend(["ENTRIESREAD".into(), r.pick(&["0", "3"]).to_string()]);
+                }
+                c
+            }
+            3 => vec!["XGROUP".into(), "DESTROY".into(), k(r), grp(r)],
+            4 => vec![
+                "XGROUP".into(),
+                "CREATECONSUMER".into(),
+                k(r),
+                grp(r),
+                who(r),
+            ],
+            5 => vec!["XGROUP".into(), "DELCONSUMER".into(), k(r), grp(r), who(r)],
+            6..=8 => {
+                let mut c = vec!["XREADGROUP".into(), "GROUP".into(), grp(r), who(r)];
+                if r.chance(50) {
+                    c.extend(["COUNT".into(), r.pick(&["1", "3", "0"]).to_string()]);
+                }
+                if r.chance(15) {
+                    c.push("NOACK".into());
+                }
+                c.push("STREAMS".into());
+                c.push(k(r));
+                c.push(match r.below(6) {
+                    0 => "0".into(),
+                    1 => id(r),
+                    2 => "$".into(),
+                    _ => ">".into(),
+                });
+                c
+            }
+            9 | 10 => {
+                let mut c = vec!["XACK".into(), k(r), grp(r)];
+                for _ in 0..1 + r.below(3) {
+                    c.push(id(r));
+                }
+                c
+            }
+            11 => vec!["XPENDING".into(), k(r), grp(r)],
+            12 => {
+                let mut c = vec!["XPENDING".into(), k(r), grp(r)];
+                if r.chance(30) {
+                    c.extend(["IDLE".into(), idle(r)]);
+                }
+                c.extend([bound(r, true), bound(r, false)]);
+                c.push(r.pick(&["10", "1", "0", "-1"]).to_string());
+                if r.chance(40) {
+                    c.push(who(r));
+                }
+                c
+            }
+            13 => {
+                let mut c = vec!["XCLAIM".into(), k(r), grp(r), who(r), idle(r)];
+                for _ in 0..1 + r.below(3) {
+                    c.push(id(r));
+                }
+                for _ in 0..r.below(3) {
+                    match r.below(5) {
+                        0 => c.push("FORCE".into()),
+                        1 => c.push("JUSTID".into()),
+                        2 => c.extend(["RETRYCOUNT".into(), "5".into()]),
+                        3 => c.extend(["LASTID".into(), id(r)]),
+                        _ => c.push("BOGUS".into()),
+                    }
+                }
+                c
+            }
+            14 => {
+                let mut c = vec![
+                    "XAUTOCLAIM".into(),
+                    k(r),
+                    grp(r),
+                    who(r),
+                    idle(r),
+                    bound(r, true),
+                ];
+                if r.chance(50) {
+                    c.extend(["COUNT".into(), r.pick(&["1", "2", "10", "0"]).to_string()]);
+                }
+                if r.chance(30) {
+                    c.push("JUSTID".into());
+                }
+                c
+            }
+            _ => {
+                if r.chance(50) {
+                    vec!["XINFO".into(), "GROUPS".into(), k(r)]
+                } else {
+                    vec!["XINFO".into(), "CONSUMERS".into(), k(r), grp(r)]
+                }
+            }
+        };
+    }
     match r.below(20) {
         0..=8 => {
             let mut c = vec!["XADD".to_string(), k(r)];
@@ -1217,6 +1332,35 @@ fn normalize(cmd: &[String], reply: Canon) -> Canon {
         // Random picks: compare the shape (count), not the choice.
         ("hrandfield", Canon::Arr(v)) => Canon::Int(v.len() as i64),
         ("hrandfield", Canon::Str(_)) => Canon::s("<one field>"),
+        // Idle times differ by the milliseconds between the two servers running the command.
+        ("xinfo", Canon::Arr(v))
+            if cmd
+                .get(1)
+                .is_some_and(|s| s.eq_ignore_ascii_case("consumers")) =>
+        {
+            Canon::Arr(
+                v.into_iter()
+                    .map(|c| match c {
+                        Canon::Arr(mut f) if f.len() == 6 => {
+                            f[5] = Canon::Nil;
+                            Canon::Arr(f)
+                        }
+                        other => other,
+                    })
+                    .collect(),
+            )
+        }
+        ("xpending", Canon::Arr(v)) if cmd.len() > 3 => Canon::Arr(
+            v.into_iter()
+                .map(|c| match c {
+                    Canon::Arr(mut f) if f.len() == 4 => {
+                        f[2] = Canon::Nil;
+                        Canon::Arr(f)
+                    }
+                    other => other,
+                })
+                .collect(),
+        ),
         // radix-tree-nodes counts Redis's radix tree internals, which tidepool does not model
         // (radix-tree-keys, the node count, it does).
         ("xinfo", Canon::Arr(mut v)) => {
@@ -1303,10 +1447,21 @@ fn state_of(mut run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)
             Canon::Str(s) if s == b"list" => run(&["LRANGE", k, "0", "-1"]),
             Canon::Str(s) if s == b"set" => normalize(&["SMEMBERS".into()], run(&["SMEMBERS", k])),
             Canon::Str(s) if s == b"zset" => run(&["ZRANGE", k, "0", "-1", "WITHSCORES"]),
-            Canon::Str(s) if s == b"stream" => Canon::Arr(vec![
-                run(&["XRANGE", k, "-", "+"]),
-                normalize(&["XINFO".into()], run(&["XINFO", "STREAM", k])),
-            ]),
+            Canon::Str(s) if s == b"stream" => {
+                let mut parts = vec![
+                    run(&["XRANGE", k, "-", "+"]),
+                    normalize(&["XINFO".into()], run(&["XINFO", "STREAM", k])),
+                    run(&["XINFO", "GROUPS", k]),
+                ];
+                for g in ["g1", "g2", "g3"] {
+                    parts.push(run(&["XPENDING", k, g]));
+                    parts.push(normalize(
+                        &["XPENDING".into(), "".into(), "".into(), "".into()],
+                        run(&["XPENDING", k, g, "-", "+", "1000"]),
+                    ));
+                }
+                Canon::Arr(parts)
+            }
             _ => Canon::Nil,
         };
         // Whether the key expires (not when: the two servers set relative times a few ms apart).
@@ -1315,6 +1470,33 @@ fn state_of(mut run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)
             other => other,
         };
         out.push((k.to_string(), t, Canon::Arr(vec![v, ttl])));
+    }
+    out
+}
+
+/// The keys whose state differs, readable.
+fn state_diff(have: &[(String, Canon, Canon)], want: &[(String, Canon, Canon)]) -> String {
+    fn show(c: &Canon) -> String {
+        match c {
+            Canon::Str(b) => format!("{:?}", String::from_utf8_lossy(b)),
+            Canon::Int(n) => n.to_string(),
+            Canon::Nil => "nil".into(),
+            Canon::Err(e) => format!("ERR({e})"),
+            Canon::Arr(v) => format!("[{}]", v.iter().map(show).collect::<Vec<_>>().join(", ")),
+        }
+    }
+    let mut out = String::new();
+    for (h, w) in have.iter().zip(want) {
+        if h != w {
+            out.push_str(&format!(
+                "  key {}:\n    tidepool: {} {}\n    redis:    {} {}\n",
+                h.0,
+                show(&h.1),
+                show(&h.2),
+                show(&w.1),
+                show(&w.2)
+            ));
+        }
     }
     out
 }
@@ -1428,8 +1610,9 @@ fn random_commands_match_redis() {
             let have = state_of(|a| http.cmd_str(a));
             assert!(
                 have == want,
-                "state diverged by command {done} (seed {seed:#x}); last commands:\n  {}\n  tidepool: {have:?}\n  redis:    {want:?}",
-                history.join("\n  ")
+                "state diverged by command {done} (seed {seed:#x}); last commands:\n  {}\n{}",
+                history.join("\n  "),
+                state_diff(&have, &want)
             );
         }
     }

@@ -17,6 +17,7 @@ pub mod longdouble;
 pub mod server;
 pub mod sets;
 pub mod sort;
+pub mod stream_groups;
 pub mod streams;
 pub mod strings;
 pub mod table;
@@ -295,6 +296,18 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "xread" => streams::xread(ctx, args),
         "xsetid" => streams::xsetid(ctx, args),
         "xinfo|stream" => streams::xinfo_stream(ctx, args),
+        "xinfo|groups" => stream_groups::xinfo_groups(ctx, args),
+        "xinfo|consumers" => stream_groups::xinfo_consumers(ctx, args),
+        "xgroup|create" => stream_groups::xgroup(ctx, args, "create"),
+        "xgroup|setid" => stream_groups::xgroup(ctx, args, "setid"),
+        "xgroup|destroy" => stream_groups::xgroup(ctx, args, "destroy"),
+        "xgroup|createconsumer" => stream_groups::xgroup(ctx, args, "createconsumer"),
+        "xgroup|delconsumer" => stream_groups::xgroup(ctx, args, "delconsumer"),
+        "xreadgroup" => stream_groups::xreadgroup(ctx, args),
+        "xack" => stream_groups::xack(ctx, args),
+        "xpending" => stream_groups::xpending(ctx, args),
+        "xclaim" => stream_groups::xclaim(ctx, args),
+        "xautoclaim" => stream_groups::xautoclaim(ctx, args),
         "acl|setuser" => acl::setuser(ctx, args),
         "acl|deluser" => acl::deluser(ctx, args),
         "acl|getuser" => acl::getuser(ctx, args),

@@ -18,7 +18,7 @@ fn eq(a: &[u8], b: &str) -> bool {
 }
 
 /// `ms` or `ms-seq`; a missing sequence is `missing_seq`.
-fn parse_id(b: &[u8], missing_seq: u64) -> Result<StreamId, Reply> {
+pub fn parse_id(b: &[u8], missing_seq: u64) -> Result<StreamId, Reply> {
     let text = std::str::from_utf8(b).map_err(|_| Reply::err(INVALID_ID))?;
     let num = |s: &str| -> Result<u64, Reply> {
         if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
@@ -40,7 +40,7 @@ fn parse_id(b: &[u8], missing_seq: u64) -> Result<StreamId, Reply> {
 
 /// A range bound: `-`, `+`, an ID (a missing sequence is 0 for a start, the maximum for an
 /// end), or `(ID` for an exclusive bound.
-fn parse_bound(b: &[u8], start: bool) -> Result<StreamId, Reply> {
+pub fn parse_bound(b: &[u8], start: bool) -> Result<StreamId, Reply> {
     match b {
         b"-" => return Ok(StreamId::MIN),
         b"+" => return Ok(StreamId::MAX),
@@ -60,7 +60,7 @@ fn parse_bound(b: &[u8], start: bool) -> Result<StreamId, Reply> {
     parse_id(b, missing)
 }
 
-fn entry_reply(id: &StreamId, fields: &[Vec<u8>]) -> Reply {
+pub fn entry_reply(id: &StreamId, fields: &[Vec<u8>]) -> Reply {
     Reply::Array(vec![
         Reply::Bulk(id.text()),
         Reply::bulks(fields.iter().cloned()),
@@ -514,7 +514,7 @@ pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         Reply::bulk("recorded-first-entry-id"),
         Reply::Bulk(recorded_first.text()),
         Reply::bulk("groups"),
-        Reply::Int(0),
+        Reply::Int(s.groups.len() as i64),
         Reply::bulk("first-entry"),
         first
             .map(|(id, f)| entry_reply(id, f))

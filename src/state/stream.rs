@@ -7,7 +7,7 @@
 //! limit is modelled from the entries' field and value lengths; entries with large values may
 //! cut nodes at slightly different places than Redis does.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Entries per node (Redis's `stream-node-max-entries` default).
 pub const NODE_ENTRIES_MAX: usize = 100;
@@ -80,6 +80,30 @@ pub enum Trim {
     MinId(StreamId),
 }
 
+/// A pending entry: delivered to a consumer of the group and not acknowledged yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nack {
+    pub consumer: Vec<u8>,
+    pub delivery_ms: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Consumer {
+    pub seen_ms: u64,
+    pub pel: BTreeSet<StreamId>,
+}
+
+/// A consumer group.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Group {
+    pub last_id: StreamId,
+    /// Logical count of entries the group has read; `None` when unknown (Redis's -1).
+    pub entries_read: Option<u64>,
+    pub pel: BTreeMap<StreamId, Nack>,
+    pub consumers: BTreeMap<Vec<u8>, Consumer>,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Stream {
     pub entries: BTreeMap<StreamId, Vec<Vec<u8>>>,
@@ -87,6 +111,7 @@ pub struct Stream {
     pub max_deleted_id: StreamId,
     pub entries_added: u64,
     nodes: VecDeque<Node>,
+    pub groups: BTreeMap<Vec<u8>, Group>,
 }
 
 fn entry_bytes(fields: &[Vec<u8>]) -> usize {
@@ -233,5 +258,60 @@ impl Stream {
 
     pub fn first_id(&self) -> Option<StreamId> {
         self.entries.keys().next().copied()
+    }
+
+    /// Whether the deleted range may hold a tombstone at or after `start` (Redis's
+    /// `streamRangeHasTombstones` with no end).
+    pub fn has_tombstones_from(&self, start: StreamId) -> bool {
+        let Some(first) = self.first_id() else {
+            return false;
+        };
+        if self.max_deleted_id == StreamId::MIN || first > self.max_deleted_id {
+            return false;
+        }
+        start <= self.max_deleted_id
+    }
+
+    /// Redis's `streamEstimateDistanceFromFirstEverEntry`: the logical position of `id`, when
+    /// it can be known.
+    pub fn estimate_distance(&self, id: StreamId) -> Option<u64> {
+        if self.entries_added == 0 {
+            return Some(0);
+        }
+        if self.entries.is_empty() && id <= self.last_id {
+            return Some(self.entries_added);
+        }
+        if id == self.last_id {
+            return Some(self.entries_added);
+        }
+        if id > self.last_id {
+            return None;
+        }
+        let first = self.first_id().unwrap_or(StreamId::MIN);
+        if self.max_deleted_id == StreamId::MIN || self.max_deleted_id < first {
+            if id < first {
+                return Some(self.entries_added - self.entries.len() as u64);
+            }
+            if id == first {
+                return Some(self.entries_added - self.entries.len() as u64 + 1);
+            }
+        }
+        None
+    }
+
+    /// A group's lag (XINFO GROUPS), when it can be known. Signed, as Redis computes it: a
+    /// group told (ENTRIESREAD) it read more than was ever added shows a negative lag.
+    pub fn lag(&self, g: &Group) -> Option<i64> {
+        if self.entries_added == 0 {
+            return Some(0);
+        }
+        let added = self.entries_added as i64;
+        if let Some(read) = g.entries_read {
+            if !self.has_tombstones_from(g.last_id) {
+                return Some(added - read as i64);
+            }
+        }
+        self.estimate_distance(g.last_id)
+            .map(|read| added - read as i64)
     }
 }

@@ -1,0 +1,757 @@
+//! Stream consumer groups: XGROUP (CREATE, SETID, DESTROY, CREATECONSUMER, DELCONSUMER),
+//! XREADGROUP (not blocking), XACK, XPENDING (both forms), XCLAIM, XAUTOCLAIM, XINFO GROUPS and
+//! XINFO CONSUMERS.
+//!
+//! Delivery times come from the command's timestamp (the record's), so a logged XREADGROUP or
+//! XCLAIM replays to the same pending entries, owners and times.
+
+use super::args::int_arg;
+use super::streams::{entry_reply, parse_bound, parse_id};
+use super::typed;
+use super::Ctx;
+use crate::reply::{errors, Reply};
+use crate::state::stream::{Consumer, Group, Nack, Stream, StreamId};
+
+fn eq(a: &[u8], b: &str) -> bool {
+    a.eq_ignore_ascii_case(b.as_bytes())
+}
+
+fn s(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn nogroup_key(key: &[u8], group: &[u8]) -> Reply {
+    Reply::Error(format!(
+        "NOGROUP No such key '{}' or consumer group '{}'",
+        s(key),
+        s(group)
+    ))
+}
+
+fn nogroup_for(key: &[u8], group: &[u8]) -> Reply {
+    Reply::Error(format!(
+        "NOGROUP No such consumer group '{}' for key name '{}'",
+        s(group),
+        s(key)
+    ))
+}
+
+/// The consumer, created (with its seen time) when missing.
+fn consumer<'a>(g: &'a mut Group, name: &[u8], now: u64) -> &'a mut Consumer {
+    let c = g.consumers.entry(name.to_vec()).or_default();
+    c.seen_ms = now;
+    c
+}
+
+/// XGROUP's subcommands, in Redis's order of checks: options, then the key (and the group for
+/// SETID, CREATECONSUMER, DELCONSUMER), then the ID; MKSTREAM creates the key only once
+/// nothing can fail any more.
+pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
+    let key = &args[2];
+    let now = ctx.now_ms;
+    let syntax = || {
+        Reply::Error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try XGROUP HELP.",
+            s(&args[1])
+        ))
+    };
+    let mut mkstream = false;
+    let mut entries_read: Option<u64> = None;
+    if sub == "create" || sub == "setid" {
+        let max = if sub == "create" { 8 } else { 7 };
+        if args.len() < 5 || args.len() > max {
+            return syntax();
+        }
+        let mut i = 5;
+        while i < args.len() {
+            if sub == "create" && eq(&args[i], "mkstream") {
+                mkstream = true;
+                i += 1;
+            } else if eq(&args[i], "entriesread") && i + 1 < args.len() {
+                match int_arg(&args[i + 1]) {
+                    Ok(-1) => entries_read = None,
+                    Ok(n) if n >= 0 => entries_read = Some(n as u64),
+                    Ok(_) => return Reply::err("ERR value for ENTRIESREAD must be positive or -1"),
+                    Err(e) => return e,
+                }
+                i += 2;
+            } else {
+                return syntax();
+            }
+        }
+    }
+    let exists = match typed::read::<Box<Stream>>(ctx.db, key, now) {
+        Ok(st) => st.map(|st| st.groups.contains_key(&args[3])),
+        Err(e) => return e,
+    };
+    if !mkstream {
+        match exists {
+            None => return Reply::err("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."),
+            Some(false) if matches!(sub, "setid" | "createconsumer" | "delconsumer") => {
+                return nogroup_for(key, &args[3]);
+            }
+            _ => {}
+        }
+    }
+    let id = if matches!(sub, "create" | "setid") {
+        if args[4].as_slice() == b"$" {
+            None
+        } else {
+            match parse_id(&args[4], 0) {
+                Ok(id) => Some(id),
+                Err(e) => return e,
+            }
+        }
+    } else {
+        None
+    };
+    let st = match typed::create::<Box<Stream>>(ctx, key) {
+        Ok(st) => st,
+        Err(e) => return e,
+    };
+    let st: &mut Stream = st;
+    let gname = args[3].clone();
+    let id = id.unwrap_or(st.last_id);
+    let reply = match sub {
+        "create" => match st.groups.entry(gname) {
+            std::collections::btree_map::Entry::Occupied(_) => {
+                Reply::err("BUSYGROUP Consumer Group name already exists")
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(Group {
+                    last_id: id,
+                    entries_read,
+                    ..Group::default()
+                });
+                Reply::ok()
+            }
+        },
+        "setid" => {
+            if let Some(g) = st.groups.get_mut(&gname) {
+                g.last_id = id;
+                g.entries_read = entries_read;
+            }
+            Reply::ok()
+        }
+        "destroy" => Reply::Int(i64::from(st.groups.remove(&gname).is_some())),
+        "createconsumer" => match st.groups.get_mut(&gname) {
+            Some(g) if !g.consumers.contains_key(&args[4]) => {
+                consumer(g, &args[4], now);
+                Reply::Int(1)
+            }
+            _ => Reply::Int(0),
+        },
+        "delconsumer" => match st.groups.get_mut(&gname) {
+            Some(g) => match g.consumers.remove(&args[4]) {
+                Some(c) => {
+                    for id in &c.pel {
+                        g.pel.remove(id);
+                    }
+                    Reply::Int(c.pel.len() as i64)
+                }
+                None => Reply::Int(0),
+            },
+            None => Reply::Int(0),
+        },
+        _ => syntax(),
+    };
+    ctx.dirty = true;
+    reply
+}
+
+pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    let mut group: Option<(Vec<u8>, Vec<u8>)> = None;
+    let mut count = 0usize;
+    let mut noack = false;
+    let mut streams_at = None;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        if eq(&args[i], "group") && more >= 2 {
+            group = Some((args[i + 1].clone(), args[i + 2].clone()));
+            i += 3;
+        } else if eq(&args[i], "count") && more > 0 {
+            match int_arg(&args[i + 1]) {
+                Ok(n) => count = n.max(0) as usize,
+                Err(e) => return e,
+            }
+            i += 2;
+        } else if eq(&args[i], "noack") {
+            noack = true;
+            i += 1;
+        } else if eq(&args[i], "streams") && more > 0 {
+            streams_at = Some(i + 1);
+            break;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+    }
+    let Some(at) = streams_at else {
+        return Reply::err(errors::SYNTAX);
+    };
+    let rest = &args[at..];
+    if rest.len() % 2 == 1 {
+        return Reply::err("ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '$' must be specified.");
+    }
+    let Some((gname, cname)) = group else {
+        return Reply::err("ERR Missing GROUP option for XREADGROUP");
+    };
+    let (keys, ids) = rest.split_at(rest.len() / 2);
+    // Check every stream and ID before anything is delivered.
+    let mut starts: Vec<Option<StreamId>> = Vec::with_capacity(ids.len());
+    for (k, id) in keys.iter().zip(ids) {
+        let st = match typed::read::<Box<Stream>>(ctx.db, k, now) {
+            Ok(st) => st,
+            Err(e) => return e,
+        };
+        if st.is_none_or(|st| !st.groups.contains_key(&gname)) {
+            return Reply::Error(format!(
+                "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
+                s(k),
+                s(&gname)
+            ));
+        }
+        match id.as_slice() {
+            b">" => starts.push(None),
+            b"$" => return Reply::err("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."),
+                        raw => match parse_id(raw, 0) {
+                Ok(x) => starts.push(Some(x)),
+                Err(e) => return e,
+            },
+        }
+    }
+    let limit = if count == 0 { usize::MAX } else { count };
+    let mut out = Vec::new();
+    for (k, start) in keys.iter().zip(starts) {
+        let Ok(Some(st)) = typed::existing::<Box<Stream>>(ctx, k) else {
+            continue;
+        };
+        let st: &mut Stream = st;
+        let Some(mut g) = st.groups.remove(&gname) else {
+            continue;
+        };
+        // New entries are served (and the consumer created) only when the stream's last entry
+        // is past the group's last ID, as Redis decides; the history is always served.
+        if start.is_none()
+            && st
+                .entries
+                .keys()
+                .next_back()
+                .is_none_or(|m| *m <= g.last_id)
+        {
+            st.groups.insert(gname.clone(), g);
+            continue;
+        }
+        let new_only = start.is_none();
+        consumer(&mut g, &cname, now);
+        let entries = match start {
+            None => {
+                let from = g.last_id.next();
+                let picked: Vec<(StreamId, Vec<Vec<u8>>)> = match from {
+                    Some(from) => st
+                        .entries
+                        .range(from..)
+                        .take(limit)
+                        .map(|(id, f)| (*id, f.clone()))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                for (id, _) in &picked {
+                    if *id > g.last_id {
+                        match g.entries_read {
+                            Some(n) if !st.has_tombstones_from(*id) => g.entries_read = Some(n + 1),
+                            _ if st.entries_added > 0 => g.entries_read = st.estimate_distance(*id),
+                            _ => {}
+                        }
+                        g.last_id = *id;
+                    }
+                    if !noack {
+                        if let Some(old) = g.pel.get(id).map(|n| n.consumer.clone()) {
+                            if let Some(oc) = g.consumers.get_mut(&old) {
+                                oc.pel.remove(id);
+                            }
+                        }
+                        g.pel.insert(
+                            *id,
+                            Nack {
+                                consumer: cname.clone(),
+                                delivery_ms: now,
+                                count: 1,
+                            },
+                        );
+                        consumer(&mut g, &cname, now).pel.insert(*id);
+                    }
+                }
+                picked
+                    .iter()
+                    .map(|(id, f)| entry_reply(id, f))
+                    .collect::<Vec<_>>()
+            }
+            Some(after) => {
+                // The consumer's own history: its pending entries after `after`.
+                let ids: Vec<StreamId> = g
+                    .consumers
+                    .get(&cname)
+                    .map(|c| {
+                        c.pel
+                            .range((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+                            .take(limit)
+                            .copied()
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                // Served again: each entry still there counts as a new delivery; one deleted
+                // since shows as its ID with no fields.
+                ids.iter()
+                    .map(|id| match st.entries.get(id) {
+                        Some(f) => {
+                            if let Some(n) = g.pel.get_mut(id) {
+                                n.delivery_ms = now;
+                                n.count += 1;
+                            }
+                            entry_reply(id, f)
+                        }
+                        None => Reply::Array(vec![Reply::Bulk(id.text()), Reply::NilArray]),
+                    })
+                    .collect()
+            }
+        };
+        st.groups.insert(gname.clone(), g);
+        ctx.dirty = true;
+        if new_only && entries.is_empty() {
+            continue;
+        }
+        out.push(Reply::Array(vec![
+            Reply::Bulk(k.clone()),
+            Reply::Array(entries),
+        ]));
+    }
+    if out.is_empty() {
+        Reply::NilArray
+    } else {
+        Reply::Array(out)
+    }
+}
+
+pub fn xack(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let exists = match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
+        Ok(st) => st.is_some_and(|st| st.groups.contains_key(&args[2])),
+        Err(e) => return e,
+    };
+    if !exists {
+        return Reply::Int(0);
+    }
+    let mut ids = Vec::new();
+    for a in &args[3..] {
+        match parse_id(a, 0) {
+            Ok(id) => ids.push(id),
+            Err(e) => return e,
+        }
+    }
+    let Ok(Some(st)) = typed::existing::<Box<Stream>>(ctx, &args[1]) else {
+        return Reply::Int(0);
+    };
+    let Some(g) = st.groups.get_mut(&args[2]) else {
+        return Reply::Int(0);
+    };
+    let mut n = 0;
+    for id in ids {
+        if let Some(nack) = g.pel.remove(&id) {
+            if let Some(c) = g.consumers.get_mut(&nack.consumer) {
+                c.pel.remove(&id);
+            }
+            n += 1;
+        }
+    }
+    if n > 0 {
+        ctx.dirty = true;
+    }
+    Reply::Int(n)
+}
+
+pub fn xpending(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    let mut i = 3;
+    let mut min_idle: u64 = 0;
+    let extended = args.len() > 3;
+    if extended && eq(&args[3], "idle") {
+        if args.len() < 5 {
+            return Reply::err(errors::SYNTAX);
+        }
+        match int_arg(&args[4]) {
+            Ok(n) => min_idle = n.max(0) as u64,
+            Err(e) => return e,
+        }
+        i = 5;
+    }
+    let rest = &args[i..];
+    if extended && !(rest.len() == 3 || rest.len() == 4) {
+        return Reply::err(errors::SYNTAX);
+    }
+    let range = if extended {
+        let lo = match parse_bound(&rest[0], true) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        let hi = match parse_bound(&rest[1], false) {
+            Ok(x) => x,
+            Err(e) => return e,
+        };
+        let count = match int_arg(&rest[2]) {
+            Ok(n) => n.max(0) as usize,
+            Err(e) => return e,
+        };
+        Some((lo, hi, count, rest.get(3)))
+    } else {
+        None
+    };
+    let st = match typed::read::<Box<Stream>>(ctx.db, &args[1], now) {
+        Ok(Some(st)) => st,
+        Ok(None) => return nogroup_key(&args[1], &args[2]),
+        Err(e) => return e,
+    };
+    let Some(g) = st.groups.get(&args[2]) else {
+        return nogroup_key(&args[1], &args[2]);
+    };
+    match range {
+        None => {
+            if g.pel.is_empty() {
+                return Reply::Array(vec![Reply::Int(0), Reply::Nil, Reply::Nil, Reply::NilArray]);
+            }
+            let first = g.pel.keys().next().map(|i| i.text());
+            let last = g.pel.keys().next_back().map(|i| i.text());
+            let per: Vec<Reply> = g
+                .consumers
+                .iter()
+                .filter(|(_, c)| !c.pel.is_empty())
+                .map(|(name, c)| {
+                    Reply::Array(vec![
+                        Reply::Bulk(name.clone()),
+                        Reply::Bulk(c.pel.len().to_string().into_bytes()),
+                    ])
+                })
+                .collect();
+            Reply::Array(vec![
+                Reply::Int(g.pel.len() as i64),
+                Reply::opt_bulk(first.as_deref()),
+                Reply::opt_bulk(last.as_deref()),
+                Reply::Array(per),
+            ])
+        }
+        Some((lo, hi, count, who)) => {
+            if lo > hi || count == 0 {
+                return Reply::Array(Vec::new());
+            }
+            let out: Vec<Reply> = g
+                .pel
+                .range(lo..=hi)
+                .filter(|(_, n)| who.is_none_or(|w| n.consumer == *w))
+                .filter(|(_, n)| now.saturating_sub(n.delivery_ms) >= min_idle)
+                .take(count)
+                .map(|(id, n)| {
+                    Reply::Array(vec![
+                        Reply::Bulk(id.text()),
+                        Reply::Bulk(n.consumer.clone()),
+                        Reply::Int(now.saturating_sub(n.delivery_ms) as i64),
+                        Reply::Int(n.count as i64),
+                    ])
+                })
+                .collect();
+            Reply::Array(out)
+        }
+    }
+}
+
+pub fn xclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    // The key and group first (NOGROUP), then the arguments, as Redis does.
+    match typed::read::<Box<Stream>>(ctx.db, &args[1], now) {
+        Ok(Some(st)) if st.groups.contains_key(&args[2]) => {}
+        Ok(_) => return nogroup_key(&args[1], &args[2]),
+        Err(e) => return e,
+    }
+    let min_idle = match int_arg(&args[4]) {
+        Ok(n) => n.max(0) as u64,
+        Err(_) => return Reply::err("ERR Invalid min-idle-time argument for XCLAIM"),
+    };
+    // IDs, then options.
+    let mut ids = Vec::new();
+    let mut i = 5;
+    while i < args.len() {
+        match parse_id(&args[i], 0) {
+            Ok(id) => ids.push(id),
+            Err(_) => break,
+        }
+        i += 1;
+    }
+    let mut delivery_ms = now;
+    let mut retry: Option<u64> = None;
+    let (mut force, mut justid) = (false, false);
+    let mut last_id: Option<StreamId> = None;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let a = &args[i];
+        if eq(a, "force") {
+            force = true;
+        } else if eq(a, "justid") {
+            justid = true;
+        } else if eq(a, "idle") && more > 0 {
+            i += 1;
+            match int_arg(&args[i]) {
+                Ok(n) => delivery_ms = now.saturating_sub(n.max(0) as u64),
+                Err(_) => return Reply::err("ERR Invalid IDLE option argument for XCLAIM"),
+            }
+        } else if eq(a, "time") && more > 0 {
+            i += 1;
+            match int_arg(&args[i]) {
+                Ok(n) => delivery_ms = n.max(0) as u64,
+                Err(_) => return Reply::err("ERR Invalid TIME option argument for XCLAIM"),
+            }
+        } else if eq(a, "retrycount") && more > 0 {
+            i += 1;
+            match int_arg(&args[i]) {
+                Ok(n) => retry = Some(n.max(0) as u64),
+                Err(_) => return Reply::err("ERR Invalid RETRYCOUNT option argument for XCLAIM"),
+            }
+        } else if eq(a, "lastid") && more > 0 {
+            i += 1;
+            match parse_id(&args[i], 0) {
+                Ok(x) => last_id = Some(x),
+                Err(e) => return e,
+            }
+        } else {
+            return Reply::Error(format!("ERR Unrecognized XCLAIM option '{}'", s(a)));
+        }
+        i += 1;
+    }
+    let (key, gname, cname) = (&args[1], &args[2], &args[3]);
+    let st = match typed::existing::<Box<Stream>>(ctx, key) {
+        Ok(Some(st)) => st,
+        Ok(None) => return nogroup_key(key, gname),
+        Err(e) => return e,
+    };
+    let st: &mut Stream = st;
+    let Some(mut g) = st.groups.remove(gname) else {
+        return nogroup_key(key, gname);
+    };
+    if let Some(l) = last_id {
+        if l > g.last_id {
+            g.last_id = l;
+        }
+    }
+    let mut out = Vec::new();
+    for id in ids {
+        let exists = st.entries.contains_key(&id);
+        // A pending entry made by FORCE has no owner yet, so no idle time to check.
+        let mut forced = false;
+        if !exists {
+            // The entry is gone: it leaves the PEL too.
+            if let Some(n) = g.pel.remove(&id) {
+                if let Some(c) = g.consumers.get_mut(&n.consumer) {
+                    c.pel.remove(&id);
+                }
+            }
+            continue;
+        }
+        if let std::collections::btree_map::Entry::Vacant(slot) = g.pel.entry(id) {
+            if !force {
+                continue;
+            }
+            forced = true;
+            slot.insert(Nack {
+                consumer: Vec::new(),
+                delivery_ms: now,
+                count: 1,
+            });
+        }
+        let Some(nack) = g.pel.get(&id) else { continue };
+        if !forced && min_idle > 0 && now.saturating_sub(nack.delivery_ms) < min_idle {
+            continue;
+        }
+        let old = nack.consumer.clone();
+        if let Some(c) = g.consumers.get_mut(&old) {
+            c.pel.remove(&id);
+        }
+        consumer(&mut g, cname, now).pel.insert(id);
+        if let Some(n) = g.pel.get_mut(&id) {
+            n.consumer = cname.clone();
+            n.delivery_ms = delivery_ms;
+            if let Some(r) = retry {
+                n.count = r;
+            } else if !justid {
+                n.count += 1;
+            }
+        }
+        out.push(if justid {
+            Reply::Bulk(id.text())
+        } else {
+            match st.entries.get(&id) {
+                Some(f) => entry_reply(&id, f),
+                None => Reply::Nil,
+            }
+        });
+    }
+    st.groups.insert(gname.clone(), g);
+    ctx.dirty = true;
+    Reply::Array(out)
+}
+
+pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    let min_idle = match int_arg(&args[4]) {
+        Ok(n) => n.max(0) as u64,
+        Err(_) => return Reply::err("ERR Invalid min-idle-time argument for XAUTOCLAIM"),
+    };
+    let start = match parse_bound(&args[5], true) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let mut count = 100usize;
+    let mut justid = false;
+    let mut i = 6;
+    while i < args.len() {
+        if eq(&args[i], "count") && i + 1 < args.len() {
+            match int_arg(&args[i + 1]) {
+                Ok(n) if (1..=i64::MAX / 10).contains(&n) => count = n as usize,
+                Ok(_) => return Reply::err("ERR COUNT must be > 0"),
+                Err(e) => return e,
+            }
+            i += 2;
+        } else if eq(&args[i], "justid") {
+            justid = true;
+            i += 1;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+    }
+    let (key, gname, cname) = (&args[1], &args[2], &args[3]);
+    let st = match typed::existing::<Box<Stream>>(ctx, key) {
+        Ok(Some(st)) => st,
+        Ok(None) => return nogroup_key(key, gname),
+        Err(e) => return e,
+    };
+    let st: &mut Stream = st;
+    let Some(mut g) = st.groups.remove(gname) else {
+        return nogroup_key(key, gname);
+    };
+    let mut attempts = count * 10;
+    let mut claimed = Vec::new();
+    let mut deleted = Vec::new();
+    let candidates: Vec<StreamId> = g.pel.range(start..).map(|(id, _)| *id).collect();
+    let mut next = StreamId::MIN;
+    let mut it = candidates.into_iter().peekable();
+    // COUNT bounds the reply: claimed and deleted entries both use it up (as in Redis).
+    let mut remaining = count;
+    while attempts > 0 && remaining > 0 {
+        let Some(id) = it.next() else { break };
+        attempts -= 1;
+        if !g.pel.contains_key(&id) {
+            continue;
+        }
+        // A deleted entry leaves the PEL whatever its idle time.
+        if !st.entries.contains_key(&id) {
+            if let Some(n) = g.pel.remove(&id) {
+                if let Some(c) = g.consumers.get_mut(&n.consumer) {
+                    c.pel.remove(&id);
+                }
+            }
+            deleted.push(Reply::Bulk(id.text()));
+            remaining -= 1;
+            continue;
+        }
+        let Some(nack) = g.pel.get(&id) else { continue };
+        if min_idle > 0 && now.saturating_sub(nack.delivery_ms) < min_idle {
+            continue;
+        }
+        let old = nack.consumer.clone();
+        if let Some(c) = g.consumers.get_mut(&old) {
+            c.pel.remove(&id);
+        }
+        consumer(&mut g, cname, now).pel.insert(id);
+        if let Some(n) = g.pel.get_mut(&id) {
+            n.consumer = cname.clone();
+            n.delivery_ms = now;
+            if !justid {
+                n.count += 1;
+            }
+        }
+        claimed.push(if justid {
+            Reply::Bulk(id.text())
+        } else {
+            match st.entries.get(&id) {
+                Some(f) => entry_reply(&id, f),
+                None => Reply::Nil,
+            }
+        });
+        remaining -= 1;
+    }
+    if let Some(n) = it.peek() {
+        next = *n;
+    }
+    st.groups.insert(gname.clone(), g);
+    ctx.dirty = true;
+    Reply::Array(vec![
+        Reply::Bulk(next.text()),
+        Reply::Array(claimed),
+        Reply::Array(deleted),
+    ])
+}
+
+pub fn xinfo_groups(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let st = match typed::read::<Box<Stream>>(ctx.db, &args[2], ctx.now_ms) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Reply::err("ERR no such key"),
+        Err(e) => return e,
+    };
+    Reply::Array(
+        st.groups
+            .iter()
+            .map(|(name, g)| {
+                Reply::Array(vec![
+                    Reply::bulk("name"),
+                    Reply::Bulk(name.clone()),
+                    Reply::bulk("consumers"),
+                    Reply::Int(g.consumers.len() as i64),
+                    Reply::bulk("pending"),
+                    Reply::Int(g.pel.len() as i64),
+                    Reply::bulk("last-delivered-id"),
+                    Reply::Bulk(g.last_id.text()),
+                    Reply::bulk("entries-read"),
+                    g.entries_read
+                        .map(|n| Reply::Int(n as i64))
+                        .unwrap_or(Reply::Nil),
+                    Reply::bulk("lag"),
+                    st.lag(g).map(Reply::Int).unwrap_or(Reply::Nil),
+                ])
+            })
+            .collect(),
+    )
+}
+
+pub fn xinfo_consumers(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let now = ctx.now_ms;
+    let st = match typed::read::<Box<Stream>>(ctx.db, &args[2], now) {
+        Ok(Some(st)) => st,
+        Ok(None) => return Reply::err("ERR no such key"),
+        Err(e) => return e,
+    };
+    let Some(g) = st.groups.get(&args[3]) else {
+        return nogroup_for(&args[2], &args[3]);
+    };
+    Reply::Array(
+        g.consumers
+            .iter()
+            .map(|(name, c)| {
+                Reply::Array(vec![
+                    Reply::bulk("name"),
+                    Reply::Bulk(name.clone()),
+                    Reply::bulk("pending"),
+                    Reply::Int(c.pel.len() as i64),
+                    Reply::bulk("idle"),
+                    Reply::Int(now.saturating_sub(c.seen_ms) as i64),
+                ])
+            })
+            .collect(),
+    )
+}
