@@ -573,9 +573,14 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
             _ => return err(404, "use /v2/flowControl/<key>/<action>"),
         },
         ("globalParallelism", &Method::GET) if tail.is_empty() => Op::GlobalParallelism,
-        ("flowControl" | "globalParallelism" | "workflows" | "trigger", _) => {
+        ("flowControl" | "globalParallelism", _) => {
+            return err(405, format!("method {method} is not allowed on {path}"))
+        }
+        // The workflow DLQ and the OpenAPI-only trigger routes (the SDKs do not call them).
+        ("workflows", _) if segs.first() == Some(&"dlq") => {
             return err(501, format!("{path} is not implemented by tidepool yet"))
         }
+        ("trigger", _) => return err(501, format!("{path} is not implemented by tidepool yet")),
         _ => return err(404, format!("unknown route {path}")),
     };
     run(app, op).await
