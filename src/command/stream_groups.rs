@@ -6,7 +6,7 @@
 //! XCLAIM replays to the same pending entries, owners and times.
 
 use super::args::int_arg;
-use super::streams::{entry_reply, parse_bound, parse_id};
+use super::streams::{entry_reply, parse_bound, parse_id, parse_read, ReadArgs};
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
@@ -161,43 +161,20 @@ pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
 
 pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
-    let mut group: Option<(Vec<u8>, Vec<u8>)> = None;
-    let mut count = 0usize;
-    let mut noack = false;
-    let mut streams_at = None;
-    let mut i = 1;
-    while i < args.len() {
-        let more = args.len() - 1 - i;
-        if eq(&args[i], "group") && more >= 2 {
-            group = Some((args[i + 1].clone(), args[i + 2].clone()));
-            i += 3;
-        } else if eq(&args[i], "count") && more > 0 {
-            match int_arg(&args[i + 1]) {
-                Ok(n) => count = n.max(0) as usize,
-                Err(e) => return e,
-            }
-            i += 2;
-        } else if eq(&args[i], "noack") {
-            noack = true;
-            i += 1;
-        } else if eq(&args[i], "streams") && more > 0 {
-            streams_at = Some(i + 1);
-            break;
-        } else {
-            return Reply::err(errors::SYNTAX);
-        }
-    }
-    let Some(at) = streams_at else {
-        return Reply::err(errors::SYNTAX);
+    let ReadArgs {
+        count,
+        group,
+        noack,
+        keys,
+        ids,
+    } = match parse_read(args, true) {
+        Ok(r) => r,
+        Err(e) => return e,
     };
-    let rest = &args[at..];
-    if rest.len() % 2 == 1 {
-        return Reply::err("ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '$' must be specified.");
-    }
     let Some((gname, cname)) = group else {
         return Reply::err("ERR Missing GROUP option for XREADGROUP");
     };
-    let (keys, ids) = rest.split_at(rest.len() / 2);
+    let (gname, cname) = (gname.to_vec(), cname.to_vec());
     // Check every stream and ID before anything is delivered.
     let mut starts: Vec<Option<StreamId>> = Vec::with_capacity(ids.len());
     for (k, id) in keys.iter().zip(ids) {
@@ -569,20 +546,12 @@ pub fn xclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         if !forced && min_idle > 0 && now.saturating_sub(nack.delivery_ms) < min_idle {
             continue;
         }
-        let old = nack.consumer.clone();
-        if let Some(c) = g.consumers.get_mut(&old) {
-            c.pel.remove(&id);
-        }
-        consumer(&mut g, cname, now).pel.insert(id);
-        if let Some(n) = g.pel.get_mut(&id) {
-            n.consumer = cname.clone();
-            n.delivery_ms = delivery_ms;
-            if let Some(r) = retry {
-                n.count = r;
-            } else if !justid {
-                n.count += 1;
-            }
-        }
+        let count = match retry {
+            Some(r) => Count::Set(r),
+            None if justid => Count::Keep,
+            None => Count::Increment,
+        };
+        transfer(&mut g, id, cname, now, delivery_ms, count);
         out.push(if justid {
             Reply::Bulk(id.text())
         } else {
@@ -595,6 +564,34 @@ pub fn xclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     st.groups.insert(gname.clone(), g);
     ctx.dirty = true;
     Reply::Array(out)
+}
+
+/// What a claim does to a pending entry's delivery count.
+enum Count {
+    Keep,
+    Increment,
+    Set(u64),
+}
+
+/// Gives the pending entry `id` to consumer `cname` (created if needed) with a new delivery
+/// time: the one move XCLAIM and XAUTOCLAIM share.
+fn transfer(g: &mut Group, id: StreamId, cname: &[u8], now: u64, delivery_ms: u64, count: Count) {
+    let Some(old) = g.pel.get(&id).map(|n| n.consumer.clone()) else {
+        return;
+    };
+    if let Some(c) = g.consumers.get_mut(&old) {
+        c.pel.remove(&id);
+    }
+    consumer(g, cname, now).pel.insert(id);
+    if let Some(n) = g.pel.get_mut(&id) {
+        n.consumer = cname.to_vec();
+        n.delivery_ms = delivery_ms;
+        match count {
+            Count::Keep => {}
+            Count::Increment => n.count += 1,
+            Count::Set(c) => n.count = c,
+        }
+    }
 }
 
 pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
@@ -664,18 +661,12 @@ pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         if min_idle > 0 && now.saturating_sub(nack.delivery_ms) < min_idle {
             continue;
         }
-        let old = nack.consumer.clone();
-        if let Some(c) = g.consumers.get_mut(&old) {
-            c.pel.remove(&id);
-        }
-        consumer(&mut g, cname, now).pel.insert(id);
-        if let Some(n) = g.pel.get_mut(&id) {
-            n.consumer = cname.clone();
-            n.delivery_ms = now;
-            if !justid {
-                n.count += 1;
-            }
-        }
+        let count = if justid {
+            Count::Keep
+        } else {
+            Count::Increment
+        };
+        transfer(&mut g, id, cname, now, now, count);
         claimed.push(if justid {
             Reply::Bulk(id.text())
         } else {

@@ -353,33 +353,64 @@ pub fn xtrim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     Reply::Int(n as i64)
 }
 
-pub fn xread(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
-    let mut count = 0usize;
+/// The options of XREAD and XREADGROUP, up to STREAMS.
+pub struct ReadArgs<'a> {
+    /// 0: no limit.
+    pub count: usize,
+    pub group: Option<(&'a [u8], &'a [u8])>,
+    pub noack: bool,
+    pub keys: &'a [Vec<u8>],
+    pub ids: &'a [Vec<u8>],
+}
+
+/// Parses `[GROUP g c] [COUNT n] [NOACK] STREAMS key ... id ...` (GROUP and NOACK only for
+/// XREADGROUP). Redis words the unbalanced-list error as XREAD's for both.
+pub fn parse_read(args: &[Vec<u8>], grouped: bool) -> Result<ReadArgs<'_>, Reply> {
+    let mut r = ReadArgs {
+        count: 0,
+        group: None,
+        noack: false,
+        keys: &[],
+        ids: &[],
+    };
     let mut i = 1;
     let mut streams_at = None;
     while i < args.len() {
         let more = args.len() - 1 - i;
-        if eq(&args[i], "count") && more > 0 {
-            match int_arg(&args[i + 1]) {
-                Ok(n) => count = n.max(0) as usize,
-                Err(e) => return e,
-            }
+        if grouped && eq(&args[i], "group") && more >= 2 {
+            r.group = Some((&args[i + 1], &args[i + 2]));
+            i += 3;
+        } else if eq(&args[i], "count") && more > 0 {
+            r.count = int_arg(&args[i + 1])?.max(0) as usize;
             i += 2;
+        } else if grouped && eq(&args[i], "noack") {
+            r.noack = true;
+            i += 1;
         } else if eq(&args[i], "streams") && more > 0 {
             streams_at = Some(i + 1);
             break;
         } else {
-            return Reply::err(errors::SYNTAX);
+            return Err(Reply::err(errors::SYNTAX));
         }
     }
     let Some(at) = streams_at else {
-        return Reply::err(errors::SYNTAX);
+        return Err(Reply::err(errors::SYNTAX));
     };
     let rest = &args[at..];
     if rest.len() % 2 == 1 {
-        return Reply::err("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.");
+        return Err(Reply::err("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."));
     }
-    let (keys, ids) = rest.split_at(rest.len() / 2);
+    (r.keys, r.ids) = rest.split_at(rest.len() / 2);
+    Ok(r)
+}
+
+pub fn xread(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let ReadArgs {
+        count, keys, ids, ..
+    } = match parse_read(args, false) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
     let mut starts = Vec::with_capacity(ids.len());
     for (k, id) in keys.iter().zip(ids) {
         let s = match typed::read::<Box<Stream>>(ctx.db, k, ctx.now_ms) {

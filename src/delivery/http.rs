@@ -99,22 +99,24 @@ async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Response<Body>> 
     }
 }
 
-async fn run(app: &App, op: Op) -> Response<Body> {
+/// Hands an operation to the executor and waits for its answer (sent once durable).
+async fn ask(app: &App, op: Op) -> Result<OpReply, Response<Body>> {
     let (tx, rx) = oneshot::channel();
-    if app
-        .tx
-        .send(Job::Delivery {
-            op: Box::new(op),
-            reply: tx,
-        })
-        .await
-        .is_err()
-    {
-        return err(503, "the server is shutting down");
+    let gone = || err(503, "the server is shutting down");
+    let job = Job::Delivery {
+        op: Box::new(op),
+        reply: tx,
+    };
+    if app.tx.send(job).await.is_err() {
+        return Err(gone());
     }
-    match rx.await {
+    rx.await.map_err(|_| gone())
+}
+
+async fn run(app: &App, op: Op) -> Response<Body> {
+    match ask(app, op).await {
         Ok(OpReply { status, body }) => reply(status, &body),
-        Err(_) => err(503, "the server is shutting down"),
+        Err(r) => r,
     }
 }
 
@@ -683,22 +685,10 @@ async fn webhook(
         body: event.to_string().into_bytes(),
         run_id: Some(run_id.clone()),
     };
-    let (tx, rx) = oneshot::channel();
-    if app
-        .tx
-        .send(Job::Delivery {
-            op: Box::new(op),
-            reply: tx,
-        })
-        .await
-        .is_err()
-    {
-        return err(503, "the server is shutting down");
-    }
-    match rx.await {
+    match ask(app, op).await {
         Ok(r) if r.status < 300 => reply(200, &json!({"ok": true})),
         Ok(r) => reply(r.status, &r.body),
-        Err(_) => err(503, "the server is shutting down"),
+        Err(r) => r,
     }
 }
 
