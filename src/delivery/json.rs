@@ -37,6 +37,21 @@ fn put_body(m: &mut Map<String, Value>, key: &str, body: &[u8]) {
     };
 }
 
+/// `callback` / `failureCallback` with their forwarded headers.
+fn hooks(m: &mut Map<String, Value>, c: &Conf) {
+    for (key, hook) in [
+        ("callback", &c.callback),
+        ("failureCallback", &c.failure_callback),
+    ] {
+        if let Some(h) = hook {
+            m.insert(key.into(), json!(h.url));
+            if !h.conf.forward.is_empty() {
+                m.insert(format!("{key}Header"), header_map(&h.conf.forward));
+            }
+        }
+    }
+}
+
 fn labels(m: &mut Map<String, Value>, labels: &[String]) {
     if let Some(first) = labels.first() {
         m.insert("label".into(), Value::String(first.clone()));
@@ -72,18 +87,7 @@ pub fn message(msg: &Message) -> Map<String, Value> {
     m.insert("maxRetries".into(), json!(msg.max_retries));
     m.insert("notBefore".into(), json!(msg.not_before_ms));
     m.insert("createdAt".into(), json!(msg.created_ms));
-    if let Some(cb) = &msg.conf.callback {
-        m.insert("callback".into(), json!(cb.url));
-        if !cb.conf.forward.is_empty() {
-            m.insert("callbackHeader".into(), header_map(&cb.conf.forward));
-        }
-    }
-    if let Some(cb) = &msg.conf.failure_callback {
-        m.insert("failureCallback".into(), json!(cb.url));
-        if !cb.conf.forward.is_empty() {
-            m.insert("failureCallbackHeader".into(), header_map(&cb.conf.forward));
-        }
-    }
+    hooks(&mut m, &msg.conf);
     put_opt(&mut m, "queueName", msg.queue.as_deref());
     put_opt(&mut m, "scheduleId", msg.schedule_id.as_deref());
     put_opt(&mut m, "callerIP", msg.caller_ip.as_deref());
@@ -148,18 +152,7 @@ pub fn schedule(s: &Schedule, d: &super::Delivery) -> Value {
     if let Some(d) = s.conf.delay_ms {
         m.insert("delay".into(), json!(d / 1000));
     }
-    if let Some(cb) = &s.conf.callback {
-        m.insert("callback".into(), json!(cb.url));
-        if !cb.conf.forward.is_empty() {
-            m.insert("callbackHeader".into(), header_map(&cb.conf.forward));
-        }
-    }
-    if let Some(cb) = &s.conf.failure_callback {
-        m.insert("failureCallback".into(), json!(cb.url));
-        if !cb.conf.forward.is_empty() {
-            m.insert("failureCallbackHeader".into(), header_map(&cb.conf.forward));
-        }
-    }
+    hooks(&mut m, &s.conf);
     put_opt(&mut m, "callerIp", s.caller_ip.clone());
     m.insert("isPaused".into(), json!(s.paused));
     put_opt(&mut m, "queueName", s.queue.clone());
