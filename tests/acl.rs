@@ -97,6 +97,8 @@ fn acl_commands_answer_as_redis_does() {
     let (Canon::Arr(mut a), Canon::Arr(mut b)) = (t.cmd(&args), r.cmd(&args)) else {
         panic!("ACL CAT hash: not arrays");
     };
+    // tidepool also serves HGETDEL (Redis 8.0), which Redis 7.0 does not list.
+    a.retain(|c| *c != Canon::s("hgetdel"));
     a.sort();
     b.sort();
     assert_eq!(a, b);

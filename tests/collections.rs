@@ -174,3 +174,75 @@ fn auto_stream_ids_grow_and_replay_exactly() {
         Canon::Err("ERR 'XREAD' is not supported over REST: the BLOCK option needs a connection that HTTP does not keep".into())
     );
 }
+
+/// HGETDEL (Redis 8.0; no Redis 7.0 to compare with): the semantics and texts of Redis's
+/// `hgetdelCommand`, and its log form (the HDEL it amounts to) replays.
+#[test]
+fn hgetdel_returns_and_deletes_fields() {
+    let dir = TempDir::new("hgetdel");
+    let data = dir.path().join("d");
+    let s = |v: &str| Canon::s(v);
+    {
+        let server = Server::start(&data, &["--fsync", "never"]);
+        let mut c = server.client();
+        c.cmd_str(&["HSET", "h", "a", "1", "b", "2", "c", "3"]);
+        c.cmd_str(&["SET", "str", "x"]);
+        assert_eq!(
+            c.cmd_str(&["HGETDEL", "h", "FIELDS", "2", "a", "x"]),
+            Canon::Arr(vec![s("1"), Canon::Nil])
+        );
+        assert_eq!(c.cmd_str(&["HLEN", "h"]), Canon::Int(2));
+        assert_eq!(
+            c.cmd_str(&["HGETDEL", "nokey", "FIELDS", "1", "a"]),
+            Canon::Arr(vec![Canon::Nil])
+        );
+        for (args, err) in [
+            (
+                vec!["HGETDEL", "str", "FIELDS", "1", "a"],
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
+            (
+                vec!["HGETDEL", "h", "FIELD", "1", "a"],
+                "ERR Mandatory argument FIELDS is missing or not at the right position",
+            ),
+            (
+                vec!["HGETDEL", "h", "FIELDS", "0", "a"],
+                "ERR Number of fields must be a positive integer",
+            ),
+            (
+                vec!["HGETDEL", "h", "FIELDS", "x", "a"],
+                "ERR Number of fields must be a positive integer",
+            ),
+            (
+                vec!["HGETDEL", "h", "FIELDS", "2", "a"],
+                "ERR The `numfields` parameter must match the number of arguments",
+            ),
+            (
+                vec!["HGETDEL", "h", "FIELDS"],
+                "ERR wrong number of arguments for 'hgetdel' command",
+            ),
+        ] {
+            assert_eq!(c.cmd_str(&args), Canon::Err(err.into()), "{args:?}");
+        }
+        assert_eq!(
+            c.cmd_str(&["HGETDEL", "h", "FIELDS", "1", "b"]),
+            Canon::Arr(vec![s("2")])
+        );
+        server.kill9();
+    }
+    let server = Server::start(&data, &["--fsync", "never"]);
+    let mut c = server.client();
+    assert_eq!(
+        c.cmd_str(&["HGETALL", "h"]),
+        Canon::Arr(vec![s("c"), s("3")])
+    );
+    assert_eq!(
+        c.cmd_str(&["HGETDEL", "h", "FIELDS", "1", "c"]),
+        Canon::Arr(vec![s("3")])
+    );
+    assert_eq!(
+        c.cmd_str(&["EXISTS", "h"]),
+        Canon::Int(0),
+        "an emptied hash is gone"
+    );
+}

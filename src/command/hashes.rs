@@ -73,6 +73,46 @@ pub fn hdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(n as i64)
 }
 
+/// `HGETDEL key FIELDS numfields field ...` (Redis 8.0): each field's value (nil when
+/// absent), and the fields that were there are deleted; logged as the HDEL it amounts to.
+pub fn hgetdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let exists = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).is_some();
+    if !a[2].eq_ignore_ascii_case(b"fields") {
+        return Reply::err("ERR Mandatory argument FIELDS is missing or not at the right position");
+    }
+    let n = match super::args::int_arg(&a[3]) {
+        Ok(n) if n >= 1 => n as usize,
+        _ => return Reply::err("ERR Number of fields must be a positive integer"),
+    };
+    let fields = &a[4..];
+    if n != fields.len() {
+        return Reply::err("ERR The `numfields` parameter must match the number of arguments");
+    }
+    if !exists {
+        return Reply::Array(vec![Reply::Nil; n]);
+    }
+    let h = tri!(typed::create::<Hash>(ctx, &a[1]));
+    let mut deleted = Vec::new();
+    let out: Vec<Reply> = fields
+        .iter()
+        .map(|f| match h.remove(f) {
+            Some(v) => {
+                deleted.push(f.clone());
+                Reply::Bulk(v)
+            }
+            None => Reply::Nil,
+        })
+        .collect();
+    if !deleted.is_empty() {
+        let mut hdel = vec![b"HDEL".to_vec(), a[1].clone()];
+        hdel.extend(deleted);
+        ctx.log_as(hdel);
+        ctx.dirty = true;
+    }
+    typed::drop_if_empty::<Hash>(ctx, &a[1]);
+    Reply::Array(out)
+}
+
 pub fn hlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(
         tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms))

@@ -190,6 +190,7 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "hget" => h::hget(ctx, args),
         "hmget" => h::hmget(ctx, args),
         "hdel" => h::hdel(ctx, args),
+        "hgetdel" => h::hgetdel(ctx, args),
         "hlen" => h::hlen(ctx, args),
         "hstrlen" => h::hstrlen(ctx, args),
         "hexists" => h::hexists(ctx, args),

@@ -115,6 +115,25 @@ impl CommandTable {
             };
             map.insert(name, info);
         }
+        // Commands newer than Redis 7.0 that clients send, with their Redis 8 table entries.
+        map.insert(
+            "hgetdel".to_string(),
+            CommandInfo {
+                name: "hgetdel".into(),
+                arity: -5,
+                write: true,
+                readonly_flag: false,
+                blocking: false,
+                category_read: false,
+                category_dangerous: false,
+                group: "hash".into(),
+                has_subcommands: false,
+                categories: vec!["@write".into(), "@hash".into(), "@fast".into()],
+                first_key: 1,
+                last_key: 1,
+                step: 1,
+            },
+        );
         // Upstash's extension: a REST token for an ACL user.
         map.insert(
             "acl|resttoken".to_string(),
