@@ -1,5 +1,6 @@
-//! tidepool: a durable Redis-over-HTTP server (the Upstash Redis REST dialect) built on an
-//! event-sourced write-ahead log.
+//! tidepool: a durable Redis-over-HTTP server (the Upstash Redis REST dialect) and a
+//! message-delivery service (the QStash v2 dialect under `/v2/`), both built on one
+//! event-sourced write-ahead log and one executor.
 //!
 //! A request flows one way through the crate:
 //!
@@ -16,7 +17,11 @@
 //!   after group commit; monitor and pub/sub fan-out.
 //! - [`command`]: the command table (from Redis's own), the one dispatch on names, one file per
 //!   family; `command::typed` is the shared typed access to aggregate values.
-//! - [`state`]: the pure state machine: keyspace, values, expiry. No clock, no I/O.
+//! - [`state`]: the pure state machine: keyspace, values (streams with their node model), ACL
+//!   users, expiry. No clock, no I/O.
+//! - [`delivery`]: the message-delivery service: its events and pure state (`apply`), API
+//!   operations, configuration headers, retries, JWT signing, cron, the outbound worker pool,
+//!   and the `/v2` routes.
 //! - [`wal`]: the log format, reading with recovery, appending; `log-format.md` describes it.
 //! - [`log`]: operator lines on stderr that never panic.
 //! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
