@@ -126,7 +126,7 @@ fn lon_lat(lon: &[u8], lat: &[u8]) -> Result<(f64, f64), Reply> {
     Ok((x, y))
 }
 
-/// GEOADD key [NX|XX] [CH] longitude latitude member [...]: ZADD with geohash scores.
+/// `GEOADD key [NX|XX] [CH] longitude latitude member [...]`: ZADD with geohash scores.
 pub fn geoadd(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let mut i = 2;
     let (mut nx, mut xx) = (false, false);
@@ -226,7 +226,7 @@ enum Sort {
     Desc,
 }
 
-/// GEOSEARCH, GEOSEARCHSTORE, GEORADIUS[_RO], GEORADIUSBYMEMBER[_RO]: Redis's
+/// GEOSEARCH, GEOSEARCHSTORE, `GEORADIUS[_RO]`, `GEORADIUSBYMEMBER[_RO]`: Redis's
 /// `georadiusGeneric`. `kind` names the form; `src_at` is the source key's index.
 pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], kind: &str) -> Reply {
     let (search_form, store_form, by_member, ro) = match kind {

@@ -22,7 +22,7 @@ fn store(ctx: &mut Ctx, dst: &[u8], z: ZSet) -> Reply {
     Reply::Int(n as i64)
 }
 
-/// ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...], and ZINCRBY.
+/// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`, and ZINCRBY.
 pub fn zadd(ctx: &mut Ctx, a: &[Vec<u8>], zincrby: bool) -> Reply {
     let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
         (false, false, false, false, false, zincrby);
@@ -241,7 +241,7 @@ pub enum Direction {
     Reverse,
 }
 
-/// Redis's `zrangeGenericCommand`: ZRANGE, ZREVRANGE, Z[REV]RANGEBY{SCORE,LEX}, ZRANGESTORE.
+/// Redis's `zrangeGenericCommand`: ZRANGE, ZREVRANGE, `Z[REV]RANGEBY{SCORE,LEX}`, ZRANGESTORE.
 pub fn zrange(
     ctx: &mut Ctx,
     a: &[Vec<u8>],
@@ -605,7 +605,7 @@ enum Aggregate {
     Max,
 }
 
-/// ZUNION/ZINTER/ZDIFF[STORE] and ZINTERCARD: Redis's `zunionInterDiffGenericCommand`.
+/// `ZUNION/ZINTER/ZDIFF[STORE]` and ZINTERCARD: Redis's `zunionInterDiffGenericCommand`.
 /// `numkeys_at` is the index of numkeys; `dst` is set for the STORE forms.
 pub fn zsetop(
     ctx: &mut Ctx,
