@@ -1437,9 +1437,22 @@ fn no_sort_in_pipeline(c: Vec<String>) -> Vec<String> {
 }
 
 /// Every key's type and full content, in a canonical form: the state both servers must share.
-fn state_of(mut run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)> {
+fn state_of(run: impl FnMut(&[&str]) -> Canon) -> Vec<(String, Canon, Canon)> {
+    let keys: Vec<&str> = KEYS
+        .iter()
+        .chain(&["lx", "g0", "g1", "x0", "x1"])
+        .copied()
+        .collect();
+    state_of_keys(&keys, run)
+}
+
+/// The type, content and expiry class of the given keys.
+fn state_of_keys(
+    keys: &[&str],
+    mut run: impl FnMut(&[&str]) -> Canon,
+) -> Vec<(String, Canon, Canon)> {
     let mut out = Vec::new();
-    for k in KEYS.iter().chain(&["lx", "g0", "g1", "x0", "x1"]) {
+    for k in keys {
         let t = run(&["TYPE", k]);
         let v = match &t {
             Canon::Str(s) if s == b"string" => run(&["GET", k]),
@@ -1579,23 +1592,12 @@ fn random_commands_match_redis() {
             if history.len() > history_max {
                 history.remove(0);
             }
+            // TIDEPOOL_DIFF_DEBUG=1: on a divergence, show the key's whole state on both sides.
             if !same(c, g, e) && std::env::var("TIDEPOOL_DIFF_DEBUG").is_ok() && c.len() > 1 {
-                eprintln!(
-                    "DEBUG tidepool XINFO: {:?}",
-                    http.cmd_str(&["XINFO", "STREAM", &c[1]])
-                );
-                eprintln!(
-                    "DEBUG redis    XINFO: {:?}",
-                    redis.cmd_str(&["XINFO", "STREAM", &c[1]])
-                );
-                eprintln!(
-                    "DEBUG tidepool XRANGE: {:?}",
-                    http.cmd_str(&["XRANGE", &c[1], "-", "+"])
-                );
-                eprintln!(
-                    "DEBUG redis    XRANGE: {:?}",
-                    redis.cmd_str(&["XRANGE", &c[1], "-", "+"])
-                );
+                let k = c[1].as_str();
+                let mine = state_of_keys(&[k], |a| http.cmd_str(a));
+                let theirs = state_of_keys(&[k], |a| redis.cmd_str(a));
+                eprintln!("DEBUG key {k}:\n{}", state_diff(&mine, &theirs));
             }
             assert!(
                 same(c, g, e),

@@ -703,7 +703,12 @@ pub fn zsetop(
     let mut result = ZSet::computed();
     match op {
         SetOp::Union => {
-            for (input, w) in inputs.iter().zip(&weights) {
+            // Redis visits the sets smallest first (a stable sort by cardinality); with +inf
+            // and -inf weighted in, the order decides where a sum turns NaN and so 0.
+            let mut order: Vec<usize> = (0..setnum).collect();
+            order.sort_by_key(|&i| inputs[i].as_ref().map_or(0, |v| v.len()));
+            for &i in &order {
+                let (input, w) = (&inputs[i], &weights[i]);
                 for (m, s) in input.iter().flatten() {
                     let v = weighted(*s, *w);
                     let new = match result.score(m) {
@@ -731,9 +736,11 @@ pub fn zsetop(
                     if !maps.iter().all(|mp| mp.contains_key(m.as_slice())) {
                         continue;
                     }
+                    // Summed in Redis's order, smallest set first (a stable sort by cardinality):
+                    // with +inf and -inf weighted in, the order decides where NaN turns to 0.
                     let mut acc: Option<f64> = None;
-                    for (i, mp) in maps.iter().enumerate() {
-                        let v = weighted(mp[m.as_slice()], weights[i]);
+                    for &i in &order {
+                        let v = weighted(maps[i][m.as_slice()], weights[i]);
                         acc = Some(match acc {
                             None => v,
                             Some(x) => combine(x, v),
