@@ -13,27 +13,15 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const TOKEN: &str = "bench-qstash";
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use super::Proc;
+use tidepool::clock::wall_unix_ms as wall_ms;
 
 fn start(bin: &Path, dir: &Path) -> Result<(Proc, String), String> {
     use std::io::BufRead;

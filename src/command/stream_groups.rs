@@ -6,7 +6,7 @@
 //! XCLAIM replays to the same pending entries, owners and times.
 
 use super::args::int_arg;
-use super::streams::{entry_reply, parse_bound, parse_id, parse_read, ReadArgs};
+use super::streams::{entry_reply, parse_bound, parse_id, parse_read, read_reply, ReadArgs};
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
@@ -299,16 +299,9 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         if new_only && entries.is_empty() {
             continue;
         }
-        out.push(Reply::Array(vec![
-            Reply::Bulk(k.clone()),
-            Reply::Array(entries),
-        ]));
+        out.push((k.clone(), entries));
     }
-    if out.is_empty() {
-        Reply::NilArray
-    } else {
-        Reply::Array(out)
-    }
+    read_reply(out)
 }
 
 pub fn xack(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {

@@ -440,17 +440,24 @@ pub fn xread(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             .map(|(id, f)| entry_reply(id, f))
             .collect();
         if !entries.is_empty() {
-            out.push(Reply::Array(vec![
-                Reply::Bulk(k.clone()),
-                Reply::Array(entries),
-            ]));
+            out.push((k.clone(), entries));
         }
     }
-    if out.is_empty() {
-        Reply::NilArray
-    } else {
-        Reply::Array(out)
+    read_reply(out)
+}
+
+/// XREAD's and XREADGROUP's reply: `[[key, entries], ...]` for the streams that gave something,
+/// or a null array when none did.
+pub fn read_reply(streams: Vec<(Vec<u8>, Vec<Reply>)>) -> Reply {
+    if streams.is_empty() {
+        return Reply::NilArray;
     }
+    Reply::Array(
+        streams
+            .into_iter()
+            .map(|(k, entries)| Reply::Array(vec![Reply::Bulk(k), Reply::Array(entries)]))
+            .collect(),
+    )
 }
 
 pub fn xsetid(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {

@@ -65,21 +65,12 @@ fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
 }
 
 fn authorized(headers: &HeaderMap, query: &[(String, String)], auth: &QstashAuth) -> bool {
-    let presented = headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, t) = v.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| t.trim().to_string())
-        })
-        .or_else(|| {
-            query
-                .iter()
-                .find(|(k, _)| k == "qstash_token")
-                .map(|(_, v)| v.clone())
-        });
+    let presented = crate::http::bearer_token(headers).or_else(|| {
+        query
+            .iter()
+            .find(|(k, _)| k == "qstash_token")
+            .map(|(_, v)| v.clone())
+    });
     presented.is_some_and(|p| crate::http::ct_eq(p.as_bytes(), auth.token.as_bytes()))
 }
 

@@ -660,6 +660,15 @@ impl Delivery {
     }
 
     /// The earliest time something becomes due: a message, a schedule, a waiter's deadline.
+    /// Whether a schedule firing or a waiter's deadline has come.
+    pub fn timers_due(&self, now_ms: u64) -> bool {
+        self.schedule_due.first().is_some_and(|(t, _)| *t <= now_ms)
+            || self
+                .waiter_deadlines
+                .first()
+                .is_some_and(|(t, _)| *t <= now_ms)
+    }
+
     /// Messages count only when `messages` is set (not while the in-flight limit is reached).
     pub fn next_wake_ms(&self, messages: bool) -> Option<u64> {
         [

@@ -357,10 +357,14 @@ impl Executor {
                     Job::Shutdown { done } => shutdown = Some(done),
                 }
             }
-            self.delivery_events(|tx, _| {
-                ops::fire_schedules(tx);
-                ops::expire_waiters(tx);
-            });
+            // Schedules and waiter deadlines: only when one is due, so a key-value batch pays
+            // two B-tree peeks here and nothing more.
+            if self.delivery.timers_due(clock::wall_unix_ms()) {
+                self.delivery_events(|tx, _| {
+                    ops::fire_schedules(tx);
+                    ops::expire_waiters(tx);
+                });
+            }
             self.finish_batch(pending);
             self.dispatch_due();
         }

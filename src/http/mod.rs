@@ -157,8 +157,9 @@ pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0 && a.len() == b.len()
 }
 
-fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<Access> {
-    let from_header = headers
+/// The token of an `Authorization: Bearer <token>` header (both services use it).
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
@@ -166,8 +167,11 @@ fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<A
             scheme
                 .eq_ignore_ascii_case("bearer")
                 .then(|| token.trim().to_string())
-        });
-    let presented = from_header.or_else(|| request::query_token(query))?;
+        })
+}
+
+fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<Access> {
+    let presented = bearer_token(headers).or_else(|| request::query_token(query))?;
     let full = ct_eq(presented.as_bytes(), app.token.as_bytes());
     let ro = ct_eq(presented.as_bytes(), app.read_only_token.as_bytes());
     if full {
