@@ -293,6 +293,9 @@ impl Executor {
                 break;
             };
             batch.push(first);
+            // Let the connection tasks that are ready run first: their jobs join this batch,
+            // so one log write (and one sync) covers them all.
+            tokio::task::yield_now().await;
             while batch.len() < config::EXECUTOR_BATCH_JOBS_MAX {
                 match rx.try_recv() {
                     Ok(j) => batch.push(j),
