@@ -6,9 +6,7 @@ use super::strings::tri;
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
-use crate::state::scanmap::ScanMap;
-
-type Hash = ScanMap<Vec<u8>>;
+use crate::state::hash::Hash;
 
 /// Most fields HRANDFIELD with a negative count returns (repeats allowed).
 const HRANDFIELD_REPEATS_MAX: u64 = 10_000_000;
@@ -179,7 +177,7 @@ pub fn hincrby(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         return Reply::err(errors::OVERFLOW);
     };
     let h = tri!(typed::create::<Hash>(ctx, &a[1]));
-    h.insert(&a[2], n.to_string().into_bytes());
+    h.insert_keep_ttl(&a[2], n.to_string().into_bytes());
     ctx.dirty = true;
     Reply::Int(n)
 }
@@ -205,11 +203,15 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     };
     let s = longdouble::format_human(n).into_bytes();
     let h = tri!(typed::create::<Hash>(ctx, &a[1]));
-    h.insert(&a[2], s.clone());
+    h.insert_keep_ttl(&a[2], s.clone());
     ctx.dirty = true;
+    // Logged with its result, as Redis 8 propagates it: the field keeps its TTL.
     ctx.log_as(vec![
-        b"HSET".to_vec(),
+        b"HSETEX".to_vec(),
         a[1].clone(),
+        b"KEEPTTL".to_vec(),
+        b"FIELDS".to_vec(),
+        b"1".to_vec(),
         a[2].clone(),
         s.clone(),
     ]);

@@ -286,10 +286,12 @@ pub fn encoding(v: &Value) -> &'static str {
             }
         }
         Value::Hash(h) => {
-            if h.len() <= 128 && h.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64) {
-                "listpack"
-            } else {
-                "hashtable"
+            let small = h.len() <= 128 && h.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64);
+            match (small, h.has_ttls()) {
+                // Redis 7.4 keeps a small hash with field TTLs as "listpackex".
+                (true, true) => "listpackex",
+                (true, false) => "listpack",
+                (false, _) => "hashtable",
             }
         }
         Value::List(_) => "quicklist",

@@ -9,6 +9,7 @@ pub mod acl;
 pub mod args;
 pub mod bitmaps;
 pub mod geo;
+pub mod hash_ttl;
 pub mod hashes;
 pub mod hll;
 pub mod keys;
@@ -191,6 +192,17 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "hmget" => h::hmget(ctx, args),
         "hdel" => h::hdel(ctx, args),
         "hgetdel" => h::hgetdel(ctx, args),
+        "hexpire" => hash_ttl::hexpire(ctx, args, 1000, false, "hexpire"),
+        "hpexpire" => hash_ttl::hexpire(ctx, args, 1, false, "hpexpire"),
+        "hexpireat" => hash_ttl::hexpire(ctx, args, 1000, true, "hexpireat"),
+        "hpexpireat" => hash_ttl::hexpire(ctx, args, 1, true, "hpexpireat"),
+        "httl" => hash_ttl::httl(ctx, args, hash_ttl::TtlKind::Seconds),
+        "hpttl" => hash_ttl::httl(ctx, args, hash_ttl::TtlKind::Millis),
+        "hexpiretime" => hash_ttl::httl(ctx, args, hash_ttl::TtlKind::UnixSeconds),
+        "hpexpiretime" => hash_ttl::httl(ctx, args, hash_ttl::TtlKind::UnixMillis),
+        "hpersist" => hash_ttl::hpersist(ctx, args),
+        "hgetex" => hash_ttl::hgetex(ctx, args),
+        "hsetex" => hash_ttl::hsetex(ctx, args),
         "hlen" => h::hlen(ctx, args),
         "hstrlen" => h::hstrlen(ctx, args),
         "hexists" => h::hexists(ctx, args),

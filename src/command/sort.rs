@@ -25,7 +25,8 @@ fn lookup(db: &Db, now: u64, pattern: &[u8], elem: &[u8]) -> Option<Vec<u8>> {
     key.extend_from_slice(elem);
     key.extend_from_slice(post);
     match (&db.get(&key, now)?.value, field) {
-        (Value::Hash(h), Some(f)) => h.get(f).cloned(),
+        // A field whose time has passed is gone, even before the expiry cycle removes it.
+        (Value::Hash(h), Some(f)) if h.ttl(f).is_none_or(|t| t > now) => h.get(f).cloned(),
         (Value::Str(s), None) => Some(s.clone()),
         _ => None,
     }

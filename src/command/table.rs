@@ -115,25 +115,42 @@ impl CommandTable {
             };
             map.insert(name, info);
         }
-        // Commands newer than Redis 7.0 that clients send, with their Redis 8 table entries.
-        map.insert(
-            "hgetdel".to_string(),
-            CommandInfo {
-                name: "hgetdel".into(),
-                arity: -5,
-                write: true,
-                readonly_flag: false,
-                blocking: false,
-                category_read: false,
-                category_dangerous: false,
-                group: "hash".into(),
-                has_subcommands: false,
-                categories: vec!["@write".into(), "@hash".into(), "@fast".into()],
-                first_key: 1,
-                last_key: 1,
-                step: 1,
-            },
-        );
+        // Commands newer than Redis 7.0 that clients send, with their Redis 8 table entries
+        // (name, arity, write): all take one key at position 1 and are @hash @fast.
+        for (name, arity, write) in [
+            ("hgetdel", -5, true),
+            ("hgetex", -5, true),
+            ("hsetex", -6, true),
+            ("hexpire", -6, true),
+            ("hpexpire", -6, true),
+            ("hexpireat", -6, true),
+            ("hpexpireat", -6, true),
+            ("hpersist", -5, true),
+            ("httl", -5, false),
+            ("hpttl", -5, false),
+            ("hexpiretime", -5, false),
+            ("hpexpiretime", -5, false),
+        ] {
+            let rw = if write { "@write" } else { "@read" };
+            map.insert(
+                name.to_string(),
+                CommandInfo {
+                    name: name.into(),
+                    arity,
+                    write,
+                    readonly_flag: !write,
+                    blocking: false,
+                    category_read: !write,
+                    category_dangerous: false,
+                    group: "hash".into(),
+                    has_subcommands: false,
+                    categories: vec![rw.into(), "@hash".into(), "@fast".into()],
+                    first_key: 1,
+                    last_key: 1,
+                    step: 1,
+                },
+            );
+        }
         // Upstash's extension: a REST token for an ACL user.
         map.insert(
             "acl|resttoken".to_string(),

@@ -4,6 +4,7 @@
 
 use super::Ctx;
 use crate::reply::{errors, Reply};
+use crate::state::hash::Hash;
 use crate::state::scanmap::ScanMap;
 use crate::state::stream::Stream;
 use crate::state::zset::ZSet;
@@ -43,7 +44,7 @@ macro_rules! aggregate {
     };
 }
 
-aggregate!(ScanMap<Vec<u8>>, Hash, ScanMap::new());
+aggregate!(Hash, Hash, Hash::new());
 aggregate!(VecDeque<Vec<u8>>, List, VecDeque::new());
 aggregate!(ScanMap<()>, Set, ScanMap::new());
 aggregate!(ZSet, ZSet, ZSet::new());

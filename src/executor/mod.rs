@@ -221,6 +221,15 @@ pub fn start(
     })
 }
 
+/// `HDEL key field ...`: how a field whose time passed leaves the log.
+fn hdel(key: &[u8], fields: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut cmd = Vec::with_capacity(fields.len() + 2);
+    cmd.push(b"HDEL".to_vec());
+    cmd.push(key.to_vec());
+    cmd.extend(fields);
+    cmd
+}
+
 /// Applies one logged record to `db` at its timestamp. Returns how many commands answered an
 /// error (which a correct log never produces, since only commands that changed state are
 /// logged).
@@ -623,6 +632,17 @@ impl Executor {
             "spublish" => return Reply::Int(self.pubsub.publish(&args[1], &args[2])),
             _ => {}
         }
+        if self.db.has_field_ttls() {
+            // Hash fields whose time has passed go first, by a logged HDEL, so the command (a
+            // read too) sees them gone and replay removes them at the same point.
+            for key in info.keys(&args) {
+                let fields = self.db.expired_fields_of(key, ts);
+                if !fields.is_empty() {
+                    self.db.remove_fields(key, &fields);
+                    logged.push(hdel(key, fields));
+                }
+            }
+        }
         let mut ctx = Ctx::new(&mut self.db, ts, &mut self.rng);
         if let Perm::User(name, _) = perm {
             ctx.user = Some(name.clone());
@@ -637,23 +657,34 @@ impl Executor {
         reply
     }
 
-    /// Removes keys whose expiry has passed, through a logged DEL like any other change.
+    /// Removes keys and hash fields whose expiry has passed, through a logged DEL and HDELs
+    /// like any other change.
     fn expire_cycle(&mut self) {
         if self.poisoned().is_some() {
             return;
         }
         let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let mut cmds = Vec::new();
         let keys = self.db.expired_keys(ts, config::EXPIRE_CYCLE_KEYS_MAX);
-        if keys.is_empty() {
-            return;
+        if !keys.is_empty() {
+            for k in &keys {
+                self.db.remove(k);
+            }
+            let mut del = Vec::with_capacity(keys.len() + 1);
+            del.push(b"DEL".to_vec());
+            del.extend(keys);
+            cmds.push(del);
         }
-        for k in &keys {
-            self.db.remove(k);
+        for (key, fields) in self
+            .db
+            .due_field_expiries(ts, config::EXPIRE_CYCLE_KEYS_MAX)
+        {
+            self.db.remove_fields(&key, &fields);
+            cmds.push(hdel(&key, fields));
         }
-        let mut del = Vec::with_capacity(keys.len() + 1);
-        del.push(b"DEL".to_vec());
-        del.extend(keys);
-        self.wal.append(ts, &Record::KvCommands(vec![del]));
+        if !cmds.is_empty() {
+            self.wal.append(ts, &Record::KvCommands(cmds));
+        }
     }
 
     fn info(&self, args: &[Vec<u8>]) -> Reply {

@@ -5,6 +5,7 @@
 //! always yields the same state.
 
 pub mod acl;
+pub mod hash;
 pub mod scanmap;
 pub mod stream;
 pub mod zset;
@@ -16,7 +17,7 @@ use std::collections::{BTreeSet, VecDeque};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Str(Vec<u8>),
-    Hash(ScanMap<Vec<u8>>),
+    Hash(hash::Hash),
     List(VecDeque<Vec<u8>>),
     Set(ScanMap<()>),
     ZSet(zset::ZSet),
@@ -55,6 +56,10 @@ pub struct Db {
     keys: ScanMap<Entry>,
     /// (expiry, key) for every key with a TTL, to find expired keys without a full scan.
     expires: BTreeSet<(u64, Box<[u8]>)>,
+    /// (time, key) for hashes with field TTLs: each such hash has an entry at or before its
+    /// earliest field expiry. Entries may be stale (the hash changed or went); whoever pops
+    /// one checks the hash. Derived from the values, never logged.
+    field_expiry: BTreeSet<(u64, Box<[u8]>)>,
     /// ACL users (FLUSHALL leaves them, as in Redis).
     pub acl: acl::Acl,
 }
@@ -109,7 +114,15 @@ impl Db {
     }
 
     /// Stores `value` under `key`, replacing any previous value, with the given expiry.
-    pub fn insert(&mut self, key: &[u8], value: Value, expire_at_ms: Option<u64>, now_ms: u64) {
+    pub fn insert(&mut self, key: &[u8], mut value: Value, expire_at_ms: Option<u64>, now_ms: u64) {
+        // A hash that arrives with field TTLs (RENAME, COPY) needs an index entry of its own.
+        let field_ttls = match &mut value {
+            Value::Hash(h) if h.has_ttls() => {
+                h.set_indexed_at(None);
+                true
+            }
+            _ => false,
+        };
         let entry = Entry {
             value,
             expire_at_ms,
@@ -122,6 +135,9 @@ impl Db {
         }
         if let Some(t) = expire_at_ms {
             self.expires.insert((t, key.into()));
+        }
+        if field_ttls {
+            self.index_field_ttls(key);
         }
     }
 
@@ -151,6 +167,102 @@ impl Db {
     pub fn clear(&mut self) {
         self.keys.clear();
         self.expires.clear();
+        self.field_expiry.clear();
+    }
+
+    /// Whether any hash may have field TTLs (a quick test before looking for expired fields).
+    pub fn has_field_ttls(&self) -> bool {
+        !self.field_expiry.is_empty()
+    }
+
+    /// Makes sure the hash at `key`, after its field TTLs changed, has an index entry at or
+    /// before its earliest field expiry.
+    pub fn index_field_ttls(&mut self, key: &[u8]) {
+        let Some(Entry {
+            value: Value::Hash(h),
+            ..
+        }) = self.keys.get_mut(key)
+        else {
+            return;
+        };
+        let Some(min) = h.min_ttl() else {
+            return;
+        };
+        if h.indexed_at().is_none_or(|at| min < at) {
+            h.set_indexed_at(Some(min));
+            self.field_expiry.insert((min, key.into()));
+        }
+    }
+
+    /// Fields of the live hash at `key` whose time has passed (all of them).
+    pub fn expired_fields_of(&self, key: &[u8], now_ms: u64) -> Vec<Vec<u8>> {
+        match self.get(key, now_ms) {
+            Some(Entry {
+                value: Value::Hash(h),
+                ..
+            }) if h.has_ttls() => h.expired_fields(now_ms, usize::MAX),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Takes index entries due at `now_ms` and answers, per hash, its fields whose time has
+    /// passed: at most `max` fields in all. The caller removes them with `remove_fields`,
+    /// which indexes the hash again.
+    pub fn due_field_expiries(&mut self, now_ms: u64, max: usize) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
+        let mut out = Vec::new();
+        let mut budget = max;
+        while budget > 0 {
+            let Some((at, key)) = self.field_expiry.first().cloned() else {
+                break;
+            };
+            if at > now_ms {
+                break;
+            }
+            self.field_expiry.remove(&(at, key.clone()));
+            let Some(Entry {
+                value: Value::Hash(h),
+                expire_at_ms,
+                ..
+            }) = self.keys.get_mut(&key)
+            else {
+                continue;
+            };
+            if h.indexed_at() != Some(at) || matches!(expire_at_ms, Some(t) if *t <= now_ms) {
+                // Stale, or the whole key is expiring anyway.
+                continue;
+            }
+            h.set_indexed_at(None);
+            let fields = h.expired_fields(now_ms, budget);
+            if fields.is_empty() {
+                self.index_field_ttls(&key);
+                continue;
+            }
+            budget -= fields.len();
+            out.push((key.to_vec(), fields));
+        }
+        out
+    }
+
+    /// Removes fields of the hash at `key` (their time passed), the key too when none are
+    /// left, and indexes what remains.
+    pub fn remove_fields(&mut self, key: &[u8], fields: &[Vec<u8>]) {
+        let empty = match self.keys.get_mut(key) {
+            Some(Entry {
+                value: Value::Hash(h),
+                ..
+            }) => {
+                for f in fields {
+                    h.remove(f);
+                }
+                h.is_empty()
+            }
+            _ => return,
+        };
+        if empty {
+            self.remove(key);
+        } else {
+            self.index_field_ttls(key);
+        }
     }
 
     /// Up to `max` keys whose expiry is at or before `now_ms`, earliest first.

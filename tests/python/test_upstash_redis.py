@@ -88,6 +88,23 @@ def test_hashes(redis):
     assert redis.hexists("h", "f1") is False
 
 
+def test_hash_field_expiration(redis):
+    redis.hset("hf", values={"a": "1", "b": "2", "c": "3"})
+    assert redis.hexpire("hf", ["a", "zz"], 100) == [1, -2]
+    assert redis.httl("hf", ["a", "b"]) == [100, -1]
+    assert redis.hpexpire("hf", "a", 300000, gt=True) == [1]
+    assert redis.hpersist("hf", ["a", "b"]) == [1, -1]
+    assert redis.hsetex("hf", "d", "4", px=60000) == 1
+    assert 0 < redis.hpttl("hf", "d")[0] <= 60000
+    assert redis.hgetex("hf", "b", "nope", ex=50) == ["2", None]
+    assert redis.httl("hf", "b") == [50]
+    assert redis.hsetex("hf", values={"x": "1"}, fxx=True) == 0
+    redis.hpexpire("hf", "c", 50)
+    time.sleep(0.3)
+    assert redis.hget("hf", "c") is None
+    assert sorted(redis.hkeys("hf")) == ["a", "b", "d"]
+
+
 def test_keyspace(redis):
     redis.mset({"a1": "x", "a2": "y", "b1": "z"})
     assert sorted(redis.keys("a*")) == ["a1", "a2"]
