@@ -971,7 +971,19 @@ fn gen_streams(r: &mut TestRng) -> Vec<String> {
             }
             c
         }
-        _ => vec!["XINFO".into(), "STREAM".into(), k(r)],
+        _ => {
+            let mut c = vec!["XINFO".into(), "STREAM".into(), k(r)];
+            if r.chance(40) {
+                c.push("FULL".into());
+                if r.chance(50) {
+                    c.extend([
+                        "COUNT".into(),
+                        r.pick(&["0", "1", "3", "-1", "x"]).to_string(),
+                    ]);
+                }
+            }
+            c
+        }
     }
 }
 
@@ -1362,17 +1374,61 @@ fn normalize(cmd: &[String], reply: Canon) -> Canon {
                 .collect(),
         ),
         // radix-tree-nodes counts Redis's radix tree internals, which tidepool does not model
-        // (radix-tree-keys, the node count, it does).
-        ("xinfo", Canon::Arr(mut v)) => {
-            for i in 0..v.len() {
-                if v[i] == Canon::s("radix-tree-nodes") && i + 1 < v.len() {
-                    v[i + 1] = Canon::Nil;
-                }
-            }
-            Canon::Arr(v)
-        }
+        // (radix-tree-keys, the node count, it does). In the FULL form, delivery and seen
+        // times differ by the milliseconds between the two servers.
+        ("xinfo", Canon::Arr(v)) => Canon::Arr(blank_xinfo_times(v)),
         (_, r) => r,
     }
+}
+
+/// XINFO STREAM [FULL] with radix-tree-nodes and every time blanked: a group's pending
+/// entries `[id, consumer, time, count]`, a consumer's `seen-time` and its pending entries
+/// `[id, time, count]`.
+fn blank_xinfo_times(mut v: Vec<Canon>) -> Vec<Canon> {
+    fn blank_pending(p: &mut Canon, time_at: usize) {
+        if let Canon::Arr(entries) = p {
+            for e in entries {
+                if let Canon::Arr(f) = e {
+                    if f.len() > time_at {
+                        f[time_at] = Canon::Nil;
+                    }
+                }
+            }
+        }
+    }
+    for i in 0..v.len().saturating_sub(1) {
+        if v[i] == Canon::s("radix-tree-nodes") {
+            v[i + 1] = Canon::Nil;
+        }
+        if v[i] == Canon::s("groups") {
+            if let Canon::Arr(groups) = &mut v[i + 1] {
+                for g in groups {
+                    let Canon::Arr(g) = g else { continue };
+                    for j in 0..g.len().saturating_sub(1) {
+                        if g[j] == Canon::s("pending") {
+                            blank_pending(&mut g[j + 1], 2);
+                        }
+                        if g[j] == Canon::s("consumers") {
+                            if let Canon::Arr(cs) = &mut g[j + 1] {
+                                for c in cs {
+                                    let Canon::Arr(c) = c else { continue };
+                                    for m in 0..c.len().saturating_sub(1) {
+                                        if c[m] == Canon::s("seen-time") {
+                                            c[m + 1] = Canon::Nil;
+                                        }
+                                        if c[m] == Canon::s("pending") {
+                                            blank_pending(&mut c[m + 1], 1);
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
 }
 
 /// Equal, or (for time-to-live replies) within the few milliseconds between the two servers

@@ -5,7 +5,8 @@
 //! An auto-generated ID comes from the command's timestamp, which is the record's, and the
 //! command is logged with the ID it produced, so replay yields the same IDs.
 
-use super::args::int_arg;
+use super::args::{int_arg, is};
+use super::strings::tri;
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
@@ -524,15 +525,35 @@ pub fn xsetid(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     Reply::ok()
 }
 
+/// `XINFO STREAM key [FULL [COUNT n]]`.
 pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
-    if args.len() > 3 {
-        return Reply::err("ERR 'XINFO STREAM ... FULL' is not implemented by tidepool yet");
-    }
     let s = match typed::read::<Box<Stream>>(ctx.db, &args[2], ctx.now_ms) {
         Ok(Some(s)) => s,
         Ok(None) => return Reply::err("ERR no such key"),
         Err(e) => return e,
     };
+    if args.len() > 3 {
+        let syntax = || {
+            Reply::err(
+                "ERR unknown subcommand or wrong number of arguments for 'stream'. Try XINFO HELP.",
+            )
+        };
+        if !is(&args[3], "full") {
+            return syntax();
+        }
+        // COUNT bounds entries and each PEL listing: 0 means all, default (and below 0) 10.
+        let count = match args.len() {
+            4 => 10,
+            6 if is(&args[4], "count") => tri!(int_arg(&args[5])),
+            _ => return syntax(),
+        };
+        let count = match count {
+            0 => usize::MAX,
+            n if n < 0 => 10,
+            n => n as usize,
+        };
+        return xinfo_stream_full(s, count);
+    }
     let first = s.entries.iter().next();
     let last = s.entries.iter().next_back();
     let recorded_first = first.map(|(id, _)| *id).unwrap_or(StreamId::MIN);
@@ -559,5 +580,103 @@ pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             .unwrap_or(Reply::Nil),
         Reply::bulk("last-entry"),
         last.map(|(id, f)| entry_reply(id, f)).unwrap_or(Reply::Nil),
+    ])
+}
+
+/// The FULL form: the stream's fields, its first `count` entries, and every group with its PEL
+/// and consumers (each listing at most `count` pending entries), in Redis 7.0's layout.
+fn xinfo_stream_full(s: &Stream, count: usize) -> Reply {
+    let recorded_first = s.entries.keys().next().copied().unwrap_or(StreamId::MIN);
+    let groups = s
+        .groups
+        .iter()
+        .map(|(name, g)| {
+            let pending = g
+                .pel
+                .iter()
+                .take(count)
+                .map(|(id, n)| {
+                    Reply::Array(vec![
+                        Reply::Bulk(id.text()),
+                        Reply::Bulk(n.consumer.clone()),
+                        Reply::Int(n.delivery_ms as i64),
+                        Reply::Int(n.count as i64),
+                    ])
+                })
+                .collect();
+            let consumers = g
+                .consumers
+                .iter()
+                .map(|(cname, c)| {
+                    let pending = c
+                        .pel
+                        .iter()
+                        .take(count)
+                        .filter_map(|id| {
+                            let n = g.pel.get(id)?;
+                            Some(Reply::Array(vec![
+                                Reply::Bulk(id.text()),
+                                Reply::Int(n.delivery_ms as i64),
+                                Reply::Int(n.count as i64),
+                            ]))
+                        })
+                        .collect();
+                    Reply::Array(vec![
+                        Reply::bulk("name"),
+                        Reply::Bulk(cname.clone()),
+                        Reply::bulk("seen-time"),
+                        Reply::Int(c.seen_ms as i64),
+                        Reply::bulk("pel-count"),
+                        Reply::Int(c.pel.len() as i64),
+                        Reply::bulk("pending"),
+                        Reply::Array(pending),
+                    ])
+                })
+                .collect();
+            Reply::Array(vec![
+                Reply::bulk("name"),
+                Reply::Bulk(name.clone()),
+                Reply::bulk("last-delivered-id"),
+                Reply::Bulk(g.last_id.text()),
+                Reply::bulk("entries-read"),
+                g.entries_read
+                    .map(|n| Reply::Int(n as i64))
+                    .unwrap_or(Reply::Nil),
+                Reply::bulk("lag"),
+                s.lag(g).map(Reply::Int).unwrap_or(Reply::Nil),
+                Reply::bulk("pel-count"),
+                Reply::Int(g.pel.len() as i64),
+                Reply::bulk("pending"),
+                Reply::Array(pending),
+                Reply::bulk("consumers"),
+                Reply::Array(consumers),
+            ])
+        })
+        .collect();
+    Reply::Array(vec![
+        Reply::bulk("length"),
+        Reply::Int(s.len() as i64),
+        Reply::bulk("radix-tree-keys"),
+        Reply::Int(s.node_count() as i64),
+        Reply::bulk("radix-tree-nodes"),
+        Reply::Int(s.node_count() as i64 + 1),
+        Reply::bulk("last-generated-id"),
+        Reply::Bulk(s.last_id.text()),
+        Reply::bulk("max-deleted-entry-id"),
+        Reply::Bulk(s.max_deleted_id.text()),
+        Reply::bulk("entries-added"),
+        Reply::Int(s.entries_added as i64),
+        Reply::bulk("recorded-first-entry-id"),
+        Reply::Bulk(recorded_first.text()),
+        Reply::bulk("entries"),
+        Reply::Array(
+            s.entries
+                .iter()
+                .take(count)
+                .map(|(id, f)| entry_reply(id, f))
+                .collect(),
+        ),
+        Reply::bulk("groups"),
+        Reply::Array(groups),
     ])
 }
