@@ -72,6 +72,14 @@ impl FsyncMode {
             FsyncMode::Never => "never",
         }
     }
+
+    /// The same, as Redis's `appendfsync` names it.
+    pub fn redis_name(self) -> &'static str {
+        match self {
+            FsyncMode::Never => "no",
+            other => other.name(),
+        }
+    }
 }
 
 /// The server's configuration after flags, environment and defaults are resolved.

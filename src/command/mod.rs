@@ -12,6 +12,7 @@ pub mod geo;
 pub mod hash_ttl;
 pub mod hashes;
 pub mod hll;
+pub mod introspect;
 pub mod keys;
 pub mod lists;
 pub mod longdouble;
@@ -299,6 +300,15 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
             (Err(e), _) | (_, Err(e)) => e,
         },
         "command|count" => Reply::Int(table::global().len_top_level() as i64),
+        "command" => introspect::command(ctx, args),
+        "command|info" => introspect::command_info(ctx, args),
+        "command|docs" => introspect::command_docs(ctx, args),
+        "command|list" => introspect::command_list(ctx, args),
+        "command|getkeys" => introspect::command_getkeys(ctx, args),
+        "memory|usage" => introspect::memory_usage(ctx, args),
+        // CONFIG GET needs the server's flags: the executor answers it; this serves replay
+        // and tests that run commands without one.
+        "config|get" => introspect::config_get(args, &introspect::config_params("always", 0)),
         // streams
         "xadd" => streams::xadd(ctx, args),
         "xlen" => streams::xlen(ctx, args),

@@ -23,6 +23,8 @@ struct RawInfo {
     last_key: i32,
     #[serde(default)]
     step: i32,
+    #[serde(default)]
+    summary: String,
 }
 
 /// What tidepool knows about one command (or `container|subcommand`).
@@ -46,6 +48,10 @@ pub struct CommandInfo {
     pub first_key: i32,
     pub last_key: i32,
     pub step: i32,
+    /// The table's flags (`write`, `readonly`, `fast`, ...), for COMMAND INFO.
+    pub flags: Vec<String>,
+    /// One line, for COMMAND DOCS.
+    pub summary: String,
 }
 
 impl CommandInfo {
@@ -112,26 +118,29 @@ impl CommandTable {
                 first_key: r.first_key,
                 last_key: r.last_key,
                 step: r.step,
+                flags: r.flags,
+                summary: r.summary,
             };
             map.insert(name, info);
         }
         // Commands newer than Redis 7.0 that clients send, with their Redis 8 table entries
         // (name, arity, write): all take one key at position 1 and are @hash @fast.
-        for (name, arity, write) in [
-            ("hgetdel", -5, true),
-            ("hgetex", -5, true),
-            ("hsetex", -6, true),
-            ("hexpire", -6, true),
-            ("hpexpire", -6, true),
-            ("hexpireat", -6, true),
-            ("hpexpireat", -6, true),
-            ("hpersist", -5, true),
-            ("httl", -5, false),
-            ("hpttl", -5, false),
-            ("hexpiretime", -5, false),
-            ("hpexpiretime", -5, false),
+        for (name, arity, write, summary) in [
+            ("hgetdel", -5, true, "Returns the value of a field and deletes it from the hash"),
+            ("hgetex", -5, true, "Get the value of one or more fields of a given hash key, and optionally set their expiration"),
+            ("hsetex", -6, true, "Set the value of one or more fields of a given hash key, and optionally set their expiration"),
+            ("hexpire", -6, true, "Set expiry for hash field using relative time to expire (seconds)"),
+            ("hpexpire", -6, true, "Set expiry for hash field using relative time to expire (milliseconds)"),
+            ("hexpireat", -6, true, "Set expiry for hash field using an absolute Unix timestamp (seconds)"),
+            ("hpexpireat", -6, true, "Set expiry for hash field using an absolute Unix timestamp (milliseconds)"),
+            ("hpersist", -5, true, "Removes the expiration time for each specified field"),
+            ("httl", -5, false, "Returns the TTL in seconds of a hash field."),
+            ("hpttl", -5, false, "Returns the TTL in milliseconds of a hash field."),
+            ("hexpiretime", -5, false, "Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
+            ("hpexpiretime", -5, false, "Returns the expiration time of a hash field as a Unix timestamp, in msec."),
         ] {
             let rw = if write { "@write" } else { "@read" };
+            let flag = if write { "write" } else { "readonly" };
             map.insert(
                 name.to_string(),
                 CommandInfo {
@@ -148,6 +157,8 @@ impl CommandTable {
                     first_key: 1,
                     last_key: 1,
                     step: 1,
+                    flags: vec![flag.into(), "fast".into()],
+                    summary: summary.into(),
                 },
             );
         }
@@ -168,6 +179,13 @@ impl CommandTable {
                 first_key: 0,
                 last_key: 0,
                 step: 0,
+                flags: vec![
+                    "admin".into(),
+                    "noscript".into(),
+                    "loading".into(),
+                    "stale".into(),
+                ],
+                summary: "Upstash: a REST token that carries an ACL user's permissions".into(),
             },
         );
         CommandTable { map, top_level }

@@ -622,6 +622,11 @@ impl Executor {
         self.pubsub.feed_monitors(client, &args);
         match info.name.as_str() {
             "info" => return self.info(&args),
+            "config|get" => {
+                let params =
+                    command::introspect::config_params(self.fsync.redis_name(), self.listen_port);
+                return command::introspect::config_get(&args, &params);
+            }
             "publish" => return Reply::Int(self.pubsub.publish(&args[1], &args[2])),
             "pubsub|channels"
             | "pubsub|numsub"
@@ -775,6 +780,9 @@ fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
         }
         _ if info.blocking => "blocking commands need a connection that HTTP does not keep",
         (_, "migrate") => "tidepool has no TCP peers to migrate keys to",
+        (_, "config|set" | "config|rewrite" | "config|resetstat") => {
+            "tidepool is configured by its command-line flags (CONFIG GET reads them)"
+        }
         (_, "shutdown" | "debug" | "sync" | "psync" | "replicaof" | "slaveof" | "failover") => {
             "it controls a Redis process, which tidepool is not"
         }
@@ -782,7 +790,7 @@ fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
     };
     Some(format!(
         "ERR '{}' is not supported over REST: {why}",
-        name.to_ascii_uppercase()
+        name.replace('|', " ").to_ascii_uppercase()
     ))
 }
 

@@ -1,0 +1,273 @@
+//! What the server says about itself: COMMAND (INFO, DOCS, LIST, GETKEYS) from the command
+//! table, CONFIG GET for the parameters that mean something here, and MEMORY USAGE.
+//!
+//! The table tidepool carries holds arity, flags, key positions, ACL categories, group and
+//! summary. COMMAND INFO therefore answers empty tips and key specifications, and COMMAND DOCS
+//! the summary and group only; nothing is made up to fill the rest.
+
+use super::args::{glob_match, int_arg, is};
+use super::strings::tri;
+use super::table::{self, CommandInfo};
+use super::Ctx;
+use crate::reply::{errors, Reply};
+use crate::state::{Entry, Value};
+
+fn sorted_entries() -> Vec<&'static CommandInfo> {
+    let mut all: Vec<&CommandInfo> = table::global().all().collect();
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    all
+}
+
+fn subcommands_of(name: &str) -> Vec<&'static CommandInfo> {
+    let prefix = format!("{name}|");
+    sorted_entries()
+        .into_iter()
+        .filter(|i| i.name.starts_with(&prefix))
+        .collect()
+}
+
+/// One COMMAND INFO entry, in Redis 7.0's ten-element layout.
+fn info_reply(i: &CommandInfo) -> Reply {
+    let subs = if i.has_subcommands {
+        subcommands_of(&i.name)
+            .into_iter()
+            .map(info_reply)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Reply::Array(vec![
+        Reply::bulk(i.name.as_str()),
+        Reply::Int(i.arity as i64),
+        Reply::Array(i.flags.iter().map(|f| Reply::Status(f.clone())).collect()),
+        Reply::Int(i.first_key as i64),
+        Reply::Int(i.last_key as i64),
+        Reply::Int(i.step as i64),
+        Reply::Array(
+            i.categories
+                .iter()
+                .map(|c| Reply::Status(c.clone()))
+                .collect(),
+        ),
+        Reply::Array(Vec::new()),
+        Reply::Array(Vec::new()),
+        Reply::Array(subs),
+    ])
+}
+
+/// One COMMAND DOCS entry: `name, [summary, ..., group, ..., subcommands?]`.
+fn docs_reply(i: &CommandInfo, out: &mut Vec<Reply>) {
+    out.push(Reply::bulk(i.name.as_str()));
+    let mut doc = vec![
+        Reply::bulk("summary"),
+        Reply::bulk(i.summary.as_str()),
+        Reply::bulk("group"),
+        Reply::bulk(i.group.as_str()),
+    ];
+    if i.has_subcommands {
+        let mut subs = Vec::new();
+        for s in subcommands_of(&i.name) {
+            docs_reply(s, &mut subs);
+        }
+        doc.push(Reply::bulk("subcommands"));
+        doc.push(Reply::Array(subs));
+    }
+    out.push(Reply::Array(doc));
+}
+
+fn find(name: &[u8]) -> Option<&'static CommandInfo> {
+    let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+    table::global().get(&lower)
+}
+
+/// `COMMAND` alone: every top-level command's INFO entry.
+pub fn command(_ctx: &mut Ctx, _a: &[Vec<u8>]) -> Reply {
+    Reply::Array(
+        sorted_entries()
+            .into_iter()
+            .filter(|i| !i.name.contains('|'))
+            .map(info_reply)
+            .collect(),
+    )
+}
+
+/// `COMMAND INFO [name ...]`: each entry, nil for an unknown name; all without names.
+pub fn command_info(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if a.len() == 2 {
+        return command(_ctx, a);
+    }
+    Reply::Array(
+        a[2..]
+            .iter()
+            .map(|n| find(n).map(info_reply).unwrap_or(Reply::Nil))
+            .collect(),
+    )
+}
+
+/// `COMMAND DOCS [name ...]`: unknown names are left out, as Redis does.
+pub fn command_docs(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let mut out = Vec::new();
+    if a.len() == 2 {
+        for i in sorted_entries()
+            .into_iter()
+            .filter(|i| !i.name.contains('|'))
+        {
+            docs_reply(i, &mut out);
+        }
+    } else {
+        for n in &a[2..] {
+            if let Some(i) = find(n) {
+                docs_reply(i, &mut out);
+            }
+        }
+    }
+    Reply::Array(out)
+}
+
+/// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`.
+pub fn command_list(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let keep: Box<dyn Fn(&CommandInfo) -> bool> = match a.len() {
+        2 => Box::new(|_| true),
+        5 if is(&a[2], "filterby") => {
+            let arg = a[4].clone();
+            if is(&a[3], "module") {
+                // No modules.
+                Box::new(|_| false)
+            } else if is(&a[3], "aclcat") {
+                let cat = format!("@{}", String::from_utf8_lossy(&arg).to_ascii_lowercase());
+                Box::new(move |i| i.categories.contains(&cat))
+            } else if is(&a[3], "pattern") {
+                Box::new(move |i| glob_match(&arg, i.name.as_bytes(), true))
+            } else {
+                return Reply::err(errors::SYNTAX);
+            }
+        }
+        _ => return Reply::err(errors::SYNTAX),
+    };
+    Reply::Array(
+        sorted_entries()
+            .into_iter()
+            .filter(|i| keep(i))
+            .map(|i| Reply::bulk(i.name.as_str()))
+            .collect(),
+    )
+}
+
+/// `COMMAND GETKEYS command arg ...`: the key arguments, by the table's key positions.
+pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let args = &a[2..];
+    let info = match table::global().lookup(args) {
+        table::Lookup::Found(i) => i,
+        _ => return Reply::err("ERR Invalid command specified"),
+    };
+    if !super::arity_ok(info, args.len()) {
+        return Reply::err("ERR Invalid number of arguments specified for command");
+    }
+    if info.flags.iter().any(|f| f == "movablekeys") {
+        // Redis finds these keys with key specifications tidepool's table does not hold; an
+        // answer from the fixed positions would be wrong.
+        return Reply::Error(format!(
+            "ERR COMMAND GETKEYS for '{}' is not implemented by tidepool: its keys move with its arguments",
+            info.name
+        ));
+    }
+    let keys = info.keys(args);
+    if keys.is_empty() {
+        return Reply::err("ERR The command has no key arguments");
+    }
+    Reply::bulks(keys.into_iter().map(|k| k.to_vec()))
+}
+
+/// The parameters CONFIG GET answers: what tidepool actually does, in Redis's names.
+/// `appendfsync` and `port` depend on how the server was started.
+pub fn config_params(appendfsync: &str, port: u16) -> Vec<(&'static str, String)> {
+    let fixed: &[(&str, &str)] = &[
+        ("appendonly", "yes"),
+        ("save", ""),
+        ("databases", "1"),
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
+        ("maxclients", "10000"),
+        ("timeout", "0"),
+        ("notify-keyspace-events", ""),
+        ("hash-max-listpack-entries", "128"),
+        ("hash-max-listpack-value", "64"),
+        ("hash-max-ziplist-entries", "128"),
+        ("hash-max-ziplist-value", "64"),
+        ("set-max-intset-entries", "512"),
+        ("set-max-listpack-entries", "128"),
+        ("zset-max-listpack-entries", "128"),
+        ("zset-max-listpack-value", "64"),
+        ("zset-max-ziplist-entries", "128"),
+        ("zset-max-ziplist-value", "64"),
+        ("list-max-listpack-size", "-2"),
+        ("list-max-ziplist-size", "-2"),
+        ("stream-node-max-entries", "100"),
+        ("stream-node-max-bytes", "4096"),
+        ("proto-max-bulk-len", "536870912"),
+    ];
+    let mut out: Vec<(&str, String)> = fixed.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    out.push(("appendfsync", appendfsync.to_string()));
+    out.push(("port", port.to_string()));
+    out
+}
+
+/// `CONFIG GET pattern [pattern ...]`: name and value of every parameter that matches, each
+/// once.
+pub fn config_get(a: &[Vec<u8>], params: &[(&str, String)]) -> Reply {
+    let mut out = Vec::new();
+    for (name, value) in params {
+        if a[2..].iter().any(|p| glob_match(p, name.as_bytes(), true)) {
+            out.push(Reply::bulk(*name));
+            out.push(Reply::bulk(value.as_str()));
+        }
+    }
+    Reply::Array(out)
+}
+
+/// `MEMORY USAGE key [SAMPLES count]`: tidepool's estimate of the bytes it holds for the key
+/// (its name, value and bookkeeping), nil when there is no key. It counts tidepool's own
+/// structures, so it is not Redis's figure for the same data.
+pub fn memory_usage(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    match a.len() {
+        3 => {}
+        5 if is(&a[3], "samples") => {
+            tri!(int_arg(&a[4]));
+        }
+        _ => return Reply::err(errors::SYNTAX),
+    }
+    match ctx.db.get(&a[2], ctx.now_ms) {
+        None => Reply::Nil,
+        Some(e) => Reply::Int(approx_bytes(&a[2], e) as i64),
+    }
+}
+
+/// Heap bytes of a byte string as stored (a `Vec<u8>`: header plus contents).
+fn bytes(b: &[u8]) -> usize {
+    24 + b.len()
+}
+
+fn approx_bytes(key: &[u8], e: &Entry) -> usize {
+    // The key's map slot, the entry and its expiry index entry.
+    const ENTRY: usize = 64;
+    const SLOT: usize = 16;
+    let value = match &e.value {
+        Value::Str(s) => bytes(s),
+        Value::Hash(h) => {
+            h.iter()
+                .map(|(f, v)| bytes(f) + bytes(v) + SLOT)
+                .sum::<usize>()
+                + h.ttl_count() * (8 + 2 * bytes(b"") + 48)
+        }
+        Value::List(l) => l.iter().map(|v| bytes(v)).sum(),
+        Value::Set(s) => s.keys().map(|m| bytes(m) + SLOT).sum(),
+        // Each member is held twice: by name and in score order.
+        Value::ZSet(z) => z.iter().map(|(m, _)| 2 * bytes(m) + 8 + 2 * SLOT).sum(),
+        Value::Stream(s) => s
+            .entries
+            .values()
+            .map(|f| 16 + 24 + f.iter().map(|x| bytes(x)).sum::<usize>())
+            .sum(),
+    };
+    ENTRY + bytes(key) + value + if e.expire_at_ms.is_some() { 40 } else { 0 }
+}
