@@ -698,7 +698,7 @@ fn gen_geo(r: &mut TestRng) -> Vec<String> {
 /// so the bytes (GET, STRLEN) differ by design; the counts may not.
 fn gen_hll(r: &mut TestRng) -> Vec<String> {
     let k = |r: &mut TestRng| r.pick(&["p0", "p1", "p2"]).to_string();
-    match r.below(6) {
+    match r.below(7) {
         0..=2 => {
             let mut c = vec!["PFADD".to_string(), k(r)];
             for _ in 0..r.below(40) {
@@ -708,6 +708,10 @@ fn gen_hll(r: &mut TestRng) -> Vec<String> {
         }
         3 => vec!["PFCOUNT".into(), k(r)],
         4 => vec!["PFCOUNT".into(), k(r), k(r)],
+        // The stored string itself: sparse opcodes, promotion, the cached cardinality; and now
+        // and then a fresh start, so sparse HLLs keep being written.
+        5 if r.chance(10) => vec!["DEL".into(), k(r)],
+        5 => vec![r.pick(&["GET", "STRLEN"]).to_string(), k(r)],
         _ => vec!["PFMERGE".into(), k(r), k(r), k(r)],
     }
 }
