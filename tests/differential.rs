@@ -1771,7 +1771,7 @@ fn full_state(http: &mut Http) -> Vec<(String, Canon, Canon, Canon)> {
 
 /// Replay of a log holding every implemented family rebuilds the same state: the differential
 /// generator's workload (strings, keyspace, hashes, lists, sets, sorted sets, bitmaps, geo,
-/// SORT ... STORE, SPOP, hash-field expiration) runs against tidepool alone, then the server restarts, cleanly and after
+/// SORT ... STORE, SPOP, hash-field expiration, XDELEX and XACKDEL) runs against tidepool alone, then the server restarts, cleanly and after
 /// `kill -9`, and every key with its value and expiry must be the same.
 #[test]
 fn random_workload_replays_to_the_same_state() {
@@ -1800,6 +1800,26 @@ fn random_workload_replays_to_the_same_state() {
         // that do not pass during the test, or have passed already.
         if r.chance(8) {
             cmds.push(gen_field_ttl(&mut r, abs_base_ms));
+        }
+        // And Redis 8.2's XDELEX / XACKDEL on the streams the workload builds.
+        if r.chance(3) {
+            let key = r.pick(&["x0", "x1"]).to_string();
+            let mut c = if r.chance(50) {
+                vec!["XDELEX".to_string(), key]
+            } else {
+                vec![
+                    "XACKDEL".to_string(),
+                    key,
+                    r.pick(&["g1", "g2", "g3"]).to_string(),
+                ]
+            };
+            if r.chance(70) {
+                c.push(r.pick(&["KEEPREF", "DELREF", "ACKED"]).to_string());
+            }
+            let n = 1 + r.below(3);
+            c.extend(["IDS".to_string(), n.to_string()]);
+            c.extend((0..n).map(|_| format!("{}-{}", r.below(120), r.below(3))));
+            cmds.push(c);
         }
         if cmds.len() == 1 {
             http.cmd(&to_bytes(&cmds[0]));

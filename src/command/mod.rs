@@ -328,6 +328,8 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "xgroup|delconsumer" => stream_groups::xgroup(ctx, args, "delconsumer"),
         "xreadgroup" => stream_groups::xreadgroup(ctx, args),
         "xack" => stream_groups::xack(ctx, args),
+        "xackdel" => stream_groups::xackdel(ctx, args),
+        "xdelex" => stream_groups::xdelex(ctx, args),
         "xpending" => stream_groups::xpending(ctx, args),
         "xclaim" => stream_groups::xclaim(ctx, args),
         "xautoclaim" => stream_groups::xautoclaim(ctx, args),

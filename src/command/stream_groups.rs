@@ -5,7 +5,7 @@
 //! Delivery times come from the command's timestamp (the record's), so a logged XREADGROUP or
 //! XCLAIM replays to the same pending entries, owners and times.
 
-use super::args::int_arg;
+use super::args::{int_arg, is};
 use super::streams::{entry_reply, parse_bound, parse_id, parse_read, read_reply, ReadArgs};
 use super::typed;
 use super::Ctx;
@@ -738,4 +738,167 @@ pub fn xinfo_consumers(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             })
             .collect(),
     )
+}
+
+/// What XDELEX and XACKDEL do with consumer-group references to the entries they delete.
+#[derive(Clone, Copy, PartialEq)]
+enum RefPolicy {
+    /// Delete the entry; pending-list references stay (XDEL's way).
+    KeepRef,
+    /// Delete the entry and every group's reference to it.
+    DelRef,
+    /// Delete only entries no group still needs.
+    Acked,
+}
+
+/// `[KEEPREF | DELREF | ACKED] IDS numids id ...` from `args[from..]`, in any order: the policy
+/// (KEEPREF by default) and the IDs, each checked before anything changes.
+fn ref_policy_args(args: &[Vec<u8>], from: usize) -> Result<(RefPolicy, Vec<StreamId>), Reply> {
+    let mut policy = None;
+    let mut ids_at: Option<(usize, usize)> = None;
+    let mut j = from;
+    while j < args.len() {
+        let a = &args[j];
+        let named = [
+            ("keepref", RefPolicy::KeepRef),
+            ("delref", RefPolicy::DelRef),
+            ("acked", RefPolicy::Acked),
+        ]
+        .into_iter()
+        .find(|(w, _)| is(a, w));
+        match named {
+            Some((_, p)) if policy.is_none() => {
+                policy = Some(p);
+                j += 1;
+            }
+            None if is(a, "ids") && j + 1 < args.len() => {
+                let n = match int_arg(&args[j + 1]) {
+                    Ok(n) if n >= 1 => n as usize,
+                    _ => return Err(Reply::err("ERR Number of IDs must be a positive integer")),
+                };
+                if n > args.len() - j - 2 {
+                    return Err(Reply::err(
+                        "ERR The `numids` parameter must match the number of arguments",
+                    ));
+                }
+                ids_at = Some((j + 2, n));
+                j += 2 + n;
+            }
+            _ => return Err(Reply::err(errors::SYNTAX)),
+        }
+    }
+    let Some((at, n)) = ids_at else {
+        return Err(Reply::err("ERR IDS option is required"));
+    };
+    let ids = args[at..at + n]
+        .iter()
+        .map(|a| parse_id(a, 0))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((policy.unwrap_or(RefPolicy::KeepRef), ids))
+}
+
+/// Whether some consumer group still needs entry `id`: it is pending somewhere, or a group has
+/// not been delivered that far yet. With no groups at all Redis documents the entry as kept
+/// too (ACKED answers 2).
+fn still_referenced(st: &Stream, id: StreamId) -> bool {
+    st.groups.is_empty()
+        || st
+            .groups
+            .values()
+            .any(|g| g.pel.contains_key(&id) || g.last_id < id)
+}
+
+/// Removes every group's pending reference to `id`. Returns whether there was one.
+fn drop_refs(st: &mut Stream, id: StreamId) -> bool {
+    let mut any = false;
+    for g in st.groups.values_mut() {
+        if let Some(nack) = g.pel.remove(&id) {
+            if let Some(c) = g.consumers.get_mut(&nack.consumer) {
+                c.pel.remove(&id);
+            }
+            any = true;
+        }
+    }
+    any
+}
+
+/// Deletes `id` under `policy`: 1 deleted, -1 no such entry, 2 kept (ACKED, still needed).
+/// Sets `changed` when the stream changed.
+fn delete_with_policy(st: &mut Stream, id: StreamId, policy: RefPolicy, changed: &mut bool) -> i64 {
+    match policy {
+        RefPolicy::Acked if still_referenced(st, id) => return 2,
+        RefPolicy::DelRef => *changed |= drop_refs(st, id),
+        _ => {}
+    }
+    if st.delete(id) {
+        *changed = true;
+        1
+    } else {
+        -1
+    }
+}
+
+/// `XDELEX key [KEEPREF | DELREF | ACKED] IDS numids id ...` (Redis 8.2).
+pub fn xdelex(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let exists = match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
+        Ok(st) => st.is_some(),
+        Err(e) => return e,
+    };
+    let (policy, ids) = match ref_policy_args(args, 2) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    if !exists {
+        return Reply::Array(vec![Reply::Int(-1); ids.len()]);
+    }
+    let Ok(Some(st)) = typed::existing::<Box<Stream>>(ctx, &args[1]) else {
+        return Reply::Array(vec![Reply::Int(-1); ids.len()]);
+    };
+    let mut changed = false;
+    let out = ids
+        .into_iter()
+        .map(|id| Reply::Int(delete_with_policy(st, id, policy, &mut changed)))
+        .collect();
+    ctx.dirty |= changed;
+    Reply::Array(out)
+}
+
+/// `XACKDEL key group [KEEPREF | DELREF | ACKED] IDS numids id ...` (Redis 8.2): acknowledges
+/// in `group`, then deletes under the policy. Per ID: 1 acknowledged and deleted, 2
+/// acknowledged but kept (ACKED: another group still needs it), -1 not pending in the group.
+pub fn xackdel(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let has_group = match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
+        Ok(st) => st.is_some_and(|st| st.groups.contains_key(&args[2])),
+        Err(e) => return e,
+    };
+    let (policy, ids) = match ref_policy_args(args, 3) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    let Ok(Some(st)) =
+        typed::existing::<Box<Stream>>(ctx, &args[1]).map(|s| s.filter(|_| has_group))
+    else {
+        return Reply::Array(vec![Reply::Int(-1); ids.len()]);
+    };
+    let mut changed = false;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(g) = st.groups.get_mut(&args[2]) else {
+            out.push(Reply::Int(-1));
+            continue;
+        };
+        let Some(nack) = g.pel.remove(&id) else {
+            out.push(Reply::Int(-1));
+            continue;
+        };
+        if let Some(c) = g.consumers.get_mut(&nack.consumer) {
+            c.pel.remove(&id);
+        }
+        changed = true;
+        // Acknowledged; an entry already gone from the stream still counts as deleted.
+        let r = delete_with_policy(st, id, policy, &mut changed);
+        out.push(Reply::Int(if r == 2 { 2 } else { 1 }));
+    }
+    ctx.dirty |= changed;
+    Reply::Array(out)
 }

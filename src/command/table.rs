@@ -162,6 +162,40 @@ impl CommandTable {
                 },
             );
         }
+        // Redis 8.2's stream commands the SDKs send.
+        for (name, arity, summary) in [
+            (
+                "xackdel",
+                -6,
+                "Acknowledges and deletes one or multiple messages for a stream consumer group.",
+            ),
+            (
+                "xdelex",
+                -5,
+                "Deletes one or multiple entries from the stream.",
+            ),
+        ] {
+            map.insert(
+                name.to_string(),
+                CommandInfo {
+                    name: name.into(),
+                    arity,
+                    write: true,
+                    readonly_flag: false,
+                    blocking: false,
+                    category_read: false,
+                    category_dangerous: false,
+                    group: "stream".into(),
+                    has_subcommands: false,
+                    categories: vec!["@write".into(), "@stream".into(), "@fast".into()],
+                    first_key: 1,
+                    last_key: 1,
+                    step: 1,
+                    flags: vec!["write".into(), "fast".into()],
+                    summary: summary.into(),
+                },
+            );
+        }
         // Upstash's extension: a REST token for an ACL user.
         map.insert(
             "acl|resttoken".to_string(),

@@ -105,6 +105,17 @@ def test_hash_field_expiration(redis):
     assert sorted(redis.hkeys("hf")) == ["a", "b", "d"]
 
 
+def test_stream_deletion_policies(redis):
+    for i in (1, 2, 3):
+        redis.xadd("xs", f"{i}-0", {"f": str(i)})
+    redis.xgroup_create("xs", "g", "0")
+    redis.xreadgroup("g", "c", {"xs": ">"}, count=2)
+    assert redis.xackdel("xs", "g", "1-0", "3-0") == [1, -1]
+    assert redis.xdelex("xs", "2-0", option="ACKED") == [2]
+    assert redis.xdelex("xs", "2-0", option="DELREF") == [1]
+    assert redis.xlen("xs") == 1
+
+
 def test_keyspace(redis):
     redis.mset({"a1": "x", "a2": "y", "b1": "z"})
     assert sorted(redis.keys("a*")) == ["a1", "a2"]
