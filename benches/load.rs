@@ -266,13 +266,16 @@ fn time_cmd(c: &mut Client, body: &str, runs: usize) -> Result<f64, String> {
 fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     let (_tp, port) = tidepool(bin, &tmp.join("structures"), "never")?;
     let mut c = Client::connect(port)?;
-    println!("| operation (100 elements from the middle) | 10,000 elements | 1,000,000 elements |");
+    println!("| operation | 10,000 elements | 1,000,000 elements |");
     println!("|---|---|---|");
     let mut rows: Vec<(String, Vec<f64>)> = vec![
         ("LRANGE".into(), Vec::new()),
         ("ZRANGEBYSCORE min max".into(), Vec::new()),
         ("ZRANGE BYSCORE LIMIT 0 100".into(), Vec::new()),
         ("XRANGE start + COUNT 100".into(), Vec::new()),
+        ("ZRANGE by index (100 from the middle)".into(), Vec::new()),
+        ("ZRANK of the middle member (one reply)".into(), Vec::new()),
+        ("ZCOUNT over half the set (one reply)".into(), Vec::new()),
     ];
     for n in [10_000usize, 1_000_000] {
         c.post("/", r#"["FLUSHALL"]"#)?;
@@ -306,6 +309,21 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
         rows[3].1.push(time_cmd(
             &mut c,
             &format!(r#"["XRANGE","x","{mid}-0","+","COUNT",100]"#),
+            200,
+        )?);
+        rows[4].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["ZRANGE","z",{mid},{}]"#, mid + 99),
+            200,
+        )?);
+        rows[5].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["ZRANK","z","m{mid}"]"#),
+            200,
+        )?);
+        rows[6].1.push(time_cmd(
+            &mut c,
+            &format!(r#"["ZCOUNT","z",{},{}]"#, n / 4, 3 * n / 4),
             200,
         )?);
     }

@@ -1654,10 +1654,19 @@ fn random_commands_match_redis() {
             }
             // TIDEPOOL_DIFF_DEBUG=1: on a divergence, show the key's whole state on both sides.
             if !same(c, g, e) && std::env::var("TIDEPOOL_DIFF_DEBUG").is_ok() && c.len() > 1 {
-                let k = c[1].as_str();
-                let mine = state_of_keys(&[k], |a| http.cmd_str(a));
-                let theirs = state_of_keys(&[k], |a| redis.cmd_str(a));
-                eprintln!("DEBUG key {k}:\n{}", state_diff(&mine, &theirs));
+                // Every key the command names (by the command table's positions where it has
+                // some, else the first argument).
+                let keys: Vec<&str> = c[1..]
+                    .iter()
+                    .map(|s| s.as_str())
+                    .filter(|s| KEYS.contains(s))
+                    .collect();
+                let mine = state_of_keys(&keys, |a| http.cmd_str(a));
+                let theirs = state_of_keys(&keys, |a| redis.cmd_str(a));
+                eprintln!(
+                    "DEBUG keys {keys:?}:\n{}\nmine: {mine:?}\ntheirs: {theirs:?}",
+                    state_diff(&mine, &theirs)
+                );
             }
             assert!(
                 same(c, g, e),

@@ -322,8 +322,12 @@ pub fn zrange(
         match spec {
             Spec::Rank(start, end) => match super::lists::range(z.len(), start, end) {
                 None => Vec::new(),
-                Some((s, e)) if rev => z.iter().rev().skip(s).take(e - s + 1).map(own).collect(),
-                Some((s, e)) => z.iter().skip(s).take(e - s + 1).map(own).collect(),
+                // Ranks from the top are positions from the end.
+                Some((s, e)) if rev => {
+                    let n = z.len();
+                    z.by_rank(n - 1 - e, n - s).rev().map(own).collect()
+                }
+                Some((s, e)) => z.by_rank(s, e + 1).map(own).collect(),
             },
             Spec::Score(r) => match window {
                 None => Vec::new(),
@@ -373,7 +377,7 @@ pub fn zrange(
 pub fn zcount(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let r = tri!(score_range(&a[2], &a[3]));
     let z = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms));
-    Reply::Int(z.map(|z| z.range_by_score(&r).count()).unwrap_or(0) as i64)
+    Reply::Int(z.map(|z| z.count_by_score(&r)).unwrap_or(0) as i64)
 }
 
 pub fn zlexcount(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
@@ -401,12 +405,7 @@ pub fn zremrange(ctx: &mut Ctx, a: &[Vec<u8>], rt: RangeType) -> Reply {
         match spec {
             Spec::Rank(start, end) => match super::lists::range(z.len(), start, end) {
                 None => return Reply::Int(0),
-                Some((s, e)) => z
-                    .iter()
-                    .skip(s)
-                    .take(e - s + 1)
-                    .map(|(m, _)| m.to_vec())
-                    .collect(),
+                Some((s, e)) => z.by_rank(s, e + 1).map(|(m, _)| m.to_vec()).collect(),
             },
             Spec::Score(r) => z.range_by_score(&r).map(|(m, _)| m.to_vec()).collect(),
             Spec::Lex(r) => z

@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod hash;
+pub mod ranked;
 pub mod scanmap;
 pub mod stream;
 pub mod zset;

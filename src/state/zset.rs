@@ -1,12 +1,10 @@
 //! A sorted set: member -> score in a hash-ordered map (for ZSCORE and ZSCAN), and the members
-//! ordered by (score, member) in a B-tree, so that score and lexicographic ranges cost
-//! O(log n + m). Rank lookups walk from the nearer end (O(min(rank, n - rank))); an
-//! order-statistics tree would make them O(log n) and is open work.
+//! ordered by (score, member) in a ranked order (`Ranked`), so that score, lexicographic and
+//! index ranges cost O(log n + m), and ranks and range counts O(log n), as in Redis's skiplist.
 
+use super::ranked::Ranked;
 use super::scanmap::ScanMap;
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
-use std::ops::Bound;
 
 /// A score ordered as Redis compares doubles: -0 equals 0. NaN is never stored.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +35,7 @@ pub const LISTPACK_VALUE_MAX: usize = 64;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ZSet {
     scores: ScanMap<f64>,
-    order: BTreeSet<(Score, Box<[u8]>)>,
+    order: Ranked<(Score, Box<[u8]>)>,
     /// Whether Redis would hold this set as a skiplist. It matters beyond OBJECT ENCODING: a
     /// listpack stores a -0 score as 0, a skiplist keeps -0.
     skiplist: bool,
@@ -123,12 +121,41 @@ impl ZSet {
         self.order.iter().map(|(s, m)| (&**m, s.0))
     }
 
-    /// 0-based rank in ascending order.
+    /// 0-based rank in ascending order: O(log n).
     pub fn rank(&self, m: &[u8]) -> Option<usize> {
         let s = self.score(m)?;
-        let key = (Score(s), Box::<[u8]>::from(m));
-        let below = self.order.range(..&key).count();
-        Some(below)
+        Some(
+            self.order
+                .count_below(&(Score(s), Box::<[u8]>::from(m)), true),
+        )
+    }
+
+    /// Members at ranks `start..end` (ascending positions; reverse the iterator for
+    /// descending): O(log n + m).
+    pub fn by_rank(
+        &self,
+        start: usize,
+        end: usize,
+    ) -> impl DoubleEndedIterator<Item = (&[u8], f64)> {
+        self.order.range(start, end).map(|(s, m)| (&**m, s.0))
+    }
+
+    /// Positions `start..end` of the members whose score is in the range.
+    fn score_positions(&self, r: &ScoreRange) -> (usize, usize) {
+        if r.is_empty() || (r.minex && r.min == f64::INFINITY) {
+            return (0, 0);
+        }
+        let empty: Box<[u8]> = Box::from(&[][..]);
+        // (score, "") sorts before every member with that score.
+        let lo = if r.minex { r.min.next_up() } else { r.min };
+        let start = self.order.count_below(&(Score(lo), empty.clone()), true);
+        let end = if r.max == f64::INFINITY && !r.maxex {
+            self.order.len()
+        } else {
+            let hi = if r.maxex { r.max } else { r.max.next_up() };
+            self.order.count_below(&(Score(hi), empty), true)
+        };
+        (start, end.max(start))
     }
 
     /// Members with score in the range, ascending (reverse it for descending): O(log n + m).
@@ -136,23 +163,14 @@ impl ZSet {
         &'a self,
         r: &ScoreRange,
     ) -> impl DoubleEndedIterator<Item = (&'a [u8], f64)> + 'a {
-        let empty: Box<[u8]> = Box::from(&[][..]);
-        let lo = if r.minex { r.min.next_up() } else { r.min };
-        let lower = Bound::Included((Score(lo), empty.clone()));
-        let upper = if r.max == f64::INFINITY && !r.maxex {
-            Bound::Unbounded
-        } else if r.maxex {
-            Bound::Excluded((Score(r.max), empty))
-        } else {
-            Bound::Excluded((Score(r.max.next_up()), empty))
-        };
-        let valid = !(r.is_empty() || (r.minex && r.min == f64::INFINITY));
-        let range = if valid {
-            Some(self.order.range((lower, upper)))
-        } else {
-            None
-        };
-        range.into_iter().flatten().map(|(s, m)| (&**m, s.0))
+        let (start, end) = self.score_positions(r);
+        self.order.range(start, end).map(|(s, m)| (&**m, s.0))
+    }
+
+    /// How many members have a score in the range: O(log n).
+    pub fn count_by_score(&self, r: &ScoreRange) -> usize {
+        let (start, end) = self.score_positions(r);
+        end - start
     }
 
     /// Members in the lexicographic range, ascending. Redis defines this only when all scores
@@ -164,34 +182,32 @@ impl ZSet {
         };
         if first.0 == last.0 {
             let s = first.0;
-            let lower = match &r.min {
-                LexBound::NegInf => Bound::Unbounded,
+            let start = match &r.min {
+                LexBound::NegInf => 0,
                 LexBound::PosInf => return Vec::new(),
-                LexBound::Inclusive(v) => Bound::Included((s, v.clone().into_boxed_slice())),
-                LexBound::Exclusive(v) => Bound::Excluded((s, v.clone().into_boxed_slice())),
+                LexBound::Inclusive(v) => self
+                    .order
+                    .count_below(&(s, v.clone().into_boxed_slice()), true),
+                LexBound::Exclusive(v) => self
+                    .order
+                    .count_below(&(s, v.clone().into_boxed_slice()), false),
             };
-            let upper = match &r.max {
-                LexBound::PosInf => Bound::Unbounded,
+            let end = match &r.max {
+                LexBound::PosInf => self.order.len(),
                 LexBound::NegInf => return Vec::new(),
-                LexBound::Inclusive(v) => Bound::Included((s, v.clone().into_boxed_slice())),
-                LexBound::Exclusive(v) => Bound::Excluded((s, v.clone().into_boxed_slice())),
+                LexBound::Inclusive(v) => self
+                    .order
+                    .count_below(&(s, v.clone().into_boxed_slice()), false),
+                LexBound::Exclusive(v) => self
+                    .order
+                    .count_below(&(s, v.clone().into_boxed_slice()), true),
             };
-            if let (
-                Bound::Included(a) | Bound::Excluded(a),
-                Bound::Included(b) | Bound::Excluded(b),
-            ) = (&lower, &upper)
-            {
-                if a > b
-                    || (a == b
-                        && (matches!(lower, Bound::Excluded(_))
-                            || matches!(upper, Bound::Excluded(_))))
-                {
-                    return Vec::new();
-                }
+            if start >= end {
+                return Vec::new();
             }
             return self
                 .order
-                .range((lower, upper))
+                .range(start, end)
                 .map(|(s, m)| (&**m, s.0))
                 .collect();
         }
