@@ -737,12 +737,14 @@ pub fn zsetop(
                     }
                     // Summed in Redis's order, smallest set first (a stable sort by cardinality):
                     // with +inf and -inf weighted in, the order decides where NaN turns to 0.
+                    // As in Redis, only the first product has NaN made 0; a later NaN product
+                    // (inf times 0) reaches the aggregate, where a sum turns it to 0.
                     let mut acc: Option<f64> = None;
                     for &i in &order {
-                        let v = weighted(maps[i][m.as_slice()], weights[i]);
+                        let s = maps[i][m.as_slice()];
                         acc = Some(match acc {
-                            None => v,
-                            Some(x) => combine(x, v),
+                            None => weighted(s, weights[i]),
+                            Some(x) => combine(x, s * weights[i]),
                         });
                     }
                     result.insert(m, acc.unwrap_or(0.0));
