@@ -1780,7 +1780,7 @@ fn full_state(http: &mut Http) -> Vec<(String, Canon, Canon, Canon)> {
 
 /// Replay of a log holding every implemented family rebuilds the same state: the differential
 /// generator's workload (strings, keyspace, hashes, lists, sets, sorted sets, bitmaps, geo,
-/// SORT ... STORE, SPOP, hash-field expiration, XDELEX and XACKDEL) runs against tidepool alone, then the server restarts, cleanly and after
+/// SORT ... STORE, SPOP, hash-field expiration, XDELEX and XACKDEL, EVAL) runs against tidepool alone, then the server restarts, cleanly and after
 /// `kill -9`, and every key with its value and expiry must be the same.
 #[test]
 fn random_workload_replays_to_the_same_state() {
@@ -1809,6 +1809,23 @@ fn random_workload_replays_to_the_same_state() {
         // that do not pass during the test, or have passed already.
         if r.chance(8) {
             cmds.push(gen_field_ttl(&mut r, abs_base_ms));
+        }
+        // Scripts, logged by their effects (a random pick among them).
+        if r.chance(3) {
+            let key = r.pick(KEYS).to_string();
+            let script = r.pick(&[
+                "return redis.pcall('INCRBY', KEYS[1], ARGV[1])",
+                "redis.pcall('SADD', KEYS[1], ARGV[1], 'z') return redis.pcall('SPOP', KEYS[1])",
+                "return redis.pcall('HINCRBYFLOAT', KEYS[1], 'f0', ARGV[1])",
+                "redis.pcall('DEL', KEYS[1]) return redis.pcall('RPUSH', KEYS[1], ARGV[1], ARGV[1])",
+            ]);
+            cmds.push(vec![
+                "EVAL".into(),
+                script.to_string(),
+                "1".into(),
+                key,
+                (1 + r.below(9)).to_string(),
+            ]);
         }
         // And Redis 8.2's XDELEX / XACKDEL on the streams the workload builds.
         if r.chance(3) {

@@ -12,6 +12,7 @@
 
 mod flusher;
 pub mod pubsub;
+mod scripts;
 
 use crate::clock;
 use crate::command::{self, table, CommandInfo, Ctx, Rng};
@@ -136,6 +137,7 @@ pub struct Executor {
     /// The executor's own queue, for workers to report back on.
     jobs: mpsc::Sender<Job>,
     backoff_unit_ms: u64,
+    scripts: scripts::Scripts,
 }
 
 /// What the executor needs at start besides the log: the delivery service's settings and the
@@ -208,6 +210,7 @@ pub fn start(
         workers,
         jobs: tx.clone(),
         backoff_unit_ms: setup.backoff_unit_ms,
+        scripts: scripts::Scripts::new()?,
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -219,6 +222,28 @@ pub fn start(
         task,
         report,
     })
+}
+
+/// Hash fields whose time has passed, in the keys a command names, go before the command by a
+/// logged HDEL, so the command (a read too) sees them gone and replay removes them at the same
+/// point.
+fn hdel_expired_fields(
+    db: &mut Db,
+    info: &CommandInfo,
+    args: &[Vec<u8>],
+    ts: u64,
+    logged: &mut Vec<Vec<Vec<u8>>>,
+) {
+    if !db.has_field_ttls() {
+        return;
+    }
+    for key in info.keys(args) {
+        let fields = db.expired_fields_of(key, ts);
+        if !fields.is_empty() {
+            db.remove_fields(key, &fields);
+            logged.push(hdel(key, fields));
+        }
+    }
 }
 
 /// `HDEL key field ...`: how a field whose time passed leaves the log.
@@ -545,6 +570,12 @@ impl Executor {
         if !command::arity_ok(info, args.len()) {
             return Err(command::arity_error(info));
         }
+        Self::permitted(info, args, perm)?;
+        Ok(info)
+    }
+
+    /// Whether the token may run this command on these keys (a NOPERM error if not).
+    fn permitted(info: &CommandInfo, args: &[Vec<u8>], perm: &Perm) -> Result<(), Reply> {
         let denied = || {
             Reply::Error(format!(
                 "NOPERM this user has no permissions to run the '{}' command or its subcommand",
@@ -570,7 +601,7 @@ impl Executor {
                 }
             }
         }
-        Ok(info)
+        Ok(())
     }
 
     fn exec(
@@ -637,17 +668,43 @@ impl Executor {
             "spublish" => return Reply::Int(self.pubsub.publish(&args[1], &args[2])),
             _ => {}
         }
-        if self.db.has_field_ttls() {
-            // Hash fields whose time has passed go first, by a logged HDEL, so the command (a
-            // read too) sees them gone and replay removes them at the same point.
-            for key in info.keys(&args) {
-                let fields = self.db.expired_fields_of(key, ts);
-                if !fields.is_empty() {
-                    self.db.remove_fields(key, &fields);
-                    logged.push(hdel(key, fields));
+        match info.name.as_str() {
+            "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
+                return self.eval(info.name.as_str(), &args, perm, ts, logged)
+            }
+            "script|load" => {
+                return match self.scripts.load(&args[2]) {
+                    Ok(sha) => Reply::Bulk(sha.into_bytes()),
+                    Err(e) => e,
                 }
             }
+            "script|exists" => {
+                return Reply::Array(
+                    args[2..]
+                        .iter()
+                        .map(|sha| Reply::Int(self.scripts.exists(sha) as i64))
+                        .collect(),
+                )
+            }
+            "script|flush" => {
+                return match args.get(2) {
+                    Some(a)
+                        if !a.eq_ignore_ascii_case(b"sync")
+                            && !a.eq_ignore_ascii_case(b"async") =>
+                    {
+                        Reply::err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
+                    }
+                    _ => {
+                        self.scripts.flush();
+                        Reply::ok()
+                    }
+                }
+            }
+            // A script runs to its end inside one job: when a request arrives, none runs.
+            "script|kill" => return Reply::err("NOTBUSY No scripts in execution right now."),
+            _ => {}
         }
+        hdel_expired_fields(&mut self.db, info, &args, ts, logged);
         let mut ctx = Ctx::new(&mut self.db, ts, &mut self.rng);
         if let Perm::User(name, _) = perm {
             ctx.user = Some(name.clone());
@@ -660,6 +717,56 @@ impl Executor {
             }
         }
         reply
+    }
+
+    /// `EVAL script numkeys key ... arg ...` and its SHA and read-only forms.
+    fn eval(
+        &mut self,
+        name: &str,
+        args: &[Vec<u8>],
+        perm: &Perm,
+        ts: u64,
+        logged: &mut Vec<Vec<Vec<u8>>>,
+    ) -> Reply {
+        let numkeys = match command::args::int_arg(&args[2]) {
+            Ok(n) => n,
+            Err(e) => return e,
+        };
+        if numkeys > (args.len() - 3) as i64 {
+            return Reply::err("ERR Number of keys can't be greater than number of args");
+        }
+        if numkeys < 0 {
+            return Reply::err("ERR Number of keys can't be negative");
+        }
+        let by_sha = name.starts_with("evalsha");
+        let sha = if by_sha {
+            String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
+        } else {
+            match self.scripts.load(&args[1]) {
+                Ok(sha) => sha,
+                Err(e) => return e,
+            }
+        };
+        let split = 3 + numkeys as usize;
+        let log_failed = self.poisoned();
+        let Executor {
+            scripts,
+            db,
+            rng,
+            pubsub,
+            ..
+        } = self;
+        let mut env = scripts::ScriptEnv {
+            db,
+            rng,
+            pubsub,
+            perm,
+            ts,
+            read_only: name.ends_with("_ro"),
+            log_failed,
+            logged,
+        };
+        scripts.run(&sha, &args[3..split], &args[split..], &mut env)
     }
 
     /// Removes keys and hash fields whose expiry has passed, through a logged DEL and HDELs
@@ -799,6 +906,8 @@ fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
 fn read_only_allows(info: &CommandInfo) -> bool {
     match info.name.as_str() {
         "ping" | "echo" | "time" => true,
+        // The SDKs' read-only script helpers; a write inside one is refused.
+        "eval_ro" | "evalsha_ro" => true,
         "scan" | "hscan" | "sscan" | "zscan" | "keys" => false,
         _ => info.category_read && !info.category_dangerous,
     }

@@ -3,6 +3,7 @@ base URL and the token. Base64 mode is the SDK's default, so every reply here we
 
 The server binary comes from TIDEPOOL_BIN (default: target/debug/tidepool)."""
 
+import hashlib
 import os
 import re
 import shutil
@@ -114,6 +115,18 @@ def test_stream_deletion_policies(redis):
     assert redis.xdelex("xs", "2-0", option="ACKED") == [2]
     assert redis.xdelex("xs", "2-0", option="DELREF") == [1]
     assert redis.xlen("xs") == 1
+
+
+def test_scripts(redis):
+    script = "local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end return c"
+    assert redis.eval(script, keys=["hits"], args=["60000"]) == 1
+    sha = redis.script_load(script)
+    assert sha == hashlib.sha1(script.encode()).hexdigest()
+    assert redis.script_exists(sha, "0" * 40) == [1, 0]
+    assert redis.evalsha(sha, keys=["hits"], args=["60000"]) == 2
+    assert redis.eval_ro("return redis.call('GET', KEYS[1])", keys=["hits"]) == "2"
+    with pytest.raises(Exception, match="NOSCRIPT"):
+        redis.evalsha("f" * 40)
 
 
 def test_keyspace(redis):

@@ -1,0 +1,396 @@
+//! Lua scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT LOAD/EXISTS/FLUSH/KILL, with
+//! Redis 7.0's Lua 5.1 (through `mlua`, vendored), `redis.call`/`pcall` and its reply
+//! conversions and error texts (checked against redis-server 7.0: `tests/scripting.rs`).
+//!
+//! A script runs inside one executor job, so it is atomic, and it is logged by its effects:
+//! every write it makes goes into the job's record in deterministic form, as Redis 7 replicates
+//! scripts. Replay never runs Lua, so a script's use of time or randomness cannot change what
+//! replay rebuilds. The script cache is not logged (Redis does not keep it across restarts
+//! either; clients answer NOSCRIPT with EVAL).
+
+use super::{hdel_expired_fields, pubsub::PubSub, read_only_allows, Perm};
+use crate::command::{self, table, Ctx, Rng};
+use crate::reply::Reply;
+use crate::state::Db;
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A script that runs longer is stopped with an error (Redis's busy-script limit is 5 s too;
+/// Redis then lets other clients SCRIPT KILL it, tidepool stops it itself, since nothing else
+/// runs meanwhile). Writes it made before stay, as in Redis.
+const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The Lua side: error handler (it finds the user script's line as Redis's does), the `redis`
+/// table, and the global-variable protection. `bridge.call` is set per run to the Rust function
+/// that executes a command; it answers `ok, reply`.
+const PRELUDE: &str = r#"
+local bridge = ...
+local dbg = debug
+local function user_frame()
+  for level = 2, 50 do
+    local i = dbg.getinfo(level, 'Sl')
+    if not i then return nil end
+    if i.source == '@user_script' then return i end
+  end
+end
+bridge.handler = function(err)
+  if type(err) == 'userdata' and bridge.last_err then
+    -- A failed redis.call: the Rust side left the reply, with the script's line, here.
+    err = bridge.last_err
+    bridge.last_err = nil
+    return err
+  end
+  local i = user_frame()
+  if type(err) ~= 'table' then err = {err = 'ERR ' .. tostring(err)} end
+  if i then err['source'] = i.source; err['line'] = i.currentline end
+  return err
+end
+bridge.xpcall = xpcall
+redis = {}
+bridge.redis = redis
+redis.error_reply = function(msg)
+  if type(msg) ~= 'string' then error('wrong number or type of arguments', 2) end
+  return {err = msg}
+end
+redis.status_reply = function(msg)
+  if type(msg) ~= 'string' then error('wrong number or type of arguments', 2) end
+  return {ok = msg}
+end
+redis.sha1hex = function(s) return bridge.sha1hex(s) end
+redis.log = function() end
+redis.LOG_DEBUG = 0; redis.LOG_VERBOSE = 1; redis.LOG_NOTICE = 2; redis.LOG_WARNING = 3
+redis.setresp = function() end
+redis.replicate_commands = function() return true end
+redis.set_repl = function() end
+redis.REPL_NONE = 0; redis.REPL_SLAVE = 1; redis.REPL_REPLICA = 1; redis.REPL_AOF = 2; redis.REPL_ALL = 3
+redis.breakpoint = function() return false end
+redis.debug = function() end
+redis.REDIS_VERSION = '7.0.15'
+redis.REDIS_VERSION_NUM = 0x07000f
+debug = nil
+loadfile = nil
+dofile = nil
+setmetatable(_G, {
+  __index = function(t, k)
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+  end,
+  __newindex = function(t, k, v)
+    error('Attempt to modify a readonly table', 2)
+  end,
+})
+"#;
+
+pub struct Scripts {
+    lua: Lua,
+    bridge: Table,
+    /// Compiled scripts by their SHA-1 (lowercase hex).
+    compiled: HashMap<String, Function>,
+}
+
+pub fn sha1hex(body: &[u8]) -> String {
+    sha1_smol::Sha1::from(body).digest().to_string()
+}
+
+impl Scripts {
+    pub fn new() -> Result<Scripts, String> {
+        let fail = |e: mlua::Error| format!("cannot start Lua: {e}");
+        // SAFETY: the debug library is needed only by the prelude's error handler (to find the
+        // script's line, as Redis does); the prelude removes it from the globals before any
+        // user script runs.
+        let lua = unsafe {
+            Lua::unsafe_new_with(
+                StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG,
+                LuaOptions::default(),
+            )
+        };
+        let bridge = lua.create_table().map_err(fail)?;
+        let sha = lua
+            .create_function(|lua, s: mlua::LuaString| lua.create_string(sha1hex(&s.as_bytes())))
+            .map_err(fail)?;
+        bridge.set("sha1hex", sha).map_err(fail)?;
+        lua.load(PRELUDE)
+            .set_name("=prelude")
+            .call::<()>(bridge.clone())
+            .map_err(fail)?;
+        Ok(Scripts {
+            lua,
+            bridge,
+            compiled: HashMap::new(),
+        })
+    }
+
+    /// Compiles and caches `body`; its SHA-1, or Redis's compile error.
+    pub fn load(&mut self, body: &[u8]) -> Result<String, Reply> {
+        let sha = sha1hex(body);
+        if self.compiled.contains_key(&sha) {
+            return Ok(sha);
+        }
+        match self.lua.load(body).set_name("@user_script").into_function() {
+            Ok(f) => {
+                self.compiled.insert(sha.clone(), f);
+                Ok(sha)
+            }
+            Err(e) => Err(Reply::Error(format!(
+                "ERR Error compiling script (new function): {}",
+                lua_message(&e)
+            ))),
+        }
+    }
+
+    pub fn exists(&self, sha: &[u8]) -> bool {
+        self.compiled
+            .contains_key(&String::from_utf8_lossy(sha).to_ascii_lowercase())
+    }
+
+    pub fn flush(&mut self) {
+        self.compiled.clear();
+        self.lua.gc_collect().ok();
+    }
+}
+
+/// The message of a Lua error, without mlua's traceback decoration.
+fn lua_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, .. } => lua_message(cause),
+        other => other.to_string(),
+    }
+}
+
+/// What a running script's `redis.call` needs from the executor.
+pub struct ScriptEnv<'a> {
+    pub db: &'a mut Db,
+    pub rng: &'a mut Rng,
+    pub pubsub: &'a mut PubSub,
+    pub perm: &'a Perm,
+    pub ts: u64,
+    pub read_only: bool,
+    pub log_failed: Option<String>,
+    pub logged: &'a mut Vec<Vec<Vec<u8>>>,
+}
+
+fn err_table(lua: &Lua, msg: &str) -> mlua::Result<Value> {
+    let t = lua.create_table()?;
+    t.set("err", msg)?;
+    Ok(Value::Table(t))
+}
+
+/// A command reply as Redis hands it to Lua (RESP2 rules).
+fn reply_to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
+    Ok(match r {
+        Reply::Int(n) => Value::Integer(n),
+        Reply::Bulk(b) => Value::String(lua.create_string(&b)?),
+        Reply::Nil | Reply::NilArray => Value::Boolean(false),
+        Reply::Status(s) => {
+            let t = lua.create_table()?;
+            t.set("ok", s)?;
+            Value::Table(t)
+        }
+        Reply::Error(e) => err_table(lua, &e)?,
+        Reply::Array(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, reply_to_lua(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+    })
+}
+
+/// A script's return value as a reply (Redis's Lua-to-RESP2 conversion).
+fn lua_to_reply(v: Value) -> Reply {
+    match v {
+        Value::Nil => Reply::Nil,
+        Value::Boolean(true) => Reply::Int(1),
+        Value::Boolean(false) => Reply::Nil,
+        Value::Integer(n) => Reply::Int(n),
+        Value::Number(f) => Reply::Int(f as i64),
+        Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Table(t) => {
+            if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+                return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
+            }
+            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+                return Reply::Status(String::from_utf8_lossy(&s.as_bytes()).into_owned());
+            }
+            let mut out = Vec::new();
+            for i in 1.. {
+                match t.raw_get::<Value>(i) {
+                    Ok(Value::Nil) | Err(_) => break,
+                    Ok(v) => out.push(lua_to_reply(v)),
+                }
+            }
+            Reply::Array(out)
+        }
+        _ => Reply::Nil,
+    }
+}
+
+/// `redis.call` / `redis.pcall`: runs one command for the script. `(true, reply)`, or
+/// `(false, {err = text})`.
+fn script_call(env: &mut ScriptEnv, lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
+    let fail = |msg: &str| -> mlua::Result<(bool, Value)> { Ok((false, err_table(lua, msg)?)) };
+    if args.is_empty() {
+        return fail("ERR Please specify at least one argument for this redis lib call");
+    }
+    let mut argv: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for a in args {
+        match a {
+            Value::String(s) => argv.push(s.as_bytes().to_vec()),
+            Value::Integer(_) | Value::Number(_) => match lua.coerce_string(a)? {
+                Some(s) => argv.push(s.as_bytes().to_vec()),
+                None => {
+                    return fail("ERR Lua redis lib command arguments must be strings or integers")
+                }
+            },
+            _ => return fail("ERR Lua redis lib command arguments must be strings or integers"),
+        }
+    }
+    let info = match table::global().lookup(&argv) {
+        table::Lookup::Found(i) => i,
+        _ => return fail("ERR Unknown Redis command called from script"),
+    };
+    if !command::arity_ok(info, argv.len()) {
+        return fail("ERR Wrong number of args calling Redis command from script");
+    }
+    if info.flags.iter().any(|f| f == "noscript") {
+        return fail("ERR This Redis command is not allowed from script");
+    }
+    if info.write && env.read_only {
+        return fail("ERR Write commands are not allowed from read-only scripts.");
+    }
+    if let Perm::ReadOnly = env.perm {
+        if !read_only_allows(info) {
+            return fail(&format!(
+                "NOPERM this user has no permissions to run the '{}' command or its subcommand",
+                info.name
+            ));
+        }
+    }
+    if let Err(Reply::Error(e)) = super::Executor::permitted(info, &argv, env.perm) {
+        return fail(&e);
+    }
+    if info.write {
+        if let Some(why) = &env.log_failed {
+            return fail(&format!(
+                "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
+            ));
+        }
+    }
+    env.pubsub.feed_monitors("lua", &argv);
+    let reply = match info.name.as_str() {
+        "publish" | "spublish" => Reply::Int(env.pubsub.publish(&argv[1], &argv[2])),
+        _ => {
+            hdel_expired_fields(env.db, info, &argv, env.ts, env.logged);
+            let mut ctx = Ctx::new(env.db, env.ts, env.rng);
+            if let Perm::User(name, _) = env.perm {
+                ctx.user = Some(name.clone());
+            }
+            let reply = command::execute(&mut ctx, info, &argv);
+            if ctx.dirty {
+                match ctx.rewrite.take() {
+                    Some(rw) => env.logged.extend(rw),
+                    None => env.logged.push(argv),
+                }
+            }
+            reply
+        }
+    };
+    match reply {
+        Reply::Error(e) => fail(&e),
+        r => Ok((true, reply_to_lua(lua, r)?)),
+    }
+}
+
+impl Scripts {
+    /// Runs the compiled script `sha` with KEYS and ARGV.
+    pub fn run(&self, sha: &str, keys: &[Vec<u8>], argv: &[Vec<u8>], env: &mut ScriptEnv) -> Reply {
+        let Some(f) = self.compiled.get(sha) else {
+            return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
+        };
+        let started = Instant::now();
+        let env = std::cell::RefCell::new(env);
+        let result = self.lua.scope(|scope| {
+            // redis.call and redis.pcall are Rust (C) functions, as in Redis: `return
+            // redis.call(...)` is then no Lua tail call, and the script's frame (its line, for
+            // the error text) is still there when a command fails.
+            let bridge = self.bridge.clone();
+            let env_call = &env;
+            let call = scope.create_function(move |lua, args: MultiValue| {
+                let (ok, v) = script_call(&mut env_call.borrow_mut(), lua, args)?;
+                if ok {
+                    return Ok(v);
+                }
+                if let Value::Table(t) = &v {
+                    let line = lua.inspect_stack(1, |d| d.current_line()).flatten();
+                    t.set("source", "@user_script")?;
+                    if let Some(l) = line {
+                        t.set("line", l)?;
+                    }
+                }
+                bridge.set("last_err", v)?;
+                Err(mlua::Error::RuntimeError("redis.call failed".into()))
+            })?;
+            let env_pcall = &env;
+            let pcall = scope.create_function(move |lua, args: MultiValue| {
+                Ok(script_call(&mut env_pcall.borrow_mut(), lua, args)?.1)
+            })?;
+            let redis: Table = self.bridge.get("redis")?;
+            redis.raw_set("call", call)?;
+            redis.raw_set("pcall", pcall)?;
+            let g = self.lua.globals();
+            let list = |items: &[Vec<u8>]| -> mlua::Result<Table> {
+                let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+                for (i, v) in items.iter().enumerate() {
+                    t.raw_set(i + 1, self.lua.create_string(v)?)?;
+                }
+                Ok(t)
+            };
+            g.raw_set("KEYS", list(keys)?)?;
+            g.raw_set("ARGV", list(argv)?)?;
+            self.lua.set_hook(
+                mlua::HookTriggers::new().every_nth_instruction(100_000),
+                move |_, _| {
+                    if started.elapsed() > SCRIPT_TIME_LIMIT {
+                        return Err(mlua::Error::RuntimeError(format!(
+                            "tidepool stopped the script after {} seconds",
+                            SCRIPT_TIME_LIMIT.as_secs()
+                        )));
+                    }
+                    Ok(mlua::VmState::Continue)
+                },
+            )?;
+            let xpcall: Function = self.bridge.get("xpcall")?;
+            let handler: Function = self.bridge.get("handler")?;
+            let out: (bool, Value) = xpcall.call((f.clone(), handler))?;
+            self.lua.remove_hook();
+            redis.raw_set("call", Value::Nil)?;
+            redis.raw_set("pcall", Value::Nil)?;
+            self.bridge.set("last_err", Value::Nil)?;
+            Ok(out)
+        });
+        match result {
+            Ok((true, v)) => lua_to_reply(v),
+            Ok((false, Value::Table(t))) => {
+                let msg: String = t
+                    .raw_get::<Option<String>>("err")
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| "ERR unknown error".into());
+                let source: Option<String> = t.raw_get("source").ok().flatten();
+                let line: Option<i64> = t.raw_get("line").ok().flatten();
+                match (source, line) {
+                    (Some(s), Some(l)) => Reply::Error(format!("{msg} script: {sha}, on {s}:{l}.")),
+                    _ => Reply::Error(msg),
+                }
+            }
+            Ok((false, other)) => Reply::Error(format!("ERR {other:?}")),
+            Err(e) => {
+                self.lua.remove_hook();
+                Reply::Error(format!("ERR {}", lua_message(&e)))
+            }
+        }
+    }
+}
