@@ -65,6 +65,18 @@ const CASES: &[&[&str]] = &[
     &["SCRIPT", "FLUSH"],
     &["EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"],
     &["SCRIPT", "KILL"],
+    // Redis 7 shebang lines: flags, and line numbers kept.
+    &["EVAL", "#!lua\nreturn 1", "0"],
+    &["EVAL", "#!lua flags=no-writes\nreturn redis.call('set','a','b')", "0"],
+    &["EVAL", "#!lua flags=no-writes\n\nreturn x", "0"],
+    &["EVAL", "#!lua flags=bogus\nreturn 1", "0"],
+    &["EVAL", "#!python\nreturn 1", "0"],
+    &["EVAL", "#!lua foo=bar\nreturn 1", "0"],
+    &["EVAL", "#!lua", "0"],
+    &["EVAL", "#!lua flags=no-writes,allow-oom\nreturn 2", "0"],
+    &["EVAL", "#!lua flags=\nreturn 3", "0"],
+    &["EVAL_RO", "#!lua\nreturn 1", "0"],
+    &["EVAL_RO", "#!lua flags=no-writes\nreturn 1", "0"],
 ];
 
 #[test]
@@ -169,6 +181,11 @@ fn tokens_limit_what_scripts_may_do() {
         app.cmd_str(&["EVAL", "return redis.call('GET', 'k')", "0"]),
         Canon::Err(e) if e.starts_with("NOPERM")
     ));
+    // Redis 8's allow-key-locking flag, which @upstash/ratelimit sends, is accepted.
+    assert_eq!(
+        c.cmd_str(&["EVAL", "#!lua flags=allow-key-locking\nreturn 7", "0"]),
+        Canon::Int(7)
+    );
     // A script that never ends is stopped (after 5 s) with an error; the server goes on.
     assert!(c.cmd_str(&["EVAL", "while true do end", "0"]).is_err());
     assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v"));

@@ -33,3 +33,6 @@ TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
 
 echo "== the official @upstash/workflow SDK running a workflow end to end against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/workflow.mjs
+
+echo "== @upstash/ratelimit on the official @upstash/redis (Lua scripts by EVALSHA) against tidepool"
+TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/ratelimit.mjs

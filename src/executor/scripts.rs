@@ -85,7 +85,59 @@ pub struct Scripts {
     lua: Lua,
     bridge: Table,
     /// Compiled scripts by their SHA-1 (lowercase hex).
-    compiled: HashMap<String, Function>,
+    compiled: HashMap<String, Compiled>,
+}
+
+struct Compiled {
+    function: Function,
+    /// Redis 7 script flags from a `#!lua flags=...` first line (None: no shebang).
+    flags: Option<Vec<String>>,
+}
+
+/// The shebang flags tidepool accepts: Redis 7.0's, and `allow-key-locking` (Redis 8), which
+/// @upstash/ratelimit sends and the hosted service accepts. They change nothing here but
+/// `no-writes` (a single executor has no OOM, staleness, cluster or key locks to relax).
+const SHEBANG_FLAGS: &[&str] = &[
+    "no-writes",
+    "allow-oom",
+    "allow-stale",
+    "no-cluster",
+    "allow-cross-slot-keys",
+    "allow-key-locking",
+];
+
+/// A `#!lua [flags=a,b]` first line: its flags and where the script proper starts (at the
+/// line feed, so line numbers stay the user's).
+fn shebang(body: &[u8]) -> Result<Option<(Vec<String>, usize)>, Reply> {
+    if !body.starts_with(b"#!") {
+        return Ok(None);
+    }
+    let Some(end) = body.iter().position(|&b| b == b'\n') else {
+        return Err(Reply::err("ERR Invalid script shebang"));
+    };
+    let line = String::from_utf8_lossy(&body[..end]);
+    let mut parts = line.split(' ').filter(|p| !p.is_empty());
+    let engine = parts.next().unwrap_or("");
+    if engine != "#!lua" {
+        return Err(Reply::Error(format!(
+            "ERR Unexpected engine in script shebang: {engine}"
+        )));
+    }
+    let mut flags = Vec::new();
+    for p in parts {
+        let Some(list) = p.strip_prefix("flags=") else {
+            return Err(Reply::Error(format!("ERR Unknown lua shebang option: {p}")));
+        };
+        for f in list.split(',').filter(|f| !f.is_empty()) {
+            if !SHEBANG_FLAGS.contains(&f) {
+                return Err(Reply::Error(format!(
+                    "ERR Unexpected flag in script shebang: {f}"
+                )));
+            }
+            flags.push(f.to_string());
+        }
+    }
+    Ok(Some((flags, end)))
 }
 
 pub fn sha1hex(body: &[u8]) -> String {
@@ -126,9 +178,19 @@ impl Scripts {
         if self.compiled.contains_key(&sha) {
             return Ok(sha);
         }
-        match self.lua.load(body).set_name("@user_script").into_function() {
-            Ok(f) => {
-                self.compiled.insert(sha.clone(), f);
+        let (flags, start) = match shebang(body)? {
+            Some((flags, start)) => (Some(flags), start),
+            None => (None, 0),
+        };
+        match self
+            .lua
+            .load(&body[start..])
+            .set_name("@user_script")
+            .into_function()
+        {
+            Ok(function) => {
+                self.compiled
+                    .insert(sha.clone(), Compiled { function, flags });
                 Ok(sha)
             }
             Err(e) => Err(Reply::Error(format!(
@@ -307,9 +369,20 @@ fn script_call(env: &mut ScriptEnv, lua: &Lua, args: MultiValue) -> mlua::Result
 impl Scripts {
     /// Runs the compiled script `sha` with KEYS and ARGV.
     pub fn run(&self, sha: &str, keys: &[Vec<u8>], argv: &[Vec<u8>], env: &mut ScriptEnv) -> Reply {
-        let Some(f) = self.compiled.get(sha) else {
+        let Some(compiled) = self.compiled.get(sha) else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
+        let f = &compiled.function;
+        // A script with a shebang declares whether it writes; without one it may (Redis 7).
+        match &compiled.flags {
+            Some(flags) if flags.iter().any(|f| f == "no-writes") => env.read_only = true,
+            Some(_) if env.read_only => {
+                return Reply::err(
+                    "ERR Can not execute a script with write flag using *_ro command.",
+                )
+            }
+            _ => {}
+        }
         let started = Instant::now();
         let env = std::cell::RefCell::new(env);
         let result = self.lua.scope(|scope| {
