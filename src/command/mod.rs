@@ -306,9 +306,6 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "command|list" => introspect::command_list(ctx, args),
         "command|getkeys" => introspect::command_getkeys(ctx, args),
         "memory|usage" => introspect::memory_usage(ctx, args),
-        // CONFIG GET needs the server's flags: the executor answers it; this serves replay
-        // and tests that run commands without one.
-        "config|get" => introspect::config_get(args, &introspect::config_params("always", 0)),
         // streams
         "xadd" => streams::xadd(ctx, args),
         "xlen" => streams::xlen(ctx, args),

@@ -8,7 +8,8 @@
 //! hands the replies to the flusher, which sends them after one `fdatasync` covers them (group
 //! commit). Reads in a batch that follows unsynced writes wait for that sync as well, so no reply
 //! ever shows a write that could still be lost. Monitor lines and published messages leave from
-//! here too, which is what puts them in execution order.
+//! here too, which is what puts them in execution order; so do Lua scripts (`scripts.rs`),
+//! which run inside one job and are logged by their effects.
 
 mod flusher;
 pub mod pubsub;
@@ -666,9 +667,6 @@ impl Executor {
             | "pubsub|shardnumsub"
             | "pubsub|help" => return self.pubsub.command(info, &args),
             "spublish" => return Reply::Int(self.pubsub.publish(&args[1], &args[2])),
-            _ => {}
-        }
-        match info.name.as_str() {
             "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
                 return self.eval(info.name.as_str(), &args, perm, ts, logged)
             }
