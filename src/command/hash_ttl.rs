@@ -17,6 +17,14 @@ use crate::state::hash::Hash;
 /// later (`HFE_MAX_ABS_TIME_MSEC`).
 const MAX_ABS_TIME_MS: i64 = ((1i64 << 48) - 1) >> 2;
 
+/// The expiry options of HGETEX and HSETEX: word, milliseconds per unit, absolute.
+const TIME_OPTIONS: [(&str, i64, bool); 4] = [
+    ("ex", 1000, false),
+    ("px", 1, false),
+    ("exat", 1000, true),
+    ("pxat", 1, true),
+];
+
 /// Per-field answers of the expire commands.
 const NO_FIELD: i64 = -2;
 const NO_TTL: i64 = -1;
@@ -206,14 +214,7 @@ pub fn hgetex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     let exists = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).is_some();
     let now = ctx.now_ms;
-    let timed = [
-        ("ex", 1000, false),
-        ("px", 1, false),
-        ("exat", 1000, true),
-        ("pxat", 1, true),
-    ]
-    .into_iter()
-    .find(|(w, _, _)| is(&a[2], w));
+    let timed = TIME_OPTIONS.into_iter().find(|(w, _, _)| is(&a[2], w));
     let (then, fields_pos) = match timed {
         Some((_, unit, absolute)) => {
             let Some(t) = a.get(3) else {
@@ -308,14 +309,7 @@ pub fn hsetex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             pairs = Some(rest);
             break;
         }
-        let timed = [
-            ("ex", 1000, false),
-            ("px", 1, false),
-            ("exat", 1000, true),
-            ("pxat", 1, true),
-        ]
-        .into_iter()
-        .find(|(word, _, _)| is(w, word));
+        let timed = TIME_OPTIONS.into_iter().find(|(word, _, _)| is(w, word));
         if timed.is_some() || is(w, "keepttl") {
             if expiry_given {
                 return Reply::err(

@@ -556,8 +556,24 @@ pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     }
     let first = s.entries.iter().next();
     let last = s.entries.iter().next_back();
-    let recorded_first = first.map(|(id, _)| *id).unwrap_or(StreamId::MIN);
-    Reply::Array(vec![
+    let mut out = stream_fields(s);
+    out.extend([
+        Reply::bulk("groups"),
+        Reply::Int(s.groups.len() as i64),
+        Reply::bulk("first-entry"),
+        first
+            .map(|(id, f)| entry_reply(id, f))
+            .unwrap_or(Reply::Nil),
+        Reply::bulk("last-entry"),
+        last.map(|(id, f)| entry_reply(id, f)).unwrap_or(Reply::Nil),
+    ]);
+    Reply::Array(out)
+}
+
+/// The fields both forms of XINFO STREAM start with.
+fn stream_fields(s: &Stream) -> Vec<Reply> {
+    let recorded_first = s.entries.keys().next().copied().unwrap_or(StreamId::MIN);
+    vec![
         Reply::bulk("length"),
         Reply::Int(s.len() as i64),
         Reply::bulk("radix-tree-keys"),
@@ -572,21 +588,12 @@ pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         Reply::Int(s.entries_added as i64),
         Reply::bulk("recorded-first-entry-id"),
         Reply::Bulk(recorded_first.text()),
-        Reply::bulk("groups"),
-        Reply::Int(s.groups.len() as i64),
-        Reply::bulk("first-entry"),
-        first
-            .map(|(id, f)| entry_reply(id, f))
-            .unwrap_or(Reply::Nil),
-        Reply::bulk("last-entry"),
-        last.map(|(id, f)| entry_reply(id, f)).unwrap_or(Reply::Nil),
-    ])
+    ]
 }
 
 /// The FULL form: the stream's fields, its first `count` entries, and every group with its PEL
 /// and consumers (each listing at most `count` pending entries), in Redis 7.0's layout.
 fn xinfo_stream_full(s: &Stream, count: usize) -> Reply {
-    let recorded_first = s.entries.keys().next().copied().unwrap_or(StreamId::MIN);
     let groups = s
         .groups
         .iter()
@@ -653,21 +660,8 @@ fn xinfo_stream_full(s: &Stream, count: usize) -> Reply {
             ])
         })
         .collect();
-    Reply::Array(vec![
-        Reply::bulk("length"),
-        Reply::Int(s.len() as i64),
-        Reply::bulk("radix-tree-keys"),
-        Reply::Int(s.node_count() as i64),
-        Reply::bulk("radix-tree-nodes"),
-        Reply::Int(s.node_count() as i64 + 1),
-        Reply::bulk("last-generated-id"),
-        Reply::Bulk(s.last_id.text()),
-        Reply::bulk("max-deleted-entry-id"),
-        Reply::Bulk(s.max_deleted_id.text()),
-        Reply::bulk("entries-added"),
-        Reply::Int(s.entries_added as i64),
-        Reply::bulk("recorded-first-entry-id"),
-        Reply::Bulk(recorded_first.text()),
+    let mut out = stream_fields(s);
+    out.extend([
         Reply::bulk("entries"),
         Reply::Array(
             s.entries
@@ -678,5 +672,6 @@ fn xinfo_stream_full(s: &Stream, count: usize) -> Reply {
         ),
         Reply::bulk("groups"),
         Reply::Array(groups),
-    ])
+    ]);
+    Reply::Array(out)
 }
