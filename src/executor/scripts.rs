@@ -261,6 +261,17 @@ fn reply_to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
     })
 }
 
+/// Redis's `(long long)` cast of a Lua number, as x86-64 does it: toward zero, and the
+/// "integer indefinite" (i64::MIN) for NaN and for what does not fit (Rust's `as` would
+/// saturate instead). Lua 5.1 numbers are doubles, so i64::MAX itself comes back out of range.
+fn c_long_long(f: f64) -> i64 {
+    if f.is_nan() || f >= 9_223_372_036_854_775_808.0 || f < -9_223_372_036_854_775_808.0 {
+        i64::MIN
+    } else {
+        f as i64
+    }
+}
+
 /// A script's return value as a reply (Redis's Lua-to-RESP2 conversion).
 fn lua_to_reply(v: Value) -> Reply {
     match v {
@@ -268,7 +279,7 @@ fn lua_to_reply(v: Value) -> Reply {
         Value::Boolean(true) => Reply::Int(1),
         Value::Boolean(false) => Reply::Nil,
         Value::Integer(n) => Reply::Int(n),
-        Value::Number(f) => Reply::Int(f as i64),
+        Value::Number(f) => Reply::Int(c_long_long(f)),
         Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
         Value::Table(t) => {
             if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
