@@ -265,7 +265,8 @@ fn reply_to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
 /// "integer indefinite" (i64::MIN) for NaN and for what does not fit (Rust's `as` would
 /// saturate instead). Lua 5.1 numbers are doubles, so i64::MAX itself comes back out of range.
 fn c_long_long(f: f64) -> i64 {
-    if f.is_nan() || f >= 9_223_372_036_854_775_808.0 || f < -9_223_372_036_854_775_808.0 {
+    // NaN fails the range test too.
+    if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
         i64::MIN
     } else {
         f as i64
