@@ -47,7 +47,7 @@ bridge.handler = function(err)
   return err
 end
 bridge.xpcall = xpcall
-redis = {}
+local redis = {}
 bridge.redis = redis
 redis.error_reply = function(msg)
   if type(msg) ~= 'string' then error('wrong number or type of arguments', 2) end
@@ -71,13 +71,39 @@ redis.REDIS_VERSION_NUM = 0x07000f
 debug = nil
 loadfile = nil
 dofile = nil
-setmetatable(_G, {
+-- Read-only globals and libraries, as Redis 7 makes them: the globals move to a hidden table
+-- that _G reads through, so every assignment to a global (new or existing) is refused, and the
+-- library tables scripts share are read-only proxies. A script cannot change what the next
+-- one finds.
+local rawset, pairs, setmetatable, error, tostring = rawset, pairs, setmetatable, error, tostring
+local function readonly(t)
+  return setmetatable({}, {
+    __index = t,
+    __newindex = function() error('Attempt to modify a readonly table', 2) end,
+    __metatable = false,
+  })
+end
+local env = _G
+local G = {}
+for k, v in pairs(env) do G[k] = v end
+for k in pairs(G) do rawset(env, k, nil) end
+G.redis = readonly(redis)
+G.string = readonly(G.string)
+G.math = readonly(G.math)
+G.table = readonly(G.table)
+bridge.G = G
+setmetatable(env, {
   __index = function(t, k)
-    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    local v = G[k]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
   end,
   __newindex = function(t, k, v)
     error('Attempt to modify a readonly table', 2)
   end,
+  __metatable = false,
 })
 "#;
 
@@ -425,7 +451,9 @@ impl Scripts {
             let redis: Table = self.bridge.get("redis")?;
             redis.raw_set("call", call)?;
             redis.raw_set("pcall", pcall)?;
-            let g = self.lua.globals();
+            // KEYS and ARGV live among the read-only globals: a script may change their
+            // contents, not rebind them.
+            let g: Table = self.bridge.get("G")?;
             let list = |items: &[Vec<u8>]| -> mlua::Result<Table> {
                 let t = self.lua.create_table_with_capacity(items.len(), 0)?;
                 for (i, v) in items.iter().enumerate() {
