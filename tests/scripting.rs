@@ -1,6 +1,7 @@
-//! Lua scripting (EVAL, EVALSHA, EVAL_RO, SCRIPT ...): replies and error texts against a real
-//! redis-server 7.0, and what only tidepool can show: a script is logged by its effects, so a
-//! restart rebuilds what it wrote without running Lua again.
+//! Lua scripting (EVAL, EVALSHA, EVAL_RO, SCRIPT ..., FUNCTION, FCALL): replies and error texts
+//! against a real redis-server 7.0, and what only tidepool can show: a script is logged by its
+//! effects, so a restart rebuilds what it wrote without running Lua again, and function
+//! libraries are logged as loaded and come back after a restart.
 
 mod common;
 use common::*;
@@ -87,6 +88,62 @@ const CASES: &[&[&str]] = &[
     &["EVAL_RO", "#!lua flags=no-writes\nreturn 1", "0"],
 ];
 
+/// Function libraries (FUNCTION, FCALL): replies and error texts must be Redis's.
+const FUNCTION_CASES: &[&[&str]] = &[
+    &["FUNCTION", "FLUSH"],
+    &["FLUSHALL"],
+    &["SET", "s", "x"],
+    &["FUNCTION", "LOAD", "#!lua name=mylib\nredis.register_function(\"myfunc\", function(keys, args) return redis.call(\"incr\", keys[1]) end)\nredis.register_function{function_name=\"ro\", callback=function(keys, args) return args[1] end, flags={\"no-writes\"}, description=\"d\"}"],
+    &["FUNCTION", "LOAD", "#!lua name=mylib\nredis.register_function(\"myfunc\", function(keys, args) return redis.call(\"incr\", keys[1]) end)\nredis.register_function{function_name=\"ro\", callback=function(keys, args) return args[1] end, flags={\"no-writes\"}, description=\"d\"}"],
+    &["FUNCTION", "LOAD", "return 1"],
+    &["FUNCTION", "LOAD", "#!lua\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=x\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=b-d\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=y\nredis.register_function(\"myfunc\", function() return 1 end)"],
+    &["FUNCTION", "LOAD", "#!lua name=z\nredis.call(\"ping\")"],
+    &["FUNCTION", "LOAD", "#!lua name=z2 foo=bar\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!py name=z3\nreturn 1"],
+    &["FUNCTION", "LOAD", "#!lua name=z4\nredis.register_function(\"a b\", function() return 1 end)"],
+    &["FUNCTION", "LOAD", "#!lua name=z5\nredis.register_function(\"f5\", 5)"],
+    &["FUNCTION", "LOAD", "#!lua name=z6\nredis.register_function{function_name=\"f6\", callback=function() end, flags={\"bogus\"}}"],
+    &["FUNCTION", "LOAD", "#!lua name=z7\nredis.register_function(\"f7\", function() return 1 end)\nredis.register_function(\"f7\", function() return 1 end)"],
+    &["FUNCTION", "LOAD", "#!lua name=z8\nerror(\"boom\")"],
+    &["FUNCTION", "LOAD", "#!lua name=c1\nreturn ("],
+    &["FUNCTION", "LOAD", "#!lua name=c2\nredis.register_function(\"f\", function() return 1 end, 3)"],
+    &["FUNCTION", "LOAD", "#!lua name=c3\nredis.register_function{function_name=\"g\", callback=function() return 1 end, bogus=1}"],
+    &["FUNCTION", "LOAD", "#!lua name=c4\nredis.register_function{callback=function() return 1 end}"],
+    &["FUNCTION", "LOAD", "#!lua name=c5\nredis.register_function()"],
+    &["FUNCTION", "LOAD", "FOO", "#!lua name=c8\nredis.register_function(\"c8f\", function() return 1 end)"],
+    &["FCALL", "myfunc", "1", "k"],
+    &["FCALL", "myfunc", "1", "k"],
+    &["FCALL", "ro", "0", "hello"],
+    &["FCALL", "nosuch", "0"],
+    &["FCALL_RO", "myfunc", "1", "k"],
+    &["FCALL_RO", "ro", "0", "x"],
+    &["FCALL", "myfunc", "x"],
+    &["FCALL", "myfunc", "5", "a"],
+    &["FCALL", "myfunc", "-1"],
+    &["FUNCTION", "LOAD", "#!lua name=errlib\nredis.register_function(\"bad\", function(keys, args) return redis.call(\"incr\", \"s\") end)\nredis.register_function(\"bad2\", function(keys, args) return x.y end)"],
+    &["FCALL", "bad", "0"],
+    &["FCALL", "bad2", "0"],
+    &["FUNCTION", "LIST", "LIBRARYNAME", "my*"],
+    &["FUNCTION", "LIST", "WITHCODE", "LIBRARYNAME", "mylib"],
+    &["FUNCTION", "LIST", "LIBRARYNAME"],
+    &["FUNCTION", "LIST", "foo"],
+    &["FUNCTION", "DELETE", "nosuch"],
+    &["FUNCTION", "DELETE", "errlib"],
+    &["FUNCTION", "STATS"],
+    &["FUNCTION", "LOAD", "REPLACE", "#!lua name=mylib\nredis.register_function(\"other\", function() return 9 end)"],
+    &["FCALL", "myfunc", "1", "k"],
+    &["FCALL", "other", "0"],
+    &["FUNCTION", "KILL"],
+    &["FUNCTION", "FLUSH", "foo"],
+    &["FLUSHALL"],
+    &["FCALL", "other", "0"],
+    &["FUNCTION", "FLUSH"],
+    &["FCALL", "other", "0"],
+];
+
 #[test]
 fn scripts_answer_as_redis_does() {
     let Some(redis) = redis_or_skip() else { return };
@@ -94,9 +151,63 @@ fn scripts_answer_as_redis_does() {
     let dir = TempDir::new("scripting-diff");
     let s = Server::start(dir.path(), &[]);
     let mut t = s.client();
-    for c in CASES {
-        assert_eq!(t.cmd_str(c), r.cmd_str(c), "{c:?}");
+    for c in CASES.iter().chain(FUNCTION_CASES) {
+        assert_eq!(
+            functions_sorted(t.cmd_str(c)),
+            functions_sorted(r.cmd_str(c)),
+            "{c:?}"
+        );
     }
+}
+
+/// FUNCTION LIST lists a library's functions in its hash table's order, which differs between
+/// two runs of the same Redis: compare them sorted.
+fn functions_sorted(c: Canon) -> Canon {
+    let Canon::Arr(libs) = c else { return c };
+    Canon::Arr(
+        libs.into_iter()
+            .map(|lib| match lib {
+                Canon::Arr(mut fields) => {
+                    for i in 0..fields.len().saturating_sub(1) {
+                        if fields[i] == Canon::s("functions") {
+                            if let Canon::Arr(f) = &mut fields[i + 1] {
+                                f.sort();
+                            }
+                        }
+                    }
+                    Canon::Arr(fields)
+                }
+                other => other,
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn function_libraries_survive_a_restart_and_flushall() {
+    let dir = TempDir::new("functions-replay");
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    let lib = "#!lua name=counter\nredis.register_function('bump', function(keys, args) return redis.call('INCRBY', keys[1], args[1]) end)";
+    assert_eq!(c.cmd_str(&["FUNCTION", "LOAD", lib]), Canon::s("counter"));
+    assert_eq!(c.cmd_str(&["FCALL", "bump", "1", "n", "5"]), Canon::Int(5));
+    // FLUSHALL leaves the libraries, as in Redis.
+    c.cmd_str(&["FLUSHALL"]);
+    assert_eq!(c.cmd_str(&["FCALL", "bump", "1", "n", "2"]), Canon::Int(2));
+    server.kill9();
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", "n"]), Canon::s("2"));
+    assert_eq!(c.cmd_str(&["FCALL", "bump", "1", "n", "3"]), Canon::Int(5));
+    c.cmd_str(&["FUNCTION", "DELETE", "counter"]);
+    assert_eq!(server.terminate(), Some(0));
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    assert_eq!(
+        c.cmd_str(&["FCALL", "bump", "1", "n", "3"]),
+        Canon::Err("ERR Function not found".into())
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@
 pub mod acl;
 pub mod args;
 pub mod bitmaps;
+pub mod functions;
 pub mod geo;
 pub mod hash_ttl;
 pub mod hashes;
@@ -300,6 +301,9 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
             (Err(e), _) | (_, Err(e)) => e,
         },
         "command|count" => Reply::Int(table::global().len_top_level() as i64),
+        "function|load" => functions::load(ctx, args),
+        "function|delete" => functions::delete(ctx, args),
+        "function|flush" => functions::flush(ctx, args),
         "command" => introspect::command(ctx, args),
         "command|info" => introspect::command_info(ctx, args),
         "command|docs" => introspect::command_docs(ctx, args),

@@ -670,6 +670,33 @@ impl Executor {
             "eval" | "evalsha" | "eval_ro" | "evalsha_ro" => {
                 return self.eval(info.name.as_str(), &args, perm, ts, logged)
             }
+            "fcall" | "fcall_ro" => return self.fcall(info.name.as_str(), &args, perm, ts, logged),
+            "function|load" => {
+                // Checked here (it takes Lua); stored and logged below like any write.
+                if let Err(e) = self.check_function_load(&args) {
+                    return e;
+                }
+            }
+            "function|list" => return self.function_list(&args),
+            "function|stats" => {
+                self.scripts.sync(&self.db);
+                let fns: usize = self.scripts.libraries.values().map(|l| l.1.len()).sum();
+                return Reply::Array(vec![
+                    Reply::bulk("running_script"),
+                    Reply::Nil,
+                    Reply::bulk("engines"),
+                    Reply::Array(vec![
+                        Reply::bulk("LUA"),
+                        Reply::Array(vec![
+                            Reply::bulk("libraries_count"),
+                            Reply::Int(self.scripts.libraries.len() as i64),
+                            Reply::bulk("functions_count"),
+                            Reply::Int(fns as i64),
+                        ]),
+                    ]),
+                ]);
+            }
+            "function|kill" => return Reply::err("NOTBUSY No scripts in execution right now."),
             "script|load" => {
                 return match self.scripts.load(&args[2]) {
                     Ok(sha) => Reply::Bulk(sha.into_bytes()),
@@ -765,6 +792,133 @@ impl Executor {
             logged,
         };
         scripts.run(&sha, &args[3..split], &args[split..], &mut env)
+    }
+
+    /// FUNCTION LOAD's checks that need Lua: the library must load and register functions,
+    /// and none of them may belong to another library.
+    fn check_function_load(&mut self, args: &[Vec<u8>]) -> Result<(), Reply> {
+        self.scripts.sync(&self.db);
+        let (replace, code) = command::functions::load_args(args)?;
+        let (name, _) = command::functions::library_header(code)?;
+        if !replace && self.db.functions().contains_key(&name) {
+            return Err(Reply::Error(format!("ERR Library '{name}' already exists")));
+        }
+        let (_, defs) = self.scripts.check_library(code)?;
+        for (fname, _) in &defs {
+            let taken = self
+                .scripts
+                .libraries
+                .iter()
+                .any(|(lib, (_, fns))| *lib != name && fns.contains(fname));
+            if taken {
+                return Err(Reply::Error(format!("ERR Function {fname} already exists")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `FCALL function numkeys key ... arg ...` and FCALL_RO.
+    fn fcall(
+        &mut self,
+        name: &str,
+        args: &[Vec<u8>],
+        perm: &Perm,
+        ts: u64,
+        logged: &mut Vec<Vec<Vec<u8>>>,
+    ) -> Reply {
+        let Ok(numkeys) = command::args::int_arg(&args[2]) else {
+            return Reply::err("ERR Bad number of keys provided");
+        };
+        if numkeys > (args.len() - 3) as i64 {
+            return Reply::err("ERR Number of keys can't be greater than number of args");
+        }
+        if numkeys < 0 {
+            return Reply::err("ERR Number of keys can't be negative");
+        }
+        self.scripts.sync(&self.db);
+        let function = String::from_utf8_lossy(&args[1]).into_owned();
+        let split = 3 + numkeys as usize;
+        let log_failed = self.poisoned();
+        let Executor {
+            scripts,
+            db,
+            rng,
+            pubsub,
+            ..
+        } = self;
+        let mut env = scripts::ScriptEnv {
+            db,
+            rng,
+            pubsub,
+            perm,
+            ts,
+            read_only: name == "fcall_ro",
+            log_failed,
+            logged,
+        };
+        scripts.call_function(&function, &args[3..split], &args[split..], &mut env)
+    }
+
+    /// `FUNCTION LIST [WITHCODE] [LIBRARYNAME pattern]`.
+    fn function_list(&mut self, args: &[Vec<u8>]) -> Reply {
+        let mut with_code = false;
+        let mut pattern: Option<&[u8]> = None;
+        let mut i = 2;
+        while i < args.len() {
+            if args[i].eq_ignore_ascii_case(b"withcode") {
+                with_code = true;
+            } else if args[i].eq_ignore_ascii_case(b"libraryname") {
+                let Some(p) = args.get(i + 1) else {
+                    return Reply::err("ERR library name argument was not given");
+                };
+                pattern = Some(p);
+                i += 1;
+            } else {
+                return Reply::Error(format!(
+                    "ERR Unknown argument {}",
+                    String::from_utf8_lossy(&args[i])
+                ));
+            }
+            i += 1;
+        }
+        self.scripts.sync(&self.db);
+        let mut out = Vec::new();
+        for (lib, (code, fns)) in &self.scripts.libraries {
+            if pattern.is_some_and(|p| !command::args::glob_match(p, lib.as_bytes(), false)) {
+                continue;
+            }
+            let functions = fns
+                .iter()
+                .filter_map(|f| self.scripts.function(f).map(|d| (f, d)))
+                .map(|(f, d)| {
+                    Reply::Array(vec![
+                        Reply::bulk("name"),
+                        Reply::bulk(f.as_str()),
+                        Reply::bulk("description"),
+                        d.description
+                            .as_ref()
+                            .map(|s| Reply::bulk(s.as_str()))
+                            .unwrap_or(Reply::Nil),
+                        Reply::bulk("flags"),
+                        Reply::Array(d.flags.iter().map(|x| Reply::Status(x.clone())).collect()),
+                    ])
+                })
+                .collect();
+            let mut entry = vec![
+                Reply::bulk("library_name"),
+                Reply::bulk(lib.as_str()),
+                Reply::bulk("engine"),
+                Reply::bulk("LUA"),
+                Reply::bulk("functions"),
+                Reply::Array(functions),
+            ];
+            if with_code {
+                entry.push(Reply::bulk("library_code"));
+                entry.push(Reply::Bulk(code.clone()));
+            }
+            out.push(Reply::Array(entry));
+        }
+        Reply::Array(out)
     }
 
     /// Removes keys and hash fields whose expiry has passed, through a logged DEL and HDELs
@@ -905,7 +1059,7 @@ fn read_only_allows(info: &CommandInfo) -> bool {
     match info.name.as_str() {
         "ping" | "echo" | "time" => true,
         // The SDKs' read-only script helpers; a write inside one is refused.
-        "eval_ro" | "evalsha_ro" => true,
+        "eval_ro" | "evalsha_ro" | "fcall_ro" => true,
         "scan" | "hscan" | "sscan" | "zscan" | "keys" => false,
         _ => info.category_read && !info.category_dangerous,
     }

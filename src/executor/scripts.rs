@@ -13,7 +13,7 @@ use crate::command::{self, table, Ctx, Rng};
 use crate::reply::Reply;
 use crate::state::Db;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// A script that runs longer is stopped with an error (Redis's busy-script limit is 5 s too;
@@ -27,11 +27,15 @@ const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
 const PRELUDE: &str = r#"
 local bridge = ...
 local dbg = debug
+-- The prelude's own functions also run while a library loads, when the globals are only the
+-- library API: everything they use is a local.
+local error, type, tostring, select, pairs, ipairs, xpcall, sfind =
+  error, type, tostring, select, pairs, ipairs, xpcall, string.find
 local function user_frame()
   for level = 2, 50 do
     local i = dbg.getinfo(level, 'Sl')
     if not i then return nil end
-    if i.source == '@user_script' then return i end
+    if i.source == '@user_script' or i.source == '@user_function' then return i end
   end
 end
 bridge.handler = function(err)
@@ -92,9 +96,73 @@ G.string = readonly(G.string)
 G.math = readonly(G.math)
 G.table = readonly(G.table)
 bridge.G = G
+-- Function libraries: while one loads, the globals are only this API (as in Redis 7), and
+-- register_function collects into bridge.pending.
+local FUNCTION_FLAGS = {
+  ['no-writes'] = true, ['allow-oom'] = true, ['allow-stale'] = true, ['no-cluster'] = true,
+  ['allow-cross-slot-keys'] = true,
+}
+local function reg_error(msg) error({err = msg}, 0) end
+local libapi = {}
+libapi.register_function = function(...)
+  local n = select('#', ...)
+  local name, cb, flags, desc
+  if n == 1 and type((...)) == 'table' then
+    for k, v in pairs((...)) do
+      if k == 'function_name' then name = v
+      elseif k == 'callback' then cb = v
+      elseif k == 'flags' then flags = v
+      elseif k == 'description' then desc = v
+      else reg_error('ERR unknown argument given to redis.register_function') end
+    end
+    if name == nil then reg_error('ERR redis.register_function must get a function name argument') end
+    if cb == nil then reg_error('ERR redis.register_function must get a callback argument') end
+  elseif n == 2 then
+    name, cb = ...
+  else
+    reg_error('ERR wrong number of arguments to redis.register_function')
+  end
+  if type(name) ~= 'string' or not sfind(name, '^[%w_]+$') then
+    reg_error('ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long')
+  end
+  if type(cb) ~= 'function' then
+    reg_error('ERR second argument to redis.register_function must be a function')
+  end
+  local fl = {}
+  if flags ~= nil then
+    if type(flags) ~= 'table' then reg_error('ERR unknown flag given') end
+    for _, f in ipairs(flags) do
+      if not FUNCTION_FLAGS[f] then reg_error('ERR unknown flag given') end
+      fl[#fl + 1] = f
+    end
+  end
+  if bridge.pending[name] then reg_error('ERR Function already exists in the library') end
+  bridge.pending[name] = {cb = cb, flags = fl, description = desc}
+end
+libapi.log = function() end
+libapi.LOG_DEBUG = 0; libapi.LOG_VERBOSE = 1; libapi.LOG_NOTICE = 2; libapi.LOG_WARNING = 3
+libapi.REDIS_VERSION = '7.0.15'
+libapi.REDIS_VERSION_NUM = 0x07000f
+-- While loading, reading what the library API lacks (redis.call) fails as a missing global.
+local LOADG = {redis = setmetatable({}, {
+  __index = function(t, k)
+    local v = libapi[k]
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
+  end,
+  __newindex = function() error('Attempt to modify a readonly table', 2) end,
+  __metatable = false,
+})}
+local current = G
+bridge.load_mode = function(on) if on then current = LOADG else current = G end end
+bridge.invoke = function(f, keys, args)
+  return xpcall(function() return f(keys, args) end, bridge.handler)
+end
 setmetatable(env, {
   __index = function(t, k)
-    local v = G[k]
+    local v = current[k]
     if v == nil then
       error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
     end
@@ -112,6 +180,19 @@ pub struct Scripts {
     bridge: Table,
     /// Compiled scripts by their SHA-1 (lowercase hex).
     compiled: HashMap<String, Compiled>,
+    /// Library functions by name, loaded from the libraries in the database.
+    functions: HashMap<String, FnDef>,
+    /// Library name to its code and its functions' names, in registration order.
+    pub libraries: BTreeMap<String, (Vec<u8>, Vec<String>)>,
+    /// The database's `functions_version` these were loaded from.
+    loaded_version: Option<u64>,
+}
+
+/// A function a library registered.
+pub struct FnDef {
+    function: Function,
+    pub flags: Vec<String>,
+    pub description: Option<String>,
 }
 
 struct Compiled {
@@ -195,6 +276,9 @@ impl Scripts {
             lua,
             bridge,
             compiled: HashMap::new(),
+            functions: HashMap::new(),
+            libraries: BTreeMap::new(),
+            loaded_version: None,
         })
     }
 
@@ -226,6 +310,84 @@ impl Scripts {
         }
     }
 
+    /// Runs a library's code (FUNCTION LOAD) with only the library API as globals: its name
+    /// and the functions it registers, or Redis's error.
+    pub fn check_library(&self, code: &[u8]) -> Result<(String, Vec<(String, FnDef)>), Reply> {
+        let (name, start) = crate::command::functions::library_header(code)?;
+        let chunk = self
+            .lua
+            .load(&code[start..])
+            .set_name("@user_function")
+            .into_function()
+            .map_err(|e| {
+                Reply::Error(format!("ERR Error compiling function: {}", lua_message(&e)))
+            })?;
+        let run = || -> mlua::Result<(bool, Value)> {
+            self.bridge.set("pending", self.lua.create_table()?)?;
+            let load_mode: Function = self.bridge.get("load_mode")?;
+            load_mode.call::<()>(true)?;
+            let xpcall: Function = self.bridge.get("xpcall")?;
+            let handler: Function = self.bridge.get("handler")?;
+            let out = xpcall.call::<(bool, Value)>((chunk, handler));
+            load_mode.call::<()>(false)?;
+            out
+        };
+        let fail = |m: String| Reply::Error(format!("ERR Error registering functions: {m}"));
+        match run() {
+            Ok((true, _)) => {}
+            Ok((false, v)) => return Err(fail(error_text(v, None))),
+            Err(e) => return Err(fail(format!("ERR {}", lua_message(&e)))),
+        }
+        let pending: Table = self
+            .bridge
+            .get("pending")
+            .map_err(|e| fail(format!("ERR {e}")))?;
+        let mut defs = Vec::new();
+        for pair in pending.pairs::<String, Table>() {
+            let (fname, t) = pair.map_err(|e| fail(format!("ERR {e}")))?;
+            let function: Function = t.get("cb").map_err(|e| fail(format!("ERR {e}")))?;
+            let flags: Vec<String> = t.get("flags").unwrap_or_default();
+            let description: Option<String> = t.get("description").ok().flatten();
+            defs.push((
+                fname,
+                FnDef {
+                    function,
+                    flags,
+                    description,
+                },
+            ));
+        }
+        if defs.is_empty() {
+            return Err(Reply::err("ERR No functions registered"));
+        }
+        defs.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((name, defs))
+    }
+
+    /// Loads the database's libraries again when they changed (FUNCTION LOAD, DELETE, FLUSH,
+    /// or replay at start-up).
+    pub fn sync(&mut self, db: &Db) {
+        if self.loaded_version == Some(db.functions_version()) {
+            return;
+        }
+        self.functions.clear();
+        self.libraries.clear();
+        for (lib, code) in db.functions() {
+            // Checked when it was loaded; a library that no longer loads is left out.
+            let Ok((_, defs)) = self.check_library(code) else {
+                continue;
+            };
+            let names = defs.iter().map(|(n, _)| n.clone()).collect();
+            self.functions.extend(defs);
+            self.libraries.insert(lib.clone(), (code.clone(), names));
+        }
+        self.loaded_version = Some(db.functions_version());
+    }
+
+    pub fn function(&self, name: &str) -> Option<&FnDef> {
+        self.functions.get(name)
+    }
+
     pub fn exists(&self, sha: &[u8]) -> bool {
         self.compiled
             .contains_key(&String::from_utf8_lossy(sha).to_ascii_lowercase())
@@ -244,6 +406,27 @@ fn lua_message(e: &mlua::Error) -> String {
         mlua::Error::RuntimeError(m) => m.clone(),
         mlua::Error::CallbackError { cause, .. } => lua_message(cause),
         other => other.to_string(),
+    }
+}
+
+const RO_WITH_WRITE_FLAG: &str = "ERR Can not execute a script with write flag using *_ro command.";
+
+/// The text of an error the handler returned: its `err`, and for a script or function (`label`)
+/// Redis's " script: <label>, on <source>:<line>." when the line is known.
+fn error_text(v: Value, label: Option<&str>) -> String {
+    let Value::Table(t) = v else {
+        return format!("ERR {v:?}");
+    };
+    let msg: String = t
+        .raw_get::<Option<String>>("err")
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| "ERR unknown error".into());
+    let source: Option<String> = t.raw_get("source").ok().flatten();
+    let line: Option<i64> = t.raw_get("line").ok().flatten();
+    match (label, source, line) {
+        (Some(label), Some(s), Some(l)) => format!("{msg} script: {label}, on {s}:{l}."),
+        _ => msg,
     }
 }
 
@@ -410,17 +593,46 @@ impl Scripts {
         let Some(compiled) = self.compiled.get(sha) else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
-        let f = &compiled.function;
         // A script with a shebang declares whether it writes; without one it may (Redis 7).
         match &compiled.flags {
             Some(flags) if flags.iter().any(|f| f == "no-writes") => env.read_only = true,
-            Some(_) if env.read_only => {
-                return Reply::err(
-                    "ERR Can not execute a script with write flag using *_ro command.",
-                )
-            }
+            Some(_) if env.read_only => return Reply::err(RO_WITH_WRITE_FLAG),
             _ => {}
         }
+        self.invoke(&compiled.function, sha, false, keys, argv, env)
+    }
+
+    /// Runs the library function `name` as FCALL does: `callback(keys, args)`.
+    pub fn call_function(
+        &self,
+        name: &str,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        env: &mut ScriptEnv,
+    ) -> Reply {
+        let Some(def) = self.functions.get(name) else {
+            return Reply::err("ERR Function not found");
+        };
+        if def.flags.iter().any(|f| f == "no-writes") {
+            env.read_only = true;
+        } else if env.read_only {
+            return Reply::err(RO_WITH_WRITE_FLAG);
+        }
+        self.invoke(&def.function, name, true, keys, argv, env)
+    }
+
+    /// Runs `f` under the time limit with `redis.call`/`pcall` bound to `env`. A script gets
+    /// KEYS and ARGV as globals; a library function gets them as its two arguments. `label`
+    /// names it in error texts (the SHA-1, or the function's name).
+    fn invoke(
+        &self,
+        f: &Function,
+        label: &str,
+        as_function: bool,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        env: &mut ScriptEnv,
+    ) -> Reply {
         let started = Instant::now();
         let env = std::cell::RefCell::new(env);
         let result = self.lua.scope(|scope| {
@@ -435,9 +647,13 @@ impl Scripts {
                     return Ok(v);
                 }
                 if let Value::Table(t) = &v {
-                    let line = lua.inspect_stack(1, |d| d.current_line()).flatten();
-                    t.set("source", "@user_script")?;
-                    if let Some(l) = line {
+                    let at = lua
+                        .inspect_stack(1, |d| {
+                            (d.source().source.map(|s| s.into_owned()), d.current_line())
+                        })
+                        .unwrap_or((None, None));
+                    if let (Some(src), Some(l)) = at {
+                        t.set("source", src)?;
                         t.set("line", l)?;
                     }
                 }
@@ -451,9 +667,6 @@ impl Scripts {
             let redis: Table = self.bridge.get("redis")?;
             redis.raw_set("call", call)?;
             redis.raw_set("pcall", pcall)?;
-            // KEYS and ARGV live among the read-only globals: a script may change their
-            // contents, not rebind them.
-            let g: Table = self.bridge.get("G")?;
             let list = |items: &[Vec<u8>]| -> mlua::Result<Table> {
                 let t = self.lua.create_table_with_capacity(items.len(), 0)?;
                 for (i, v) in items.iter().enumerate() {
@@ -461,8 +674,6 @@ impl Scripts {
                 }
                 Ok(t)
             };
-            g.raw_set("KEYS", list(keys)?)?;
-            g.raw_set("ARGV", list(argv)?)?;
             self.lua.set_hook(
                 mlua::HookTriggers::new().every_nth_instruction(100_000),
                 move |_, _| {
@@ -475,9 +686,19 @@ impl Scripts {
                     Ok(mlua::VmState::Continue)
                 },
             )?;
-            let xpcall: Function = self.bridge.get("xpcall")?;
-            let handler: Function = self.bridge.get("handler")?;
-            let out: (bool, Value) = xpcall.call((f.clone(), handler))?;
+            let out: (bool, Value) = if as_function {
+                let invoke: Function = self.bridge.get("invoke")?;
+                invoke.call((f.clone(), list(keys)?, list(argv)?))?
+            } else {
+                // KEYS and ARGV live among the read-only globals: a script may change their
+                // contents, not rebind them.
+                let g: Table = self.bridge.get("G")?;
+                g.raw_set("KEYS", list(keys)?)?;
+                g.raw_set("ARGV", list(argv)?)?;
+                let xpcall: Function = self.bridge.get("xpcall")?;
+                let handler: Function = self.bridge.get("handler")?;
+                xpcall.call((f.clone(), handler))?
+            };
             self.lua.remove_hook();
             redis.raw_set("call", Value::Nil)?;
             redis.raw_set("pcall", Value::Nil)?;
@@ -486,20 +707,7 @@ impl Scripts {
         });
         match result {
             Ok((true, v)) => lua_to_reply(v),
-            Ok((false, Value::Table(t))) => {
-                let msg: String = t
-                    .raw_get::<Option<String>>("err")
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| "ERR unknown error".into());
-                let source: Option<String> = t.raw_get("source").ok().flatten();
-                let line: Option<i64> = t.raw_get("line").ok().flatten();
-                match (source, line) {
-                    (Some(s), Some(l)) => Reply::Error(format!("{msg} script: {sha}, on {s}:{l}.")),
-                    _ => Reply::Error(msg),
-                }
-            }
-            Ok((false, other)) => Reply::Error(format!("ERR {other:?}")),
+            Ok((false, v)) => Reply::Error(error_text(v, Some(label))),
             Err(e) => {
                 self.lua.remove_hook();
                 Reply::Error(format!("ERR {}", lua_message(&e)))

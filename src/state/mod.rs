@@ -63,6 +63,10 @@ pub struct Db {
     field_expiry: BTreeSet<(u64, Box<[u8]>)>,
     /// ACL users (FLUSHALL leaves them, as in Redis).
     pub acl: acl::Acl,
+    /// Lua function libraries (FUNCTION LOAD), name to code; FLUSHALL leaves them, as in Redis.
+    functions: std::collections::BTreeMap<String, Vec<u8>>,
+    /// Bumped on every change to `functions`, so the executor knows to load them again.
+    functions_version: u64,
 }
 
 impl Db {
@@ -169,6 +173,30 @@ impl Db {
         self.keys.clear();
         self.expires.clear();
         self.field_expiry.clear();
+    }
+
+    pub fn functions(&self) -> &std::collections::BTreeMap<String, Vec<u8>> {
+        &self.functions
+    }
+
+    pub fn functions_version(&self) -> u64 {
+        self.functions_version
+    }
+
+    pub fn set_function_library(&mut self, name: &str, code: Vec<u8>) {
+        self.functions.insert(name.to_string(), code);
+        self.functions_version += 1;
+    }
+
+    pub fn delete_function_library(&mut self, name: &str) -> bool {
+        let found = self.functions.remove(name).is_some();
+        self.functions_version += 1;
+        found
+    }
+
+    pub fn flush_function_libraries(&mut self) {
+        self.functions.clear();
+        self.functions_version += 1;
     }
 
     /// Whether any hash may have field TTLs (a quick test before looking for expired fields).
