@@ -773,6 +773,20 @@ impl Executor {
             }
         };
         let split = 3 + numkeys as usize;
+        self.with_script_env(perm, ts, name.ends_with("_ro"), logged, |scripts, env| {
+            scripts.run(&sha, &args[3..split], &args[split..], env)
+        })
+    }
+
+    /// Runs `f` with the Lua side and what `redis.call` needs from the executor.
+    fn with_script_env(
+        &mut self,
+        perm: &Perm,
+        ts: u64,
+        read_only: bool,
+        logged: &mut Vec<Vec<Vec<u8>>>,
+        f: impl FnOnce(&scripts::Scripts, &mut scripts::ScriptEnv) -> Reply,
+    ) -> Reply {
         let log_failed = self.poisoned();
         let Executor {
             scripts,
@@ -787,11 +801,11 @@ impl Executor {
             pubsub,
             perm,
             ts,
-            read_only: name.ends_with("_ro"),
+            read_only,
             log_failed,
             logged,
         };
-        scripts.run(&sha, &args[3..split], &args[split..], &mut env)
+        f(scripts, &mut env)
     }
 
     /// FUNCTION LOAD's checks that need Lua: the library must load and register functions,
@@ -838,25 +852,9 @@ impl Executor {
         self.scripts.sync(&self.db);
         let function = String::from_utf8_lossy(&args[1]).into_owned();
         let split = 3 + numkeys as usize;
-        let log_failed = self.poisoned();
-        let Executor {
-            scripts,
-            db,
-            rng,
-            pubsub,
-            ..
-        } = self;
-        let mut env = scripts::ScriptEnv {
-            db,
-            rng,
-            pubsub,
-            perm,
-            ts,
-            read_only: name == "fcall_ro",
-            log_failed,
-            logged,
-        };
-        scripts.call_function(&function, &args[3..split], &args[split..], &mut env)
+        self.with_script_env(perm, ts, name == "fcall_ro", logged, |scripts, env| {
+            scripts.call_function(&function, &args[3..split], &args[split..], env)
+        })
     }
 
     /// `FUNCTION LIST [WITHCODE] [LIBRARYNAME pattern]`.
