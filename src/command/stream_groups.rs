@@ -6,7 +6,10 @@
 //! XCLAIM replays to the same pending entries, owners and times.
 
 use super::args::{int_arg, is};
-use super::streams::{entry_reply, parse_bound, parse_id, parse_read, read_reply, ReadArgs};
+use super::streams::{
+    entry_reply, group_progress, info_stream, parse_bound, parse_id, parse_read, read_reply,
+    ReadArgs,
+};
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
@@ -683,31 +686,24 @@ pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
 }
 
 pub fn xinfo_groups(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
-    let st = match typed::read::<Box<Stream>>(ctx.db, &args[2], ctx.now_ms) {
-        Ok(Some(st)) => st,
-        Ok(None) => return Reply::err("ERR no such key"),
+    let st = match info_stream(ctx, &args[2]) {
+        Ok(st) => st,
         Err(e) => return e,
     };
     Reply::Array(
         st.groups
             .iter()
             .map(|(name, g)| {
-                Reply::Array(vec![
+                let mut fields = vec![
                     Reply::bulk("name"),
                     Reply::Bulk(name.clone()),
                     Reply::bulk("consumers"),
                     Reply::Int(g.consumers.len() as i64),
                     Reply::bulk("pending"),
                     Reply::Int(g.pel.len() as i64),
-                    Reply::bulk("last-delivered-id"),
-                    Reply::Bulk(g.last_id.text()),
-                    Reply::bulk("entries-read"),
-                    g.entries_read
-                        .map(|n| Reply::Int(n as i64))
-                        .unwrap_or(Reply::Nil),
-                    Reply::bulk("lag"),
-                    st.lag(g).map(Reply::Int).unwrap_or(Reply::Nil),
-                ])
+                ];
+                fields.extend(group_progress(st, g));
+                Reply::Array(fields)
             })
             .collect(),
     )
@@ -715,9 +711,8 @@ pub fn xinfo_groups(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
 
 pub fn xinfo_consumers(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
-    let st = match typed::read::<Box<Stream>>(ctx.db, &args[2], now) {
-        Ok(Some(st)) => st,
-        Ok(None) => return Reply::err("ERR no such key"),
+    let st = match info_stream(ctx, &args[2]) {
+        Ok(st) => st,
         Err(e) => return e,
     };
     let Some(g) = st.groups.get(&args[3]) else {

@@ -525,13 +525,32 @@ pub fn xsetid(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     Reply::ok()
 }
 
+/// The stream XINFO's subcommands read: "no such key" when absent.
+pub fn info_stream<'a>(ctx: &'a Ctx, key: &[u8]) -> Result<&'a Stream, Reply> {
+    match typed::read::<Box<Stream>>(ctx.db, key, ctx.now_ms) {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => Err(Reply::err("ERR no such key")),
+        Err(e) => Err(e),
+    }
+}
+
+/// A group's read progress as XINFO GROUPS and XINFO STREAM FULL list it.
+pub fn group_progress(s: &Stream, g: &crate::state::stream::Group) -> [Reply; 6] {
+    [
+        Reply::bulk("last-delivered-id"),
+        Reply::Bulk(g.last_id.text()),
+        Reply::bulk("entries-read"),
+        g.entries_read
+            .map(|n| Reply::Int(n as i64))
+            .unwrap_or(Reply::Nil),
+        Reply::bulk("lag"),
+        s.lag(g).map(Reply::Int).unwrap_or(Reply::Nil),
+    ]
+}
+
 /// `XINFO STREAM key [FULL [COUNT n]]`.
 pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
-    let s = match typed::read::<Box<Stream>>(ctx.db, &args[2], ctx.now_ms) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Reply::err("ERR no such key"),
-        Err(e) => return e,
-    };
+    let s = tri!(info_stream(ctx, &args[2]));
     if args.len() > 3 {
         let syntax = || {
             Reply::err(
@@ -640,24 +659,17 @@ fn xinfo_stream_full(s: &Stream, count: usize) -> Reply {
                     ])
                 })
                 .collect();
-            Reply::Array(vec![
-                Reply::bulk("name"),
-                Reply::Bulk(name.clone()),
-                Reply::bulk("last-delivered-id"),
-                Reply::Bulk(g.last_id.text()),
-                Reply::bulk("entries-read"),
-                g.entries_read
-                    .map(|n| Reply::Int(n as i64))
-                    .unwrap_or(Reply::Nil),
-                Reply::bulk("lag"),
-                s.lag(g).map(Reply::Int).unwrap_or(Reply::Nil),
+            let mut fields = vec![Reply::bulk("name"), Reply::Bulk(name.clone())];
+            fields.extend(group_progress(s, g));
+            fields.extend([
                 Reply::bulk("pel-count"),
                 Reply::Int(g.pel.len() as i64),
                 Reply::bulk("pending"),
                 Reply::Array(pending),
                 Reply::bulk("consumers"),
                 Reply::Array(consumers),
-            ])
+            ]);
+            Reply::Array(fields)
         })
         .collect();
     let mut out = stream_fields(s);

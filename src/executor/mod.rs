@@ -247,6 +247,20 @@ fn hdel_expired_fields(
     }
 }
 
+/// Where the keys of `EVAL/FCALL x numkeys key ... arg ...` end, with Redis's checks of
+/// `numkeys`.
+fn keys_end(args: &[Vec<u8>], numkeys: i64) -> Result<usize, Reply> {
+    if numkeys > (args.len() - 3) as i64 {
+        return Err(Reply::err(
+            "ERR Number of keys can't be greater than number of args",
+        ));
+    }
+    if numkeys < 0 {
+        return Err(Reply::err("ERR Number of keys can't be negative"));
+    }
+    Ok(3 + numkeys as usize)
+}
+
 /// `HDEL key field ...`: how a field whose time passed leaves the log.
 fn hdel(key: &[u8], fields: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut cmd = Vec::with_capacity(fields.len() + 2);
@@ -753,16 +767,10 @@ impl Executor {
         ts: u64,
         logged: &mut Vec<Vec<Vec<u8>>>,
     ) -> Reply {
-        let numkeys = match command::args::int_arg(&args[2]) {
-            Ok(n) => n,
+        let split = match command::args::int_arg(&args[2]).and_then(|n| keys_end(args, n)) {
+            Ok(at) => at,
             Err(e) => return e,
         };
-        if numkeys > (args.len() - 3) as i64 {
-            return Reply::err("ERR Number of keys can't be greater than number of args");
-        }
-        if numkeys < 0 {
-            return Reply::err("ERR Number of keys can't be negative");
-        }
         let by_sha = name.starts_with("evalsha");
         let sha = if by_sha {
             String::from_utf8_lossy(&args[1]).to_ascii_lowercase()
@@ -772,7 +780,6 @@ impl Executor {
                 Err(e) => return e,
             }
         };
-        let split = 3 + numkeys as usize;
         self.with_script_env(perm, ts, name.ends_with("_ro"), logged, |scripts, env| {
             scripts.run(&sha, &args[3..split], &args[split..], env)
         })
@@ -843,15 +850,12 @@ impl Executor {
         let Ok(numkeys) = command::args::int_arg(&args[2]) else {
             return Reply::err("ERR Bad number of keys provided");
         };
-        if numkeys > (args.len() - 3) as i64 {
-            return Reply::err("ERR Number of keys can't be greater than number of args");
-        }
-        if numkeys < 0 {
-            return Reply::err("ERR Number of keys can't be negative");
-        }
+        let split = match keys_end(args, numkeys) {
+            Ok(at) => at,
+            Err(e) => return e,
+        };
         self.scripts.sync(&self.db);
         let function = String::from_utf8_lossy(&args[1]).into_owned();
-        let split = 3 + numkeys as usize;
         self.with_script_env(perm, ts, name == "fcall_ro", logged, |scripts, env| {
             scripts.call_function(&function, &args[3..split], &args[split..], env)
         })
