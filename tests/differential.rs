@@ -1862,6 +1862,13 @@ fn full_state(http: &mut Http) -> Vec<(String, Canon, Canon, Canon)> {
             http.cmd_str(&["PFCOUNT", k]),
         ));
     }
+    for k in ["j0", "j1"] {
+        state.push((
+            k.into(),
+            http.cmd_str(&["TYPE", k]),
+            http.cmd_str(&["JSON.GET", k]),
+        ));
+    }
     // `sp` only ever loses members to SPOP: random picks that replay must not redo.
     let sp = normalize(&["SMEMBERS".into()], http.cmd_str(&["SMEMBERS", "sp"]));
     state.push(("sp".into(), http.cmd_str(&["TYPE", "sp"]), sp));
@@ -1874,9 +1881,78 @@ fn full_state(http: &mut Http) -> Vec<(String, Canon, Canon, Canon)> {
         .collect()
 }
 
+/// A random JSON.* write on the documents `j0` and `j1`.
+fn gen_json(r: &mut TestRng) -> Vec<String> {
+    let key = pick_s(r, &["j0", "j1"]).to_string();
+    let n = (r.below(200) as i64 - 100).to_string();
+    let f = format!("{}.{}", r.below(50), r.below(10));
+    let path: String = pick_s(
+        r,
+        &[
+            "$.a", "$..a", "$.b", "$.b[0]", "$.c.d", ".a", "$.s", "$..*", "$.b[-1]",
+        ],
+    );
+    match r.below(12) {
+        0 => vec![
+            "JSON.SET".into(),
+            key,
+            "$".into(),
+            format!(r#"{{"a":{n},"b":[1,{f},"x",{{"a":2}}],"c":{{"d":true,"a":[]}},"s":"hi"}}"#),
+        ],
+        1 => vec!["JSON.SET".into(), key, path.clone(), n],
+        2 => vec!["JSON.NUMINCRBY".into(), key, path.clone(), f],
+        3 => vec!["JSON.NUMMULTBY".into(), key, path.clone(), n],
+        4 => vec![
+            "JSON.ARRAPPEND".into(),
+            key,
+            pick_s(r, &["$.b", "$..a", "$.c.a"]),
+            n,
+            format!(r#""v{f}""#),
+        ],
+        5 => vec![
+            "JSON.ARRPOP".into(),
+            key,
+            pick_s(r, &["$.b", "$..a", ".b"]),
+            (r.below(6) as i64 - 3).to_string(),
+        ],
+        6 => vec![
+            "JSON.ARRINSERT".into(),
+            key,
+            "$.b".into(),
+            (r.below(4) as i64 - 2).to_string(),
+            n,
+        ],
+        7 => vec![
+            "JSON.STRAPPEND".into(),
+            key,
+            pick_s(r, &["$.s", "$..*"]),
+            format!(r#""{n}""#),
+        ],
+        8 => vec!["JSON.TOGGLE".into(), key, pick_s(r, &["$.c.d", "$..*"])],
+        9 => vec!["JSON.DEL".into(), key, path.clone()],
+        10 => vec![
+            "JSON.MERGE".into(),
+            key,
+            "$".into(),
+            format!(r#"{{"a":{n},"s":null,"e":{{"f":{f}}}}}"#),
+        ],
+        _ => vec![
+            "JSON.ARRTRIM".into(),
+            key,
+            "$..*".into(),
+            r.below(3).to_string(),
+            (r.below(4) as i64 - 1).to_string(),
+        ],
+    }
+}
+
+fn pick_s(r: &mut TestRng, items: &[&str]) -> String {
+    r.pick(items).to_string()
+}
+
 /// Replay of a log holding every implemented family rebuilds the same state: the differential
 /// generator's workload (strings, keyspace, hashes, lists, sets, sorted sets, bitmaps, geo,
-/// SORT ... STORE, SPOP, hash-field expiration, XDELEX and XACKDEL, EVAL) runs against tidepool alone, then the server restarts, cleanly and after
+/// SORT ... STORE, SPOP, hash-field expiration, XDELEX and XACKDEL, EVAL, JSON.*) runs against tidepool alone, then the server restarts, cleanly and after
 /// `kill -9`, and every key with its value and expiry must be the same.
 #[test]
 fn random_workload_replays_to_the_same_state() {
@@ -1922,6 +1998,10 @@ fn random_workload_replays_to_the_same_state() {
                 key,
                 (1 + r.below(9)).to_string(),
             ]);
+        }
+        // JSON documents (no RedisJSON module in the redis-server this test diffs against).
+        if r.chance(4) {
+            cmds.push(gen_json(&mut r));
         }
         // And Redis 8.2's XDELEX / XACKDEL on the streams the workload builds.
         if r.chance(3) {
@@ -1990,6 +2070,12 @@ fn random_workload_replays_to_the_same_state() {
         })
         .count();
     assert!(field_ttls >= 1, "the workload left hash fields with TTLs");
+    assert!(
+        before
+            .iter()
+            .any(|(k, t, _, _)| k.starts_with('j') && *t == Canon::s("json")),
+        "the workload left JSON documents"
+    );
     assert_eq!(tp.terminate(), Some(0));
     let tp = Server::start(&data, &[]);
     let after_clean = full_state(&mut tp.client());

@@ -36,3 +36,6 @@ TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/workflow.mjs
 
 echo "== @upstash/ratelimit on the official @upstash/redis (Lua scripts by EVALSHA) against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/ratelimit.mjs
+
+echo "== the official @upstash/redis JSON commands (redis.json.*) against tidepool"
+TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/json.mjs

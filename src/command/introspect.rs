@@ -268,6 +268,7 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
             .values()
             .map(|f| 16 + 24 + f.iter().map(|x| bytes(x)).sum::<usize>())
             .sum(),
+        Value::Json(j) => j.mem_bytes(),
     };
     ENTRY + bytes(key) + value + if e.expire_at_ms.is_some() { 40 } else { 0 }
 }

@@ -310,6 +310,8 @@ pub fn encoding(v: &Value) -> &'static str {
             }
         }
         Value::Stream(_) => "stream",
+        // A module value: Redis reports its generic object encoding.
+        Value::Json(_) => "raw",
     }
 }
 

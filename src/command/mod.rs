@@ -14,6 +14,7 @@ pub mod hash_ttl;
 pub mod hashes;
 pub mod hll;
 pub mod introspect;
+pub mod json;
 pub mod keys;
 pub mod lists;
 pub mod longdouble;
@@ -331,6 +332,29 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "xack" => stream_groups::xack(ctx, args),
         "xackdel" => stream_groups::xackdel(ctx, args),
         "xdelex" => stream_groups::xdelex(ctx, args),
+        // JSON documents
+        "json.set" => json::set(ctx, args),
+        "json.get" => json::get(ctx, args),
+        "json.mget" => json::mget(ctx, args),
+        "json.mset" => json::mset(ctx, args),
+        "json.merge" => json::merge(ctx, args),
+        "json.del" | "json.forget" => json::del(ctx, args),
+        "json.type" => json::type_(ctx, args),
+        "json.numincrby" => json::num_op(ctx, args, json::NumOp::Incr),
+        "json.nummultby" => json::num_op(ctx, args, json::NumOp::Mult),
+        "json.toggle" => json::toggle(ctx, args),
+        "json.strappend" => json::strappend(ctx, args),
+        "json.strlen" => json::strlen(ctx, args),
+        "json.arrappend" => json::arrappend(ctx, args),
+        "json.arrinsert" => json::arrinsert(ctx, args),
+        "json.arrpop" => json::arrpop(ctx, args),
+        "json.arrtrim" => json::arrtrim(ctx, args),
+        "json.arrindex" => json::arrindex(ctx, args),
+        "json.arrlen" => json::arrlen(ctx, args),
+        "json.objkeys" => json::objkeys(ctx, args),
+        "json.objlen" => json::objlen(ctx, args),
+        "json.clear" => json::clear(ctx, args),
+        "json.resp" => json::resp(ctx, args),
         "xpending" => stream_groups::xpending(ctx, args),
         "xclaim" => stream_groups::xclaim(ctx, args),
         "xautoclaim" => stream_groups::xautoclaim(ctx, args),

@@ -196,6 +196,56 @@ impl CommandTable {
                 },
             );
         }
+        // RedisJSON's commands, with the module's own table entries (name, arity, write,
+        // first key, last key, key step, summary).
+        for (name, arity, write, last_key, step, summary) in [
+            ("json.set", -4, true, 1, 1, "Sets or updates the JSON value at a path"),
+            ("json.get", -2, false, 1, 1, "Gets the value at one or more paths in JSON serialized form"),
+            ("json.mget", -3, false, -2, 1, "Returns the values at a path from one or more keys"),
+            ("json.mset", -4, true, -1, 3, "Sets or updates the JSON value of one or more keys"),
+            ("json.merge", -4, true, 1, 1, "Merges a given JSON value into matching paths"),
+            ("json.del", -2, true, 1, 1, "Deletes a value"),
+            ("json.forget", -2, true, 1, 1, "Deletes a value"),
+            ("json.type", -2, false, 1, 1, "Returns the type of the JSON value at path"),
+            ("json.numincrby", 4, true, 1, 1, "Increments the numeric value at path by a value"),
+            ("json.nummultby", 4, true, 1, 1, "Multiplies the numeric value at path by a value"),
+            ("json.toggle", 3, true, 1, 1, "Toggles a boolean value"),
+            ("json.strappend", -3, true, 1, 1, "Appends a string to a JSON string value at path"),
+            ("json.strlen", -2, false, 1, 1, "Returns the length of the JSON String at path in key"),
+            ("json.arrappend", -3, true, 1, 1, "Append one or more JSON values into the array at path after the last element in it"),
+            ("json.arrinsert", -5, true, 1, 1, "Inserts the JSON scalar(s) value at the specified index in the array at path"),
+            ("json.arrpop", -2, true, 1, 1, "Removes and returns the element at the specified index in the array at path"),
+            ("json.arrtrim", 5, true, 1, 1, "Trims the array at path to contain only the specified inclusive range of indices from start to stop"),
+            ("json.arrindex", -4, false, 1, 1, "Returns the index of the first occurrence of a JSON scalar value in the array at path"),
+            ("json.arrlen", -2, false, 1, 1, "Returns the length of the array at path"),
+            ("json.objkeys", -2, false, 1, 1, "Returns the JSON keys of the object at path"),
+            ("json.objlen", -2, false, 1, 1, "Returns the number of keys of the object at path"),
+            ("json.clear", -2, true, 1, 1, "Clears all values from an array or an object and sets numeric values to `0`"),
+            ("json.resp", -2, false, 1, 1, "Returns the JSON value at path in Redis Serialization Protocol (RESP)"),
+        ] {
+            let rw = if write { "@write" } else { "@read" };
+            let flag = if write { "write" } else { "readonly" };
+            map.insert(
+                name.to_string(),
+                CommandInfo {
+                    name: name.into(),
+                    arity,
+                    write,
+                    readonly_flag: !write,
+                    blocking: false,
+                    category_read: !write,
+                    category_dangerous: false,
+                    group: "json".into(),
+                    has_subcommands: false,
+                    categories: vec![rw.into(), "@json".into(), "@slow".into()],
+                    first_key: 1,
+                    last_key,
+                    step,
+                    flags: vec![flag.into()],
+                    summary: summary.into(),
+                },
+            );
+        }
         // Upstash's extension: a REST token for an ACL user.
         map.insert(
             "acl|resttoken".to_string(),

@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod hash;
+pub mod json;
 pub mod ranked;
 pub mod scanmap;
 pub mod stream;
@@ -23,6 +24,8 @@ pub enum Value {
     Set(ScanMap<()>),
     ZSet(zset::ZSet),
     Stream(Box<stream::Stream>),
+    /// A JSON document (JSON.* commands).
+    Json(Box<json::Json>),
 }
 
 impl Value {
@@ -35,6 +38,8 @@ impl Value {
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
             Value::Stream(_) => "stream",
+            // Upstash answers "json" (Redis with the RedisJSON module says "ReJSON-RL").
+            Value::Json(_) => "json",
         }
     }
 }

@@ -129,6 +129,49 @@ def test_scripts(redis):
         redis.evalsha("f" * 40)
 
 
+def test_json_documents(redis):
+    doc = {"name": "ada", "langs": ["en"], "stats": {"visits": 1, "score": 2.5}, "active": True}
+    assert redis.json.set("user:1", "$", doc) is True
+    assert redis.json.get("user:1") == [doc]
+    assert redis.json.get("user:1", "$.stats.visits", "$.name") == {
+        "$.stats.visits": [1], "$.name": ["ada"]}
+    assert redis.json.set("user:1", "$.missing.deep", 1) is False  # the nil reply
+    assert redis.json.numincrby("user:1", "$.stats.visits", 2) == [3]
+    assert redis.json.nummultby("user:1", "$.stats.score", 2) == [5.0]
+    assert redis.json.strappend("user:1", "$.name", " lovelace") == [12]
+    assert redis.json.strlen("user:1", "$.name") == [12]
+    assert redis.json.arrappend("user:1", "$.langs", "fr", 7) == [3]
+    assert redis.json.arrinsert("user:1", "$.langs", 0, "de") == [4]
+    assert redis.json.arrindex("user:1", "$.langs", "fr") == [2]
+    assert redis.json.arrlen("user:1", "$.langs") == [4]
+    assert redis.json.arrpop("user:1", "$.langs") == [7]
+    assert redis.json.arrtrim("user:1", "$.langs", 0, 1) == [2]
+    assert redis.json.toggle("user:1", "$.active") == [False]
+    assert redis.json.type("user:1", "$.stats") == ["object"]
+    assert redis.json.objkeys("user:1", "$.stats") == [["visits", "score"]]
+    assert redis.json.objlen("user:1", "$") == [4]
+    assert redis.json.merge("user:1", "$", {"active": None, "tags": ["x"]}) is True
+    assert redis.json.mset([("user:2", "$", {"name": "bob"}), ("user:1", "$.age", 36)]) is True
+    assert redis.json.mget(["user:1", "user:2", "nobody"], "$.name") == [
+        ["ada lovelace"], ["bob"], None]
+    assert redis.json.clear("user:1", "$.stats") == 1
+    assert redis.json.delete("user:1", "$.tags") == 1
+    assert redis.json.forget("user:2") == 1
+    assert redis.json.get("user:1") == [
+        {"name": "ada lovelace", "langs": ["de", "en"], "stats": {}, "age": 36}]
+    assert redis.type("user:1") == "json"
+    with pytest.raises(UpstashError, match="new objects must be created at the root"):
+        redis.json.set("user:3", "$.name", "x")
+    redis.set("plain", "v")
+    with pytest.raises(UpstashError, match="WRONGTYPE"):
+        redis.json.get("plain")
+    pipe = redis.pipeline()
+    pipe.json.set("p", "$", [1, 2])
+    pipe.json.arrappend("p", "$", 3)
+    pipe.json.get("p")
+    assert pipe.exec() == [True, [3], [[1, 2, 3]]]
+
+
 def test_keyspace(redis):
     redis.mset({"a1": "x", "a2": "y", "b1": "z"})
     assert sorted(redis.keys("a*")) == ["a1", "a2"]
