@@ -82,6 +82,26 @@ fn root() -> Path {
     Path::compile(".").unwrap_or_else(|_| unreachable!())
 }
 
+/// The optional path argument at `at`: the legacy root `.` when absent.
+fn opt_path(a: &[Vec<u8>], at: usize) -> Result<Path, Reply> {
+    a.get(at).map_or_else(|| Ok(root()), |p| path_arg(p))
+}
+
+/// What a read command works on: its path (argument 2, `.` when absent) and the document. A
+/// missing key answers nil for a legacy path and `missing` (of the path) for JSONPath.
+fn read_doc<'a>(
+    ctx: &'a Ctx,
+    a: &[Vec<u8>],
+    missing: fn(&Path) -> Reply,
+) -> Result<(Path, &'a Json), Reply> {
+    let path = opt_path(a, 2)?;
+    match doc(ctx, &a[1])? {
+        Some(d) => Ok((path, d)),
+        None if path.legacy => Err(Reply::Nil),
+        None => Err(missing(&path)),
+    }
+}
+
 fn text_reply(j: &Json) -> Reply {
     Reply::bulk(j.to_text())
 }
@@ -443,10 +463,7 @@ pub fn del(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             &String::from_utf8_lossy(&a[0]).to_lowercase(),
         ));
     }
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
+    let path = tri!(opt_path(a, 2));
     let key = &a[1];
     let Some(d) = tri!(doc_mut(ctx, key)) else {
         return Reply::Int(0);
@@ -470,13 +487,7 @@ pub fn del(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 /// JSON.TYPE key [path]
 pub fn type_(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
-    let Some(d) = tri!(doc(ctx, &a[1])) else {
-        return Reply::Nil;
-    };
+    let (path, d) = tri!(read_doc(ctx, a, |_| Reply::Nil));
     let vals = values(d, &path);
     if path.legacy {
         return vals
@@ -585,15 +596,7 @@ pub fn strappend(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 /// JSON.STRLEN key [path]
 pub fn strlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
-    let d = match tri!(doc(ctx, &a[1])) {
-        Some(d) => d,
-        None if path.legacy => return Reply::Nil,
-        None => return Reply::err(NO_KEY),
-    };
+    let (path, d) = tri!(read_doc(ctx, a, |_| Reply::err(NO_KEY)));
     let vals = values(d, &path);
     if path.legacy {
         return match vals.first() {
@@ -778,15 +781,7 @@ pub fn arrindex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 /// JSON.ARRLEN key [path]
 pub fn arrlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
-    let d = match tri!(doc(ctx, &a[1])) {
-        Some(d) => d,
-        None if path.legacy => return Reply::Nil,
-        None => return Reply::err(NO_KEY),
-    };
+    let (path, d) = tri!(read_doc(ctx, a, |_| Reply::err(NO_KEY)));
     let lens: Vec<Option<usize>> = values(d, &path)
         .iter()
         .map(|v| match v {
@@ -806,15 +801,7 @@ pub fn arrlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 /// JSON.OBJKEYS key [path]
 pub fn objkeys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
-    let d = match tri!(doc(ctx, &a[1])) {
-        Some(d) => d,
-        None if path.legacy => return Reply::Nil,
-        None => return Reply::err(NO_KEY),
-    };
+    let (path, d) = tri!(read_doc(ctx, a, |_| Reply::err(NO_KEY)));
     let keys = |v: &Json| match v {
         Json::Obj(o) => Reply::Array(o.iter().map(|(k, _)| Reply::bulk(k.as_bytes())).collect()),
         _ => Reply::Nil,
@@ -832,15 +819,7 @@ pub fn objkeys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 /// JSON.OBJLEN key [path]
 pub fn objlen(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
-    let d = match tri!(doc(ctx, &a[1])) {
-        Some(d) => d,
-        None if path.legacy => return Reply::Nil,
-        None => return no_path_or(&path, "not an object"),
-    };
+    let (path, d) = tri!(read_doc(ctx, a, |p| no_path_or(p, "not an object")));
     let vals = values(d, &path);
     if path.legacy {
         return match vals.first() {
@@ -865,10 +844,7 @@ pub fn clear(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if a.len() > 3 {
         return Reply::err(errors::wrong_arity("json.clear"));
     }
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
+    let path = tri!(opt_path(a, 2));
     let results = tri!(each_match(ctx, &a[1], &path, |v| {
         let changed = match v {
             Json::Arr(x) if !x.is_empty() => {
@@ -924,13 +900,7 @@ fn resp_form(v: &Json) -> Reply {
 
 /// JSON.RESP key [path]
 pub fn resp(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let path = match a.get(2) {
-        Some(p) => tri!(path_arg(p)),
-        None => root(),
-    };
-    let Some(d) = tri!(doc(ctx, &a[1])) else {
-        return Reply::Nil;
-    };
+    let (path, d) = tri!(read_doc(ctx, a, |_| Reply::Nil));
     let vals = values(d, &path);
     if path.legacy {
         return vals

@@ -87,6 +87,46 @@ pub fn global() -> &'static CommandTable {
     TABLE.get_or_init(CommandTable::load)
 }
 
+/// A table entry for a command newer than Redis 7.0's table (hash-field TTLs, Redis 8.2
+/// streams, RedisJSON), as Redis 8 lists it: its first key at position 1, `keys` the last key
+/// and step, `@fast` for the hash and stream commands and `@slow` for JSON, as their modules
+/// and Redis 8 declare.
+fn newer_entry(
+    name: &str,
+    arity: i32,
+    write: bool,
+    group: &str,
+    keys: (i32, i32),
+    summary: &str,
+) -> CommandInfo {
+    let speed = if group == "json" { "slow" } else { "fast" };
+    let mut flags = vec![if write { "write" } else { "readonly" }.to_string()];
+    if speed == "fast" {
+        flags.push("fast".into());
+    }
+    CommandInfo {
+        name: name.into(),
+        arity,
+        write,
+        readonly_flag: !write,
+        blocking: false,
+        category_read: !write,
+        category_dangerous: false,
+        group: group.into(),
+        has_subcommands: false,
+        categories: vec![
+            if write { "@write" } else { "@read" }.into(),
+            format!("@{group}"),
+            format!("@{speed}"),
+        ],
+        first_key: 1,
+        last_key: keys.0,
+        step: keys.1,
+        flags,
+        summary: summary.into(),
+    }
+}
+
 impl CommandTable {
     fn load() -> CommandTable {
         // The table is compiled in and checked by a unit test, so a parse failure here is a
@@ -139,28 +179,8 @@ impl CommandTable {
             ("hexpiretime", -5, false, "Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
             ("hpexpiretime", -5, false, "Returns the expiration time of a hash field as a Unix timestamp, in msec."),
         ] {
-            let rw = if write { "@write" } else { "@read" };
-            let flag = if write { "write" } else { "readonly" };
-            map.insert(
-                name.to_string(),
-                CommandInfo {
-                    name: name.into(),
-                    arity,
-                    write,
-                    readonly_flag: !write,
-                    blocking: false,
-                    category_read: !write,
-                    category_dangerous: false,
-                    group: "hash".into(),
-                    has_subcommands: false,
-                    categories: vec![rw.into(), "@hash".into(), "@fast".into()],
-                    first_key: 1,
-                    last_key: 1,
-                    step: 1,
-                    flags: vec![flag.into(), "fast".into()],
-                    summary: summary.into(),
-                },
-            );
+            let info = newer_entry(name, arity, write, "hash", (1, 1), summary);
+            map.insert(name.to_string(), info);
         }
         // Redis 8.2's stream commands the SDKs send.
         for (name, arity, summary) in [
@@ -175,26 +195,8 @@ impl CommandTable {
                 "Deletes one or multiple entries from the stream.",
             ),
         ] {
-            map.insert(
-                name.to_string(),
-                CommandInfo {
-                    name: name.into(),
-                    arity,
-                    write: true,
-                    readonly_flag: false,
-                    blocking: false,
-                    category_read: false,
-                    category_dangerous: false,
-                    group: "stream".into(),
-                    has_subcommands: false,
-                    categories: vec!["@write".into(), "@stream".into(), "@fast".into()],
-                    first_key: 1,
-                    last_key: 1,
-                    step: 1,
-                    flags: vec!["write".into(), "fast".into()],
-                    summary: summary.into(),
-                },
-            );
+            let info = newer_entry(name, arity, true, "stream", (1, 1), summary);
+            map.insert(name.to_string(), info);
         }
         // RedisJSON's commands, with the module's own table entries (name, arity, write,
         // first key, last key, key step, summary).
@@ -223,28 +225,8 @@ impl CommandTable {
             ("json.clear", -2, true, 1, 1, "Clears all values from an array or an object and sets numeric values to `0`"),
             ("json.resp", -2, false, 1, 1, "Returns the JSON value at path in Redis Serialization Protocol (RESP)"),
         ] {
-            let rw = if write { "@write" } else { "@read" };
-            let flag = if write { "write" } else { "readonly" };
-            map.insert(
-                name.to_string(),
-                CommandInfo {
-                    name: name.into(),
-                    arity,
-                    write,
-                    readonly_flag: !write,
-                    blocking: false,
-                    category_read: !write,
-                    category_dangerous: false,
-                    group: "json".into(),
-                    has_subcommands: false,
-                    categories: vec![rw.into(), "@json".into(), "@slow".into()],
-                    first_key: 1,
-                    last_key,
-                    step,
-                    flags: vec![flag.into()],
-                    summary: summary.into(),
-                },
-            );
+            let info = newer_entry(name, arity, write, "json", (last_key, step), summary);
+            map.insert(name.to_string(), info);
         }
         // Upstash's extension: a REST token for an ACL user.
         map.insert(

@@ -759,14 +759,19 @@ impl Parser<'_> {
 
     /// After `[`: a quoted name, a number, a slice, `*`, a union of those, or `?(filter)`;
     /// consumes the closing `]`.
-    fn bracket(&mut self) -> Result<Selector, String> {
-        self.depth += 1;
-        if self.depth > MAX_PATH_NESTING {
+    /// Runs `f` one nesting level deeper, refusing paths that nest past the limit.
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, String>) -> Result<T, String> {
+        if self.depth >= MAX_PATH_NESTING {
             return Err("the path nests too deeply".into());
         }
-        let sel = self.bracket_inner();
+        self.depth += 1;
+        let r = f(self);
         self.depth -= 1;
-        sel
+        r
+    }
+
+    fn bracket(&mut self) -> Result<Selector, String> {
+        self.nested(Self::bracket_inner)
     }
 
     fn bracket_inner(&mut self) -> Result<Selector, String> {
@@ -907,13 +912,7 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<Expr, String> {
-        self.depth += 1;
-        if self.depth > MAX_PATH_NESTING {
-            return Err("the filter nests too deeply".into());
-        }
-        let e = self.unary_inner();
-        self.depth -= 1;
-        e
+        self.nested(Self::unary_inner)
     }
 
     fn unary_inner(&mut self) -> Result<Expr, String> {

@@ -2,34 +2,18 @@
 // as JS values and come back through the SDK's automatic JSON parsing; commands issued together
 // travel in one auto-pipelined request. Exits non-zero on any failure. The server binary comes
 // from TIDEPOOL_BIN.
-import { spawn } from "node:child_process";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import assert from "node:assert/strict";
 import { Redis } from "@upstash/redis";
+import { startTidepool } from "./tidepool.mjs";
 
-const BIN = process.env.TIDEPOOL_BIN ?? path.resolve("../../target/debug/tidepool");
 const TOKEN = "json-test-token";
 
-process.on("exit", () => server?.kill("SIGKILL"));
 setTimeout(() => {
   console.error("json test FAILED: timed out after 60 s");
   process.exit(1);
 }, 60_000).unref();
 
-const data = fs.mkdtempSync(path.join(os.tmpdir(), "tidepool-json-"));
-var server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--data", data, "--token", TOKEN,
-  "--read-only-token", "ro"], { stdio: ["ignore", "pipe", "inherit"] });
-const url = await new Promise((resolve, reject) => {
-  let out = "";
-  server.stdout.on("data", (d) => {
-    out += d;
-    const m = out.match(/listening on (http:\/\/\S+)/);
-    if (m) resolve(m[1]);
-  });
-  server.on("exit", (c) => reject(new Error(`tidepool exited with ${c}`)));
-});
+const url = await startTidepool("json", ["--token", TOKEN, "--read-only-token", "ro"]);
 
 try {
   const redis = new Redis({ url, token: TOKEN });

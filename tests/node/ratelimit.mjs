@@ -2,35 +2,19 @@
 // by EVALSHA, fall back on NOSCRIPT, and must count exactly. Fixed window, sliding window and
 // token bucket each allow their limit and refuse the next request; resetUsedTokens and
 // getRemaining work. Exits non-zero on any failure. The server binary comes from TIDEPOOL_BIN.
-import { spawn } from "node:child_process";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { Redis } from "@upstash/redis";
+import { startTidepool } from "./tidepool.mjs";
 import { Ratelimit } from "@upstash/ratelimit";
 
-const BIN = process.env.TIDEPOOL_BIN ?? path.resolve("../../target/debug/tidepool");
 const TOKEN = "ratelimit-test-token";
 
 function fail(msg) {
   console.error(`ratelimit test FAILED: ${msg}`);
   process.exit(1);
 }
-process.on("exit", () => server?.kill("SIGKILL"));
 setTimeout(() => fail("timed out after 60 s"), 60_000).unref();
 
-const data = fs.mkdtempSync(path.join(os.tmpdir(), "tidepool-rl-"));
-var server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--data", data, "--token", TOKEN,
-  "--read-only-token", "ro"], { stdio: ["ignore", "pipe", "inherit"] });
-const url = await new Promise((resolve, reject) => {
-  let out = "";
-  server.stdout.on("data", (d) => {
-    out += d;
-    const m = out.match(/listening on (http:\/\/\S+)/);
-    if (m) resolve(m[1]);
-  });
-  server.on("exit", (c) => reject(new Error(`tidepool exited with ${c}`)));
-});
+const url = await startTidepool("rl", ["--token", TOKEN, "--read-only-token", "ro"]);
 
 const redis = new Redis({ url, token: TOKEN });
 const limiters = {
