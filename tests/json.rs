@@ -776,6 +776,23 @@ fn multi_key_merge_types_tokens_and_replay() {
     assert!(
         matches!(ro.cmd_str(&["JSON.SET", "m2", "$", "2"]), Canon::Err(e) if e.starts_with("NOPERM"))
     );
+    // An ACL user limited to the json category and to keys `m*`.
+    check(
+        &mut c,
+        vec![(
+            vec!["ACL", "SETUSER", "jo", "on", ">pw", "~m*", "+@json"],
+            s("OK"),
+        )],
+    );
+    let Canon::Str(tok) = c.cmd_str(&["ACL", "RESTTOKEN", "jo", "pw"]) else {
+        panic!("RESTTOKEN did not answer a string");
+    };
+    let mut jo = Http::connect(&server.addr, &String::from_utf8(tok).expect("utf8"));
+    assert_eq!(jo.cmd_str(&["JSON.GET", "m2", "$[0]"]), Canon::s("[1]"));
+    assert!(matches!(jo.cmd_str(&["GET", "m2"]), Canon::Err(e) if e.starts_with("NOPERM")));
+    assert!(
+        matches!(jo.cmd_str(&["JSON.GET", "{doc}:1"]), Canon::Err(e) if e.starts_with("NOPERM"))
+    );
     // Everything comes back from the log after a restart, TTL included.
     let before: Vec<Canon> = ["m1", "m1moved", "m2", "{doc}:1", "{doc}:2"]
         .iter()

@@ -4,8 +4,9 @@
 use super::{table, Ctx};
 use crate::reply::Reply;
 
-/// Redis's category order (ACL CAT).
-const CATEGORIES: [&str; 21] = [
+/// Redis's category order (ACL CAT), then `json`, which Redis lists last when RedisJSON is
+/// loaded.
+const CATEGORIES: [&str; 22] = [
     "keyspace",
     "read",
     "write",
@@ -27,6 +28,7 @@ const CATEGORIES: [&str; 21] = [
     "connection",
     "transaction",
     "scripting",
+    "json",
 ];
 
 fn s(b: &[u8]) -> String {
