@@ -142,6 +142,29 @@ const FUNCTION_CASES: &[&[&str]] = &[
     &["FCALL", "other", "0"],
     &["FUNCTION", "FLUSH"],
     &["FCALL", "other", "0"],
+    // Redis's bundled cjson and bit libraries.
+    &["EVAL", r#"return cjson.encode({1, 2.5, 'a"b/c', true, {x = 1}, {}})"#, "0"],
+    &["EVAL", "return cjson.encode({[1] = 1, [3] = 3})", "0"],
+    &["EVAL", "return cjson.encode({[1] = 1, [30] = 3})", "0"],
+    &["EVAL", "return cjson.encode({a = {b = {1e20, 0.1, -0.00001, 123456789012345}}})", "0"],
+    &["EVAL", r#"return cjson.encode('line\nbreak\t\1')"#, "0"],
+    &["EVAL", "return cjson.encode(cjson.null)", "0"],
+    &["EVAL", "return cjson.encode(function() end)", "0"],
+    &["EVAL", "return cjson.encode(1/0)", "0"],
+    &["EVAL", "return cjson.encode(redis.call('HGETALL', 'nosuch'))", "0"],
+    &[
+        "EVAL",
+        "local t = cjson.decode(ARGV[1]) return {t.a, t.b[2], t.b[3], tostring(t.c == cjson.null), type(t.d), t.e}",
+        "0",
+        r#"{"a":1,"b":[1,"two",3.5],"c":null,"d":{},"e":"\u00e9"}"#,
+    ],
+    &["EVAL", "return cjson.decode('[1,2,3]')[3]", "0"],
+    &["EVAL", "return cjson.encode(cjson.decode(ARGV[1]))", "0", "[[1,2],[3,[4,[5]]]]"],
+    &["EVAL", "cjson.foo = 1", "0"],
+    &["EVAL", "return {bit.band(0xff, 0x0f), bit.bor(1, 2, 4), bit.bxor(3, 1), bit.bnot(0), bit.lshift(1, 31), bit.rshift(-1, 28), bit.arshift(-16, 2)}", "0"],
+    &["EVAL", "return {bit.tobit(4294967295), bit.tobit(2^32 + 5), bit.rol(1, 33), bit.ror(1, 1), bit.bswap(0x12345678)}", "0"],
+    &["EVAL", "return {bit.tohex(255), bit.tohex(-1, -4), bit.tohex(0x1234, 2), bit.tohex(2.5)}", "0"],
+    &["EVAL", "bit.band = nil", "0"],
 ];
 
 #[test]

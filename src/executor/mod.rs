@@ -12,6 +12,7 @@
 //! which run inside one job and are logged by their effects.
 
 mod flusher;
+mod lua_libs;
 pub mod pubsub;
 mod scripts;
 

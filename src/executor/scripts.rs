@@ -95,6 +95,9 @@ G.redis = readonly(redis)
 G.string = readonly(G.string)
 G.math = readonly(G.math)
 G.table = readonly(G.table)
+-- Redis's bundled cjson and bit libraries (src/executor/lua_libs.rs).
+G.cjson = readonly(bridge.cjson)
+G.bit = readonly(bridge.bit)
 bridge.G = G
 -- Function libraries: while one loads, the globals are only this API (as in Redis 7), and
 -- register_function collects into bridge.pending.
@@ -268,6 +271,7 @@ impl Scripts {
             .create_function(|lua, s: mlua::LuaString| lua.create_string(sha1hex(&s.as_bytes())))
             .map_err(fail)?;
         bridge.set("sha1hex", sha).map_err(fail)?;
+        super::lua_libs::install(&lua, &bridge).map_err(fail)?;
         lua.load(PRELUDE)
             .set_name("=prelude")
             .call::<()>(bridge.clone())
