@@ -216,10 +216,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-                let setup = executor::Setup {
+        let setup = executor::Setup {
             acl_secret: creds.acl_secret.clone(),
             keys: keys.clone(),
-                        backoff_unit_ms: cfg.retry_backoff_unit_ms,
+            backoff_unit_ms: cfg.retry_backoff_unit_ms,
             max_message_bytes: cfg.max_message_bytes,
         };
         let ex = executor::start(&wal_dir, cfg.fsync, addr.port(), setup)?;
@@ -248,7 +248,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let qstash = crate::delivery::http::QstashAuth {
             token: creds.qstash_token.clone(),
             keys,
-                        save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
+            save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
             max_message_bytes: cfg.max_message_bytes,
         };
         let app = Arc::new(App::new(

@@ -314,7 +314,7 @@ pub fn get(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                 None => no_path(&path),
             };
         }
-        return Reply::bulk(Json::Arr(vals.into_iter().cloned().collect()).to_text_with(&fmt));
+        return Reply::bulk(json::list_text(&vals, &fmt));
     }
     // Several paths: an object keyed by each path as given (a path that does not compile is
     // left out, as RedisJSON leaves it out).
@@ -351,7 +351,7 @@ pub fn mget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                 if path.legacy {
                     vals.first().map_or(Reply::Nil, |v| text_reply(v))
                 } else {
-                    Reply::bulk(Json::Arr(vals.into_iter().cloned().collect()).to_text())
+                    Reply::bulk(json::list_text(&vals, &Format::default()))
                 }
             }
             _ => Reply::Nil,

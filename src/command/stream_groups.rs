@@ -23,6 +23,22 @@ fn s(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The stream at `key` with its group `gname` taken out, for the caller to put back when done
+/// (XCLAIM, XAUTOCLAIM): NOGROUP when the key or the group is missing.
+fn take_group<'a>(
+    ctx: &'a mut Ctx,
+    key: &[u8],
+    gname: &[u8],
+) -> Result<(&'a mut Stream, Group), Reply> {
+    let st: &mut Stream =
+        typed::existing::<Box<Stream>>(ctx, key)?.ok_or_else(|| nogroup_key(key, gname))?;
+    let g = st
+        .groups
+        .remove(gname)
+        .ok_or_else(|| nogroup_key(key, gname))?;
+    Ok((st, g))
+}
+
 fn nogroup_key(key: &[u8], group: &[u8]) -> Reply {
     Reply::Error(format!(
         "NOGROUP No such key '{}' or consumer group '{}'",
@@ -499,14 +515,9 @@ pub fn xclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         i += 1;
     }
     let (key, gname, cname) = (&args[1], &args[2], &args[3]);
-    let st = match typed::existing::<Box<Stream>>(ctx, key) {
-        Ok(Some(st)) => st,
-        Ok(None) => return nogroup_key(key, gname),
+    let (st, mut g) = match take_group(ctx, key, gname) {
+        Ok(x) => x,
         Err(e) => return e,
-    };
-    let st: &mut Stream = st;
-    let Some(mut g) = st.groups.remove(gname) else {
-        return nogroup_key(key, gname);
     };
     if let Some(l) = last_id {
         if l > g.last_id {
@@ -619,14 +630,9 @@ pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         }
     }
     let (key, gname, cname) = (&args[1], &args[2], &args[3]);
-    let st = match typed::existing::<Box<Stream>>(ctx, key) {
-        Ok(Some(st)) => st,
-        Ok(None) => return nogroup_key(key, gname),
+    let (st, mut g) = match take_group(ctx, key, gname) {
+        Ok(x) => x,
         Err(e) => return e,
-    };
-    let st: &mut Stream = st;
-    let Some(mut g) = st.groups.remove(gname) else {
-        return nogroup_key(key, gname);
     };
     let mut attempts = count * 10;
     let mut claimed = Vec::new();

@@ -428,7 +428,7 @@ impl Event {
                 event_id,
                 body,
             } => format!("Notification {run_id} {event_id} body={}B", body.0.len()),
-                        Event::NotificationRemove { run_id, event_id } => {
+            Event::NotificationRemove { run_id, event_id } => {
                 format!("NotificationRemove {run_id} {event_id}")
             }
             Event::FlowControl {

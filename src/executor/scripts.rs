@@ -80,12 +80,19 @@ dofile = nil
 -- library tables scripts share are read-only proxies. A script cannot change what the next
 -- one finds.
 local rawset, pairs, setmetatable, error, tostring = rawset, pairs, setmetatable, error, tostring
+-- As metamethods, level 2 of these errors is the script's assignment or read.
+local function refuse_write() error('Attempt to modify a readonly table', 2) end
+local function strict_index(lookup)
+  return function(t, k)
+    local v = lookup(k)
+    if v == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+    end
+    return v
+  end
+end
 local function readonly(t)
-  return setmetatable({}, {
-    __index = t,
-    __newindex = function() error('Attempt to modify a readonly table', 2) end,
-    __metatable = false,
-  })
+  return setmetatable({}, {__index = t, __newindex = refuse_write, __metatable = false})
 end
 local env = _G
 local G = {}
@@ -148,14 +155,8 @@ libapi.REDIS_VERSION = '7.0.15'
 libapi.REDIS_VERSION_NUM = 0x07000f
 -- While loading, reading what the library API lacks (redis.call) fails as a missing global.
 local LOADG = {redis = setmetatable({}, {
-  __index = function(t, k)
-    local v = libapi[k]
-    if v == nil then
-      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-    end
-    return v
-  end,
-  __newindex = function() error('Attempt to modify a readonly table', 2) end,
+  __index = strict_index(function(k) return libapi[k] end),
+  __newindex = refuse_write,
   __metatable = false,
 })}
 local current = G
@@ -164,16 +165,8 @@ bridge.invoke = function(f, keys, args)
   return xpcall(function() return f(keys, args) end, bridge.handler)
 end
 setmetatable(env, {
-  __index = function(t, k)
-    local v = current[k]
-    if v == nil then
-      error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-    end
-    return v
-  end,
-  __newindex = function(t, k, v)
-    error('Attempt to modify a readonly table', 2)
-  end,
+  __index = strict_index(function(k) return current[k] end),
+  __newindex = refuse_write,
   __metatable = false,
 })
 "#;

@@ -166,15 +166,7 @@ impl Json {
             Json::UInt(u) => out.push_str(&u.to_string()),
             Json::Float(x) => out.push_str(&float_text(*x)),
             Json::Str(s) => write_str(out, s),
-            Json::Arr(a) => {
-                out.push('[');
-                for (i, v) in a.iter().enumerate() {
-                    f.item_start(out, i == 0, level + 1);
-                    v.write(out, f, level + 1);
-                }
-                f.close(out, !a.is_empty(), level);
-                out.push(']');
-            }
+            Json::Arr(a) => write_array(out, a.iter(), f, level),
             Json::Obj(o) => {
                 out.push('{');
                 for (i, (k, v)) in o.iter().enumerate() {
@@ -228,6 +220,30 @@ impl Json {
             _ => 8,
         }
     }
+}
+
+/// The JSON text of an array holding `items`, printed from the document without copying
+/// them (what a JSONPath reply is).
+pub fn list_text(items: &[&Json], f: &Format) -> String {
+    let mut out = String::new();
+    write_array(&mut out, items.iter().copied(), f, 0);
+    out
+}
+
+fn write_array<'a>(
+    out: &mut String,
+    items: impl ExactSizeIterator<Item = &'a Json>,
+    f: &Format,
+    level: usize,
+) {
+    out.push('[');
+    let any = items.len() > 0;
+    for (i, v) in items.enumerate() {
+        f.item_start(out, i == 0, level + 1);
+        v.write(out, f, level + 1);
+    }
+    f.close(out, any, level);
+    out.push(']');
 }
 
 /// A float as RedisJSON prints it (serde_json with `ryu`): the shortest digits that read back
