@@ -33,6 +33,7 @@ pub mod delivery;
 pub mod executor;
 pub mod http;
 pub mod log;
+pub mod rdb;
 pub mod reply;
 pub mod server;
 pub mod state;

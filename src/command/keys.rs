@@ -4,6 +4,7 @@
 use super::args::{glob_match, int_arg, is, parse_i64, scan_opts};
 use super::strings::tri;
 use super::Ctx;
+use crate::rdb;
 use crate::reply::{errors, Reply};
 use crate::state::{Db, Value};
 
@@ -214,6 +215,98 @@ pub fn copy(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     ctx.db.insert(dst, e.value, e.expire_at_ms, now);
     ctx.dirty = true;
     Reply::Int(1)
+}
+
+/// `DUMP key`: the value in Redis's serialization (see `rdb`), nil for a missing key.
+pub fn dump(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    match ctx.db.get(&a[1], ctx.now_ms) {
+        None => Reply::Nil,
+        Some(e) => match rdb::dump(&e.value) {
+            Ok(payload) => Reply::bulk(payload),
+            Err(why) => Reply::err(why),
+        },
+    }
+}
+
+/// `RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ f]`, checked in Redis's
+/// order. Logged as `RESTORE key <absolute ms or 0> payload ABSTTL REPLACE`, so replay
+/// neither depends on the time it runs at nor on what the key held.
+pub fn restore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let (mut replace, mut absttl) = (false, false);
+    let (mut idle, mut freq) = (None, None);
+    let mut j = 4;
+    while j < a.len() {
+        let more = a.len() - j - 1;
+        if is(&a[j], "replace") {
+            replace = true;
+        } else if is(&a[j], "absttl") {
+            absttl = true;
+        } else if is(&a[j], "idletime") && more >= 1 && freq.is_none() {
+            let v = tri!(int_arg(&a[j + 1]));
+            if v < 0 {
+                return Reply::err("ERR Invalid IDLETIME value, must be >= 0");
+            }
+            idle = Some(v as u64);
+            j += 1;
+        } else if is(&a[j], "freq") && more >= 1 && idle.is_none() {
+            let v = tri!(int_arg(&a[j + 1]));
+            if !(0..=255).contains(&v) {
+                return Reply::err("ERR Invalid FREQ value, must be >= 0 and <= 255");
+            }
+            freq = Some(v);
+            j += 1;
+        } else {
+            return Reply::err(errors::SYNTAX);
+        }
+        j += 1;
+    }
+    let key = &a[1];
+    let now = ctx.now_ms;
+    let exists = ctx.db.get_mut(key, now).is_some();
+    if exists && !replace {
+        return Reply::err("BUSYKEY Target key name already exists.");
+    }
+    let ttl = tri!(int_arg(&a[2]));
+    if ttl < 0 {
+        return Reply::err("ERR Invalid TTL value, must be >= 0");
+    }
+    let value = match rdb::restore(&a[3]) {
+        Ok(v) => v,
+        Err(rdb::LoadError::VersionOrChecksum) => {
+            return Reply::err("ERR DUMP payload version or checksum are wrong")
+        }
+        Err(rdb::LoadError::BadFormat) => return Reply::err("ERR Bad data format"),
+    };
+    let at = match (ttl, absttl) {
+        (0, _) => None,
+        (t, true) => Some(t as u64),
+        (t, false) => Some(now.saturating_add(t as u64)),
+    };
+    if exists {
+        ctx.db.remove(key);
+        ctx.dirty = true;
+    }
+    if at.is_some_and(|at| at <= now) {
+        // Already expired: nothing is created (a replaced key is gone all the same).
+        if exists {
+            ctx.log_as(vec![b"DEL".to_vec(), key.clone()]);
+        }
+        return Reply::ok();
+    }
+    ctx.db.insert(key, value, at, now);
+    if let (Some(idle), Some(e)) = (idle, ctx.db.get_mut(key, now)) {
+        e.access_ms = now.saturating_sub(idle.saturating_mul(1000));
+    }
+    ctx.dirty = true;
+    ctx.log_as(vec![
+        b"RESTORE".to_vec(),
+        key.clone(),
+        at.unwrap_or(0).to_string().into_bytes(),
+        a[3].clone(),
+        b"ABSTTL".to_vec(),
+        b"REPLACE".to_vec(),
+    ]);
+    Reply::ok()
 }
 
 pub fn move_(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {

@@ -179,6 +179,8 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "rename" => k::rename(ctx, args, false),
         "renamenx" => k::rename(ctx, args, true),
         "copy" => k::copy(ctx, args),
+        "dump" => k::dump(ctx, args),
+        "restore" => k::restore(ctx, args),
         "move" => k::move_(ctx, args),
         "keys" => k::keys(ctx, args),
         "scan" => k::scan(ctx, args),
