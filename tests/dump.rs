@@ -522,3 +522,94 @@ fn restored_keys_survive_a_restart_with_their_ttl() {
         other => panic!("DUMP of JSON answered {other:?}"),
     }
 }
+
+/// FUNCTION RESTORE over HTTP: the payload as the POST body, the policy after it.
+fn tp_function_restore(t: &mut Http, payload: &[u8], policy: &str) -> Canon {
+    let q = if policy.is_empty() {
+        String::new()
+    } else {
+        format!("?{policy}")
+    };
+    let r = t.request(
+        "POST",
+        &format!("/function/restore{q}"),
+        &[("Upstash-Encoding", "base64")],
+        payload,
+    );
+    envelope_to_canon(&r.json())
+}
+
+#[test]
+fn function_dump_and_restore_match_redis() {
+    let Some(redis) = redis_or_skip() else { return };
+    let mut rd = Redis::connect(redis.port);
+    let dir = TempDir::new("dump-functions");
+    let s = Server::start(dir.path(), &[]);
+    let mut t = s.client();
+    let lib = "#!lua name=mylib\nredis.register_function('f1', function(keys, args) return 'one' end)\nredis.register_function('f2', function(keys, args) return #keys end)";
+    let clash = "#!lua name=other\nredis.register_function('f1', function() return 'other' end)";
+    let both = |t: &mut Http, rd: &mut Redis, c: &[&str]| {
+        let want = rd.cmd_str(c);
+        assert_eq!(t.cmd_str(c), want, "{c:?}");
+        want
+    };
+    both(&mut t, &mut rd, &["FUNCTION", "LOAD", lib]);
+    let dump = both(&mut t, &mut rd, &["FUNCTION", "DUMP"]);
+    let p = payload(dump);
+    both(&mut t, &mut rd, &["SET", "k", "value"]);
+    let not_functions = payload(both(&mut t, &mut rd, &["DUMP", "k"]));
+    let mut damaged = p.clone();
+    damaged[5] ^= 1;
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (p.clone(), ""),
+        (p.clone(), "APPEND"),
+        (p.clone(), "REPLACE"),
+        (p.clone(), "bogus"),
+        (p.clone(), "FLUSH"),
+        (damaged, "FLUSH"),
+        (not_functions, "FLUSH"),
+        (b"short".to_vec(), ""),
+    ];
+    for (payload, policy) in &cases {
+        let mut c = vec![b("FUNCTION"), b("RESTORE"), payload.clone()];
+        if !policy.is_empty() {
+            c.push(b(policy));
+        }
+        let want = rd.cmd(&c);
+        assert_eq!(
+            tp_function_restore(&mut t, payload, policy),
+            want,
+            "policy {policy:?}"
+        );
+    }
+    // Too many arguments, an empty payload.
+    for c in [
+        vec![b("FUNCTION"), b("RESTORE"), p.clone(), b("FLUSH"), b("x")],
+        vec![b("FUNCTION"), b("RESTORE"), Vec::new()],
+    ] {
+        let want = rd.cmd(&c);
+        assert_eq!(t.cmd(&c), want);
+    }
+    // A function of the payload already belongs to another library.
+    both(&mut t, &mut rd, &["FUNCTION", "FLUSH"]);
+    both(&mut t, &mut rd, &["FUNCTION", "LOAD", clash]);
+    let c = vec![b("FUNCTION"), b("RESTORE"), p.clone(), b("REPLACE")];
+    assert_eq!(tp_function_restore(&mut t, &p, "REPLACE"), rd.cmd(&c));
+    // With FLUSH it goes in, and the functions run.
+    let c = vec![b("FUNCTION"), b("RESTORE"), p.clone(), b("FLUSH")];
+    assert_eq!(tp_function_restore(&mut t, &p, "FLUSH"), rd.cmd(&c));
+    both(&mut t, &mut rd, &["FCALL", "f1", "0"]);
+    both(&mut t, &mut rd, &["FCALL", "f2", "2", "a", "b"]);
+    both(&mut t, &mut rd, &["FUNCTION", "LIST", "WITHCODE"]);
+    // An empty set of libraries dumps to the footer alone.
+    both(&mut t, &mut rd, &["FUNCTION", "FLUSH"]);
+    let empty = payload(both(&mut t, &mut rd, &["FUNCTION", "DUMP"]));
+    assert_eq!(empty.len(), 10);
+    // A restore is logged as the loads it made: it survives a restart.
+    assert_eq!(tp_function_restore(&mut t, &p, ""), Canon::s("OK"));
+    drop(t);
+    assert_eq!(s.terminate(), Some(0));
+    let s = Server::start(dir.path(), &[]);
+    let mut t = s.client();
+    assert_eq!(t.cmd_str(&["FCALL", "f1", "0"]), Canon::s("one"));
+}

@@ -307,6 +307,8 @@ pub fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
         "function|load" => functions::load(ctx, args),
         "function|delete" => functions::delete(ctx, args),
         "function|flush" => functions::flush(ctx, args),
+        "function|dump" => functions::dump(ctx),
+        "function|restore" => functions::restore(ctx, args),
         "command" => introspect::command(ctx, args),
         "command|info" => introspect::command_info(ctx, args),
         "command|docs" => introspect::command_docs(ctx, args),

@@ -692,6 +692,11 @@ impl Executor {
                     return e;
                 }
             }
+            "function|restore" => {
+                if let Err(e) = self.check_function_restore(&args) {
+                    return e;
+                }
+            }
             "function|list" => return self.function_list(&args),
             "function|stats" => {
                 self.scripts.sync(&self.db);
@@ -834,6 +839,45 @@ impl Executor {
                 .any(|(lib, (_, fns))| *lib != name && fns.contains(fname));
             if taken {
                 return Err(Reply::Error(format!("ERR Function {fname} already exists")));
+            }
+        }
+        Ok(())
+    }
+
+    /// FUNCTION RESTORE's checks, in Redis's order: the payload, each library as FUNCTION LOAD
+    /// checks it, then joining them to the libraries that stay (names and functions).
+    fn check_function_restore(&mut self, args: &[Vec<u8>]) -> Result<(), Reply> {
+        use command::functions::RestorePolicy;
+        self.scripts.sync(&self.db);
+        let (policy, libs) = command::functions::restore_args(args)?;
+        let mut defined: Vec<String> = Vec::new();
+        for (_, code) in &libs {
+            let (_, defs) = self.scripts.check_library(code)?;
+            for (fname, _) in defs {
+                if defined.contains(&fname) {
+                    return Err(Reply::Error(format!("ERR Function {fname} already exists")));
+                }
+                defined.push(fname);
+            }
+        }
+        if policy == RestorePolicy::Flush {
+            return Ok(());
+        }
+        let incoming = |lib: &str| libs.iter().any(|(n, _)| n == lib);
+        if policy == RestorePolicy::Append {
+            if let Some((name, _)) = libs
+                .iter()
+                .find(|(n, _)| self.db.functions().contains_key(n))
+            {
+                return Err(Reply::Error(format!("ERR Library {name} already exists")));
+            }
+        }
+        for (lib, (_, fns)) in &self.scripts.libraries {
+            if incoming(lib) {
+                continue;
+            }
+            if let Some(f) = defined.iter().find(|f| fns.contains(*f)) {
+                return Err(Reply::Error(format!("ERR Function {f} already exists")));
             }
         }
         Ok(())

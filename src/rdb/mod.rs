@@ -113,6 +113,58 @@ pub fn dump(v: &Value) -> Result<Vec<u8>, &'static str> {
     Ok(out)
 }
 
+/// The opcode before each library in a FUNCTION DUMP payload (Redis 7.0's `RDB_OPCODE_FUNCTION2`;
+/// 246 was the pre-GA form).
+const OPCODE_FUNCTION2: u8 = 245;
+const OPCODE_FUNCTION_PRE_GA: u8 = 246;
+
+/// The FUNCTION DUMP payload of these libraries' code.
+pub fn dump_functions<'a>(codes: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for code in codes {
+        out.push(OPCODE_FUNCTION2);
+        put_string(&mut out, code);
+    }
+    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The libraries' code in a FUNCTION DUMP payload, or Redis's error text.
+pub fn restore_functions(payload: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
+    let body =
+        verified_body(payload).map_err(|_| "ERR DUMP payload version or checksum are wrong")?;
+    let mut r = Reader { b: body, p: 0 };
+    let mut codes = Vec::new();
+    while r.p < body.len() {
+        match r.byte() {
+            Some(OPCODE_FUNCTION2) => {}
+            Some(OPCODE_FUNCTION_PRE_GA) => return Err("ERR Pre-GA function format not supported"),
+            _ => return Err("ERR given type is not a function"),
+        }
+        codes.push(
+            r.string()
+                .ok_or("ERR failed loading the given functions payload")?,
+        );
+    }
+    Ok(codes)
+}
+
+/// The payload without its footer, once the footer's version and checksum hold.
+fn verified_body(payload: &[u8]) -> Result<&[u8], LoadError> {
+    if payload.len() < 10 {
+        return Err(LoadError::VersionOrChecksum);
+    }
+    let (body, footer) = payload.split_at(payload.len() - 10);
+    let version = u16::from_le_bytes([footer[0], footer[1]]);
+    let crc = u64::from_le_bytes(footer[2..].try_into().map_err(|_| LoadError::BadFormat)?);
+    if version > RDB_VERSION_READ_MAX || crc64(&payload[..payload.len() - 8]) != crc {
+        return Err(LoadError::VersionOrChecksum);
+    }
+    Ok(body)
+}
+
 /// Why RESTORE refuses a payload (the two texts Redis answers).
 #[derive(Debug, PartialEq, Eq)]
 pub enum LoadError {
@@ -124,15 +176,7 @@ pub enum LoadError {
 
 /// Checks the footer of `payload` and reads the value in it.
 pub fn restore(payload: &[u8]) -> Result<Value, LoadError> {
-    if payload.len() < 10 {
-        return Err(LoadError::VersionOrChecksum);
-    }
-    let (body, footer) = payload.split_at(payload.len() - 10);
-    let version = u16::from_le_bytes([footer[0], footer[1]]);
-    let crc = u64::from_le_bytes(footer[2..].try_into().map_err(|_| LoadError::BadFormat)?);
-    if version > RDB_VERSION_READ_MAX || crc64(&payload[..payload.len() - 8]) != crc {
-        return Err(LoadError::VersionOrChecksum);
-    }
+    let body = verified_body(payload)?;
     let mut r = Reader { b: body, p: 0 };
     let v = r.value().ok_or(LoadError::BadFormat)?;
     // Redis ignores bytes after the value; so does this.
@@ -935,6 +979,7 @@ mod tests {
                 let crc = crc64(&b);
                 b.extend_from_slice(&crc.to_le_bytes());
                 let _ = restore(&b);
+                let _ = restore_functions(&b);
             }
         }
     }
