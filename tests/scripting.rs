@@ -183,29 +183,6 @@ fn scripts_answer_as_redis_does() {
     }
 }
 
-/// FUNCTION LIST lists a library's functions in its hash table's order, which differs between
-/// two runs of the same Redis: compare them sorted.
-fn functions_sorted(c: Canon) -> Canon {
-    let Canon::Arr(libs) = c else { return c };
-    Canon::Arr(
-        libs.into_iter()
-            .map(|lib| match lib {
-                Canon::Arr(mut fields) => {
-                    for i in 0..fields.len().saturating_sub(1) {
-                        if fields[i] == Canon::s("functions") {
-                            if let Canon::Arr(f) = &mut fields[i + 1] {
-                                f.sort();
-                            }
-                        }
-                    }
-                    Canon::Arr(fields)
-                }
-                other => other,
-            })
-            .collect(),
-    )
-}
-
 #[test]
 fn function_libraries_survive_a_restart_and_flushall() {
     let dir = TempDir::new("functions-replay");

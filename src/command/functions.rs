@@ -5,6 +5,7 @@
 use super::args::is;
 use super::Ctx;
 use crate::reply::Reply;
+use crate::state::Db;
 
 /// `#!lua name=<library>` on the first line: the library's name and where its code starts (at
 /// the line feed, so line numbers stay the user's).
@@ -150,6 +151,15 @@ pub fn restore_args(a: &[Vec<u8>]) -> Result<(RestorePolicy, Vec<Library>), Repl
     Ok((policy, libs))
 }
 
+/// APPEND refuses a library that exists already (this text of Redis's has no quotes).
+pub fn append_clash(db: &Db, policy: RestorePolicy, libs: &[Library]) -> Option<Reply> {
+    if policy != RestorePolicy::Append {
+        return None;
+    }
+    let (name, _) = libs.iter().find(|(n, _)| db.functions().contains_key(n))?;
+    Some(Reply::Error(format!("ERR Library {name} already exists")))
+}
+
 /// Applies FUNCTION RESTORE (checked by the executor already) and logs it as FUNCTION FLUSH and
 /// FUNCTION LOAD [REPLACE] commands, which replay without the payload format.
 pub fn restore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
@@ -157,13 +167,8 @@ pub fn restore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         Ok(x) => x,
         Err(e) => return e,
     };
-    if policy == RestorePolicy::Append {
-        if let Some((name, _)) = libs
-            .iter()
-            .find(|(n, _)| ctx.db.functions().contains_key(n))
-        {
-            return Reply::Error(format!("ERR Library {name} already exists"));
-        }
+    if let Some(e) = append_clash(ctx.db, policy, &libs) {
+        return e;
     }
     if policy == RestorePolicy::Flush {
         ctx.db.flush_function_libraries();

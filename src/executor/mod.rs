@@ -864,13 +864,8 @@ impl Executor {
             return Ok(());
         }
         let incoming = |lib: &str| libs.iter().any(|(n, _)| n == lib);
-        if policy == RestorePolicy::Append {
-            if let Some((name, _)) = libs
-                .iter()
-                .find(|(n, _)| self.db.functions().contains_key(n))
-            {
-                return Err(Reply::Error(format!("ERR Library {name} already exists")));
-            }
+        if let Some(e) = command::functions::append_clash(&self.db, policy, &libs) {
+            return Err(e);
         }
         for (lib, (_, fns)) in &self.scripts.libraries {
             if incoming(lib) {

@@ -95,35 +95,33 @@ pub fn compress(input: &[u8], out_max: usize) -> Option<Vec<u8>> {
             if op >= out_max {
                 return None;
             }
-            lit += 1;
-            out[op] = input[ip];
-            op += 1;
+            literal(&mut out, &mut op, &mut lit, input[ip]);
             ip += 1;
-            if lit == MAX_LIT {
-                out[op - lit - 1] = (lit - 1) as u8;
-                lit = 0;
-                op += 1;
-            }
         }
     }
     if op + 3 > out_max {
         return None;
     }
     while ip < in_len {
-        lit += 1;
-        out[op] = input[ip];
-        op += 1;
+        literal(&mut out, &mut op, &mut lit, input[ip]);
         ip += 1;
-        if lit == MAX_LIT {
-            out[op - lit - 1] = (lit - 1) as u8;
-            lit = 0;
-            op += 1;
-        }
     }
     out[op - lit - 1] = (lit as u8).wrapping_sub(1); // end run
     op -= usize::from(lit == 0);
     out.truncate(op);
     Some(out)
+}
+
+/// Copies one literal byte; a run that reaches `MAX_LIT` is closed and a new one started.
+fn literal(out: &mut [u8], op: &mut usize, lit: &mut usize, b: u8) {
+    *lit += 1;
+    out[*op] = b;
+    *op += 1;
+    if *lit == MAX_LIT {
+        out[*op - *lit - 1] = (*lit - 1) as u8;
+        *lit = 0;
+        *op += 1;
+    }
 }
 
 /// Decompresses `input` to exactly `out_len` bytes; `None` for data that is not valid LZF or

@@ -8,8 +8,9 @@
 //! list or stream, small hashes in Redis's field order) the bytes are Redis's own; in every case
 //! Redis restores them.
 //!
-//! Reading takes what Redis 7.0 to 7.4 write for these types. Every length is checked: a bad
-//! payload is refused, never trusted.
+//! Reading takes what Redis 7.0 to 7.4 write for these types (RDB 10 to 12; not 7.4's types
+//! for hashes with field TTLs). Every length is checked: a bad payload is refused, never
+//! trusted.
 
 pub mod listpack;
 pub mod lzf;
@@ -626,13 +627,8 @@ impl<'a> Reader<'a> {
                 Value::ZSet(z.into_stored())
             }
             TYPE_ZSET_LISTPACK => {
-                let items = listpack::read(&self.string()?)?;
-                if items.len() % 2 == 1 {
-                    return None;
-                }
                 let mut z = ZSet::new();
-                let mut it = items.into_iter();
-                while let (Some(m), Some(s)) = (it.next(), it.next()) {
+                for (m, s) in self.listpack_pairs()? {
                     let score = match s {
                         Item::Int(i) => i as f64,
                         Item::Str(s) => parse_f64(&s)?,
@@ -655,13 +651,8 @@ impl<'a> Reader<'a> {
                 Value::Hash(h)
             }
             TYPE_HASH_LISTPACK => {
-                let items = listpack::read(&self.string()?)?;
-                if items.len() % 2 == 1 {
-                    return None;
-                }
                 let mut h = Hash::new();
-                let mut it = items.into_iter();
-                while let (Some(f), Some(v)) = (it.next(), it.next()) {
+                for (f, v) in self.listpack_pairs()? {
                     if h.insert(&f.into_bytes(), v.into_bytes()).is_some() {
                         return None;
                     }
@@ -682,6 +673,20 @@ impl<'a> Reader<'a> {
             _ => false,
         };
         (!empty).then_some(v)
+    }
+
+    /// A listpack of (member, score) or (field, value) pairs.
+    fn listpack_pairs(&mut self) -> Option<Vec<(Item, Item)>> {
+        let items = listpack::read(&self.string()?)?;
+        if items.len() % 2 == 1 {
+            return None;
+        }
+        let mut it = items.into_iter();
+        let mut pairs = Vec::new();
+        while let (Some(a), Some(b)) = (it.next(), it.next()) {
+            pairs.push((a, b));
+        }
+        Some(pairs)
     }
 
     fn quicklist(&mut self) -> Option<VecDeque<Vec<u8>>> {

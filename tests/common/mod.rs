@@ -672,3 +672,26 @@ impl SseReader {
         }
     }
 }
+
+/// FUNCTION LIST lists a library's functions in its hash table's order, which differs between
+/// two runs of the same Redis: compare them sorted.
+pub fn functions_sorted(c: Canon) -> Canon {
+    let Canon::Arr(libs) = c else { return c };
+    Canon::Arr(
+        libs.into_iter()
+            .map(|lib| match lib {
+                Canon::Arr(mut fields) => {
+                    for i in 0..fields.len().saturating_sub(1) {
+                        if fields[i] == Canon::s("functions") {
+                            if let Canon::Arr(f) = &mut fields[i + 1] {
+                                f.sort();
+                            }
+                        }
+                    }
+                    Canon::Arr(fields)
+                }
+                other => other,
+            })
+            .collect(),
+    )
+}
