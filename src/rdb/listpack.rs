@@ -132,8 +132,8 @@ impl Writer {
         self.count += 1;
     }
 
-    /// The bytes the listpack would have with one more element of `s` (a size estimate for
-    /// deciding where a node ends).
+    /// The size the listpack would have if finished now (its terminator included): what
+    /// Redis compares with a node's size limit.
     pub fn len(&self) -> usize {
         self.buf.len() + 1
     }
