@@ -831,12 +831,21 @@ impl Executor {
             return Err(Reply::Error(format!("ERR Library '{name}' already exists")));
         }
         let (_, defs) = self.scripts.check_library(code)?;
-        for (fname, _) in &defs {
+        self.refuse_taken_functions(defs.iter().map(|(f, _)| f), |lib| lib != name)
+    }
+
+    /// Refuses a function name that a library which stays (`stays(library)`) already owns.
+    fn refuse_taken_functions<'a>(
+        &self,
+        names: impl Iterator<Item = &'a String>,
+        stays: impl Fn(&str) -> bool,
+    ) -> Result<(), Reply> {
+        for fname in names {
             let taken = self
                 .scripts
                 .libraries
                 .iter()
-                .any(|(lib, (_, fns))| *lib != name && fns.contains(fname));
+                .any(|(lib, (_, fns))| stays(lib) && fns.contains(fname));
             if taken {
                 return Err(Reply::Error(format!("ERR Function {fname} already exists")));
             }
@@ -863,19 +872,11 @@ impl Executor {
         if policy == RestorePolicy::Flush {
             return Ok(());
         }
-        let incoming = |lib: &str| libs.iter().any(|(n, _)| n == lib);
         if let Some(e) = command::functions::append_clash(&self.db, policy, &libs) {
             return Err(e);
         }
-        for (lib, (_, fns)) in &self.scripts.libraries {
-            if incoming(lib) {
-                continue;
-            }
-            if let Some(f) = defined.iter().find(|f| fns.contains(*f)) {
-                return Err(Reply::Error(format!("ERR Function {f} already exists")));
-            }
-        }
-        Ok(())
+        // Libraries named in the payload are replaced (APPEND refused them above).
+        self.refuse_taken_functions(defined.iter(), |lib| !libs.iter().any(|(n, _)| n == lib))
     }
 
     /// `FCALL function numkeys key ... arg ...` and FCALL_RO.
