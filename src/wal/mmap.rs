@@ -1,4 +1,4 @@
-//! The one place that maps a file into memory. Kept tiny because it is the only `unsafe`.
+//! The one place that maps a file into memory. Kept tiny because it is `unsafe`.
 
 use std::fs::File;
 use std::io;

@@ -1,7 +1,8 @@
 //! The write-ahead log: format, reading with recovery, appending.
 //!
 //! `format` is the byte layout, `record` the payload kinds, `reader` walks a directory and
-//! applies the recovery table, `writer` appends, and `mmap` is the one small `unsafe`.
+//! applies the recovery table, `writer` appends. Its only `unsafe` is the map in `mmap` and one
+//! `sync_file_range` call in `writer`.
 
 pub mod format;
 pub mod mmap;

