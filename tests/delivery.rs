@@ -1277,3 +1277,222 @@ fn the_maximum_message_size_bounds_bodies_and_cuts_responses() {
         .expect("b64");
     assert_eq!(response.len(), 1000);
 }
+
+#[test]
+fn workflow_dlq_lists_resumes_restarts_and_calls_the_failure_function_again() {
+    let dir = TempDir::new("dl-wfdlq");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let wf = sink.url("/wf");
+    let fail = sink.url("/status/500");
+    let fcb = sink.url("/status/502");
+    let step_headers = |init: &'static str| {
+        vec![
+            ("Upstash-Workflow-RunId", "wfr_d1"),
+            ("Upstash-Workflow-Init", init),
+            ("Upstash-Workflow-Url", wf.as_str()),
+            ("Upstash-Forward-Upstash-Workflow-Sdk-Version", "1"),
+            ("Upstash-Retries", "0"),
+            ("Upstash-Failure-Callback", fcb.as_str()),
+            ("Upstash-Failure-Callback-Retries", "0"),
+            ("Upstash-Label", "nightly"),
+        ]
+    };
+    // The run's first step is delivered; its second fails for good and enters the DLQ.
+    let r = publish(&mut c, &wf, &step_headers("true"), b"{\"start\":1}");
+    assert_eq!(r.status, 200, "{}", r.text());
+    sink.wait_for(10, "the first step", |g| {
+        g.iter().any(|r| r.target == "/wf")
+    });
+    let step = br#"{"stepId":1,"stepName":"a","stepType":"Run","out":"1","concurrent":1}"#;
+    let r = publish(&mut c, &fail, &step_headers("false"), step);
+    let failed_id = r.json()["messageId"].as_str().expect("id").to_string();
+    // A message outside any run fails too: the workflow view leaves it out.
+    publish(&mut c, &fail, &[("Upstash-Retries", "0")], b"plain");
+    // Three entries: the step, the plain message, and the failure function's call.
+    poll(10, "all three failures in the DLQ", || {
+        c.get("/v2/dlq").json()["messages"].as_array().map(Vec::len) == Some(3)
+    });
+    poll(10, "the failure function to fail", || {
+        c.get("/v2/dlq?source=workflow").json()["messages"][0]["failureCallbackInfo"]["state"]
+            == "CALLBACK_FAIL"
+    });
+    let list = c.get("/v2/dlq?source=workflow").json();
+    let entries = list["messages"].as_array().expect("messages");
+    assert_eq!(entries.len(), 1, "{list}");
+    let e = &entries[0];
+    assert_eq!(e["messageId"], failed_id.as_str());
+    assert_eq!(e["workflowRunId"], "wfr_d1");
+    assert_eq!(e["workflowUrl"], wf.as_str());
+    assert!(e["workflowCreatedAt"].as_u64().is_some(), "{e}");
+    assert_eq!(e["failureCallback"], fcb.as_str());
+    assert_eq!(e["failureCallbackInfo"]["responseStatus"], 502);
+    assert_eq!(e["label"], "nightly");
+    assert_eq!(e["responseStatus"], 500);
+    let dlq_id = e["dlqId"].as_str().expect("dlqId").to_string();
+    // The same list through the workflow routes, and its filters.
+    assert_eq!(
+        c.get("/v2/workflows/dlq").json()["messages"],
+        list["messages"]
+    );
+    let none = c.get("/v2/dlq?source=workflow&workflowRunId=other").json();
+    assert_eq!(none["messages"], json!([]));
+    let by_state = c.get("/v2/dlq?source=workflow&failureFunctionState=CALLBACK_FAIL");
+    assert_eq!(
+        by_state.json()["messages"].as_array().map(Vec::len),
+        Some(1)
+    );
+    // The run shows as failed, with its DLQ entry and the failed step.
+    let logs = c.get("/v2/workflows/events?workflowRunId=wfr_d1").json();
+    let run = &logs["runs"][0];
+    assert_eq!(run["workflowState"], "RUN_FAILED", "{logs}");
+    assert_eq!(run["dlqId"], dlq_id.as_str());
+    assert_eq!(
+        run["steps"][1]["steps"][0]["state"], "STEP_FAILED",
+        "{logs}"
+    );
+
+    // The failure function again: one more call with the run's ids in its body.
+    let r = c.post(&format!("/v2/workflows/dlq/callback/{dlq_id}"), b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["workflowRunId"], "wfr_d1");
+    let got = sink.wait_for(10, "the second failure call", |g| {
+        g.iter().filter(|r| r.target == "/status/502").count() == 2
+    });
+    let call = got
+        .iter()
+        .rev()
+        .find(|r| r.target == "/status/502")
+        .expect("fcb");
+    assert_eq!(call.json()["dlqId"], dlq_id.as_str());
+    assert_eq!(call.json()["workflowRunId"], "wfr_d1");
+    assert_eq!(
+        STANDARD
+            .decode(call.json()["sourceBody"].as_str().expect("sourceBody"))
+            .expect("b64"),
+        b"{\"start\":1}"
+    );
+
+    // Unknown ids and wrong routes are refused with JSON errors.
+    let r = c.post("/v2/workflows/dlq/resume?dlqIds=nope", b"");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(r.json()["error"].is_string());
+    assert_eq!(c.post("/v2/workflows/dlq/nope/x", b"").status, 404);
+    assert_eq!(c.request("PUT", "/v2/workflows/dlq", &[], b"").status, 405);
+
+    // Resume: the same run id from the failed step, with the steps before it kept.
+    let before = Instant::now();
+    let r = c.request(
+        "POST",
+        &format!("/v2/workflows/dlq/resume?dlqIds={dlq_id}"),
+        &[("Upstash-Retries", "0")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let resumed = r.json();
+    assert_eq!(resumed["cursor"], "");
+    assert_eq!(resumed["workflowRuns"][0]["workflowRunId"], "wfr_d1");
+    let created = resumed["workflowRuns"][0]["workflowCreatedAt"]
+        .as_u64()
+        .expect("createdAt");
+    let got = sink.wait_for(10, "the resumed step", |g| {
+        g.iter()
+            .filter(|r| r.target == "/status/500" && r.at > before)
+            .count()
+            == 1
+    });
+    let again = got
+        .iter()
+        .find(|r| r.target == "/status/500" && r.at > before)
+        .expect("resumed");
+    assert_eq!(again.header("upstash-workflow-runid"), Some("wfr_d1"));
+    assert_eq!(
+        again.header("upstash-workflow-createdat"),
+        Some(created.to_string().as_str())
+    );
+    let history = again.json();
+    let history = history.as_array().expect("history");
+    assert_eq!(history.len(), 2, "the initial payload and the failed step");
+    let body = |h: &Value| {
+        STANDARD
+            .decode(h["body"].as_str().expect("b"))
+            .expect("b64")
+    };
+    assert_eq!(body(&history[0]), b"{\"start\":1}");
+    assert_eq!(body(&history[1]), step);
+    // The old entry is gone; the resumed step failed again into a new one.
+    let new_id = {
+        let mut id = String::new();
+        poll(10, "the resumed step's DLQ entry", || {
+            let l = c.get("/v2/workflows/dlq").json();
+            id = l["messages"][0]["dlqId"].as_str().unwrap_or("").to_string();
+            l["messages"].as_array().map(Vec::len) == Some(1) && id != dlq_id
+        });
+        id
+    };
+    assert_eq!(c.get(&format!("/v2/dlq/{dlq_id}")).status, 404);
+
+    // Restart under a new id: the initial payload to the workflow URL, nothing else.
+    let before = Instant::now();
+    let r = c.request(
+        "POST",
+        &format!("/v2/workflows/dlq/restart/{new_id}"),
+        &[("Upstash-Workflow-RunId", "wfr_d2")],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["workflowRunId"], "wfr_d2");
+    let got = sink.wait_for(10, "the restarted run", |g| {
+        g.iter().any(|r| r.target == "/wf" && r.at > before)
+    });
+    let fresh = got
+        .iter()
+        .find(|r| r.target == "/wf" && r.at > before)
+        .expect("restart");
+    assert_eq!(fresh.header("upstash-workflow-runid"), Some("wfr_d2"));
+    assert_eq!(fresh.header("upstash-workflow-sdk-version"), Some("1"));
+    let history = fresh.json();
+    assert_eq!(history.as_array().map(Vec::len), Some(1));
+    assert_eq!(body(&history[0]), b"{\"start\":1}");
+    assert_eq!(c.get("/v2/workflows/dlq").json()["messages"], json!([]));
+    // A taken id is refused, and changes nothing.
+    publish(&mut c, &fail, &step_headers("false"), step);
+    let mut last = String::new();
+    poll(10, "another failure", || {
+        let l = c.get("/v2/workflows/dlq").json();
+        last = l["messages"][0]["dlqId"].as_str().unwrap_or("").to_string();
+        !last.is_empty()
+    });
+    let r = c.request(
+        "POST",
+        &format!("/v2/workflows/dlq/resume/{last}"),
+        &[("Upstash-Workflow-RunId", "wfr_d2")],
+        b"",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(c.get(&format!("/v2/dlq/{last}")).status, 200);
+    let r = c.request(
+        "DELETE",
+        &format!("/v2/workflows/dlq?dlqIds={last}"),
+        &[],
+        b"",
+    );
+    assert_eq!(r.json()["deleted"], 1);
+
+    // All of it replays: the restarted run keeps its history after a restart.
+    drop(c);
+    drop(s);
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let logs = c.get("/v2/workflows/events?workflowRunId=wfr_d2").json();
+    assert_eq!(logs["runs"][0]["workflowState"], "RUN_STARTED", "{logs}");
+    assert_eq!(
+        c.get("/v2/workflows/runs/wfr_d2")
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(c.get("/v2/workflows/dlq").json()["messages"], json!([]));
+}

@@ -4,7 +4,7 @@
 
 use super::conf::{self, canonical, check_url, valid_name, Extra};
 use super::model::{Endpoint, QueueConf};
-use super::ops::{Filter, FlowAction, Op, OpReply, PublishReq, ScheduleReq, WaitReq};
+use super::ops::{Filter, FlowAction, Op, OpReply, PublishReq, Recovery, ScheduleReq, WaitReq};
 use super::sign::SigningKeys;
 use crate::config::REQUEST_BYTES_MAX;
 use crate::executor::Job;
@@ -247,7 +247,7 @@ fn filter(query: &[(String, String)], body: &[u8], ids_key: &str) -> Result<Filt
                 )
             }
             "cursor" => f.cursor = Some(v.clone()).filter(|c| !c.is_empty()),
-            "qstash_token" | "order" | "source" | "cancel" | "groupBy" => {}
+            "qstash_token" | "order" | "cancel" | "groupBy" => {}
             k if k == ids_key => f.ids.extend(v.split(',').map(str::to_string)),
             "messageIds" => f.ids.extend(v.split(',').map(str::to_string)),
             _ => {
@@ -569,14 +569,79 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
         ("flowControl" | "globalParallelism", _) => {
             return err(405, format!("method {method} is not allowed on {path}"))
         }
-        // The workflow DLQ and the OpenAPI-only trigger routes (the SDKs do not call them).
         ("workflows", _) if segs.first() == Some(&"dlq") => {
-            return err(501, format!("{path} is not implemented by tidepool yet"))
+            match workflow_dlq_route(m, &segs, &query, &body, headers) {
+                Ok(op) => op,
+                Err(r) => return *r,
+            }
         }
+        // The OpenAPI-only trigger route (the SDKs do not call it).
         ("trigger", _) => return err(501, format!("{path} is not implemented by tidepool yet")),
         _ => return err(404, format!("unknown route {path}")),
     };
     run(app, op).await
+}
+
+/// `/v2/workflows/dlq...`: the DLQ seen as failed workflow runs (`source=workflow`), and
+/// resuming, restarting, or calling a run's failure function again.
+fn workflow_dlq_route(
+    m: &Method,
+    segs: &[&str],
+    query: &[(String, String)],
+    body: &[u8],
+    headers: &HeaderMap,
+) -> Result<Op, Box<Response<Body>>> {
+    let bulk = |ids: Option<&str>| -> Result<Filter, Box<Response<Body>>> {
+        let mut f = match ids {
+            Some(id) => Filter {
+                ids: vec![id.to_string()],
+                ..Filter::default()
+            },
+            None => filter(query, body, "dlqIds").map_err(|e| Box::new(err(400, e)))?,
+        };
+        f.params.retain(|(k, _)| k != "source");
+        f.params.push(("source".into(), vec!["workflow".into()]));
+        Ok(f)
+    };
+    let id = segs
+        .last()
+        .map(|s| String::from_utf8_lossy(&percent_decode(s, false)).into_owned())
+        .unwrap_or_default();
+    Ok(match (m, &segs[1..]) {
+        (&Method::GET, []) => Op::DlqList(bulk(None)?),
+        (&Method::GET, [_]) => Op::DlqGet(id),
+        (&Method::DELETE, []) => Op::DlqDeleteMany(bulk(None)?),
+        (&Method::DELETE, [_]) => Op::DlqDelete(id),
+        (&Method::POST, [action @ ("resume" | "restart"), rest @ ..]) if rest.len() <= 1 => {
+            let mut extra = Extra::default();
+            let overrides = conf::parse(&conf::pairs_from_request(headers, &[]), &mut extra)
+                .map_err(|e| Box::new(err(400, e)))?;
+            let single = rest.len() == 1;
+            Op::RunRecover {
+                how: if *action == "resume" {
+                    Recovery::Resume
+                } else {
+                    Recovery::Restart
+                },
+                filter: bulk(single.then_some(id.as_str()))?,
+                single,
+                overrides,
+            }
+        }
+        (&Method::POST, ["callback", _]) => Op::RunFailureCallback(id),
+        (&Method::GET | &Method::DELETE | &Method::POST, _) => {
+            return Err(Box::new(err(
+                404,
+                "use /v2/workflows/dlq[/<dlqId>], /v2/workflows/dlq/resume|restart[/<dlqId>] or /v2/workflows/dlq/callback/<dlqId>",
+            )))
+        }
+        _ => {
+            return Err(Box::new(err(
+                405,
+                format!("method {m} is not allowed on /v2/workflows/dlq"),
+            )))
+        }
+    })
 }
 
 fn flow_action(action: &str, query: &[(String, String)]) -> Result<FlowAction, String> {

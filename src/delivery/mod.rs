@@ -112,6 +112,19 @@ pub struct Delivery {
     pub applying_seq: u64,
     /// When a flow-control key's rate window reopens, for keys with messages held back.
     flow_wake: BTreeSet<(u64, String)>,
+    /// The failure callback of each message in the DLQ that has one, by the failed message's
+    /// id (the workflow DLQ shows it as `failureCallbackInfo`).
+    pub failure_calls: HashMap<String, FailureCall>,
+}
+
+/// A failure callback's progress.
+#[derive(Debug, Clone)]
+pub struct FailureCall {
+    pub message_id: Arc<str>,
+    /// `CALLBACK_INPROGRESS`, `CALLBACK_SUCCESS` or `CALLBACK_FAIL`.
+    pub state: &'static str,
+    /// The last answer of the callback's destination.
+    pub response: Option<Response>,
 }
 
 /// A message ready for a worker: its body is the one to send (a workflow step gets the run's
@@ -185,7 +198,9 @@ impl Delivery {
             }
             Event::DlqRemove { ids } => {
                 for id in ids {
-                    self.dlq.remove(id);
+                    if let Some(e) = self.dlq.remove(id) {
+                        self.failure_calls.remove(&*e.message.id);
+                    }
                 }
             }
             Event::Topic(t) => {
@@ -281,6 +296,24 @@ impl Delivery {
                 }
                 self.notifications.retain(|(run, _), _| run != id);
             }
+            Event::RunStart { id, url, steps } => {
+                self.ended_runs.retain(|r| r != id);
+                self.notifications.retain(|(run, _), _| run != id);
+                self.runs.insert(
+                    id.clone(),
+                    Run {
+                        id: id.clone(),
+                        url: url.clone(),
+                        created_ms: ts,
+                        steps: steps.clone(),
+                        ended: None,
+                        failed_dlq_id: None,
+                        trigger_conf: None,
+                        completed_ms: None,
+                        response: None,
+                    },
+                );
+            }
             Event::Notification {
                 run_id,
                 event_id,
@@ -353,9 +386,14 @@ impl Delivery {
             created_ms: ts,
             steps: Vec::new(),
             ended: None,
+            failed_dlq_id: None,
+            trigger_conf: None,
             completed_ms: None,
             response: None,
         });
+        if run.trigger_conf.is_none() {
+            run.trigger_conf = Some(Box::new(m.conf.clone()));
+        }
         if run.ended.is_none() {
             run.steps.push(RunStep {
                 message_id: m.id.to_string(),
@@ -396,6 +434,16 @@ impl Delivery {
         }
         self.log(ts, m, &id, "CREATED");
         self.run_append(ts, m);
+        if let (Origin::FailureCallback, Some(source)) = (m.origin, &m.source_id) {
+            self.failure_calls.insert(
+                source.to_string(),
+                FailureCall {
+                    message_id: id.clone(),
+                    state: "CALLBACK_INPROGRESS",
+                    response: None,
+                },
+            );
+        }
         let order = self.next_order;
         self.next_order += 1;
         let queued = m.queue.as_deref().and_then(|q| self.queues.get_mut(q));
@@ -523,6 +571,14 @@ impl Delivery {
         self.due.remove(&(p.due_ms, p.order, key.clone()));
         self.log(started_ms, &p.msg, &key, "ACTIVE");
         let status = (response.status != 0).then_some(response.status);
+        self.failure_call_attempted(&p.msg, response, outcome);
+        if let (Outcome::Dead { dlq_id }, Some(run_id)) = (outcome, p.msg.conf.run_id()) {
+            if !matches!(p.msg.origin, Origin::Callback | Origin::FailureCallback) {
+                if let Some(run) = self.runs.get_mut(run_id).filter(|r| r.ended.is_none()) {
+                    run.failed_dlq_id = Some(dlq_id.clone());
+                }
+            }
+        }
         match outcome {
             Outcome::Delivered => {
                 self.log(ts, &p.msg, &key, "DELIVERED");
@@ -575,6 +631,27 @@ impl Delivery {
                 self.forget(&key, p);
             }
         }
+    }
+
+    /// Follows a failure callback's attempts (for the workflow DLQ's `failureCallbackInfo`).
+    fn failure_call_attempted(&mut self, m: &Message, response: &Response, outcome: &Outcome) {
+        if m.origin != Origin::FailureCallback {
+            return;
+        }
+        let Some(call) = m
+            .source_id
+            .as_deref()
+            .and_then(|s| self.failure_calls.get_mut(s))
+            .filter(|c| c.message_id == m.id)
+        else {
+            return;
+        };
+        call.response = Some(response.clone());
+        call.state = match outcome {
+            Outcome::Delivered => "CALLBACK_SUCCESS",
+            Outcome::Retry { .. } => "CALLBACK_INPROGRESS",
+            Outcome::Dead { .. } => "CALLBACK_FAIL",
+        };
     }
 
     /// Messages due at `now_ms`, at most `limit`, marked in flight. Not logged: see module doc.

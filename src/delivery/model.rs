@@ -146,6 +146,12 @@ impl Conf {
         self.workflow_value("Upstash-Workflow-Runid")
     }
 
+    /// Whether `Upstash-Feature-Set` lists `flag`.
+    pub fn has_feature(&self, flag: &str) -> bool {
+        self.workflow_value("Upstash-Feature-Set")
+            .is_some_and(|v| v.split(',').any(|f| f.trim() == flag))
+    }
+
     /// `Upstash-Workflow-CallType`, `step` when absent.
     pub fn call_type(&self) -> &str {
         self.workflow_value("Upstash-Workflow-Calltype")
@@ -250,6 +256,12 @@ pub struct Run {
     pub steps: Vec<RunStep>,
     /// `RUN_SUCCESS` or `RUN_CANCELED` once ended (the history is then dropped).
     pub ended: Option<String>,
+    /// The DLQ entry of the step that failed for good: the run shows as `RUN_FAILED` until it
+    /// is resumed or restarted from the DLQ.
+    pub failed_dlq_id: Option<String>,
+    /// The configuration of the run's first message (the trigger), which later steps take
+    /// what they leave out from (`WF_TriggerOnConfig`).
+    pub trigger_conf: Option<Box<Conf>>,
     pub completed_ms: Option<u64>,
     pub response: Option<Vec<u8>>,
 }
@@ -326,6 +338,13 @@ pub enum Event {
         state: String,
         response: Option<Bin>,
     },
+    /// A run created from the DLQ (resume or restart): its history starts as `steps` (the
+    /// failed run's steps before the failed one, or none), and replaces any run of that id.
+    RunStart {
+        id: String,
+        url: String,
+        steps: Vec<RunStep>,
+    },
     /// A lookback notify that found no waiter in its run, kept for the run's next wait.
     Notification {
         run_id: String,
@@ -365,6 +384,7 @@ impl Event {
             Event::Wait(_) => "Wait",
             Event::WaitersRemove { .. } => "WaitersRemove",
             Event::RunEnd { .. } => "RunEnd",
+            Event::RunStart { .. } => "RunStart",
             Event::Notification { .. } => "Notification",
             Event::NotificationRemove { .. } => "NotificationRemove",
             Event::FlowControl { .. } => "FlowControl",
@@ -423,6 +443,9 @@ impl Event {
             ),
             Event::WaitersRemove { ids } => format!("WaitersRemove {}", ids.join(" ")),
             Event::RunEnd { id, state, .. } => format!("RunEnd {id} {state}"),
+            Event::RunStart { id, url, steps } => {
+                format!("RunStart {id} {url} steps={}", steps.len())
+            }
             Event::Notification {
                 run_id,
                 event_id,

@@ -124,6 +124,27 @@ pub enum Op {
         action: FlowAction,
     },
     GlobalParallelism,
+    /// `POST /v2/workflows/dlq/resume|restart[/<dlqId>]`: failed runs started again.
+    RunRecover {
+        how: Recovery,
+        filter: Filter,
+        /// The single-id form, answered with one object.
+        single: bool,
+        /// Configuration headers of the request (retries, flow control, ..., and
+        /// `Upstash-Workflow-RunId` for the new run's id).
+        overrides: Conf,
+    },
+    /// `POST /v2/workflows/dlq/callback/<dlqId>`: the failure function called again.
+    RunFailureCallback(String),
+}
+
+/// How a failed workflow run starts again from the DLQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// From the failed step, keeping the steps before it.
+    Resume,
+    /// From the beginning, with the initial payload.
+    Restart,
 }
 
 /// What `POST /v2/flowControl/<key>/<action>` asks.
@@ -284,6 +305,39 @@ impl<'a> Tx<'a> {
         }
     }
 
+    /// A step published into a run without its own retries, retry delay, failure callback,
+    /// flow control or label takes the run trigger's (`WF_TriggerOnConfig`: the workflow SDK
+    /// sends those only with the trigger, so a step failing later reaches the failure function
+    /// and the DLQ as configured). None when nothing is to be taken.
+    fn inherit_trigger_conf(&self, req: &PublishReq) -> Option<PublishReq> {
+        let c = &req.conf;
+        if !c.has_feature("WF_TriggerOnConfig") || c.call_type() != "step" {
+            return None;
+        }
+        let t = self.d.runs.get(c.run_id()?)?.trigger_conf.as_deref()?;
+        let mut r = req.clone();
+        let n = &mut r.conf;
+        if n.retries.is_none() {
+            n.retries = t.retries;
+        }
+        if n.retry_delay.is_none() {
+            n.retry_delay = t.retry_delay.clone();
+        }
+        if n.failure_callback.is_none() {
+            n.failure_callback = t.failure_callback.clone();
+        }
+        if n.flow_key.is_none() {
+            n.flow_key = t.flow_key.clone();
+            n.parallelism = t.parallelism;
+            n.rate = t.rate;
+            n.period_s = t.period_s;
+        }
+        if n.labels.is_empty() {
+            n.labels = t.labels.clone();
+        }
+        (r.conf != req.conf).then_some(r)
+    }
+
     /// Publishes to a URL or fans out to a group. Returns one answer item per message.
     fn publish_one(
         &mut self,
@@ -322,6 +376,14 @@ impl<'a> Tx<'a> {
                 }
             }
         }
+        let inherited;
+        let req = match self.inherit_trigger_conf(req) {
+            Some(r) => {
+                inherited = r;
+                &inherited
+            }
+            None => req,
+        };
         if let Some(q) = &req.queue {
             if !self.d.queues.contains_key(q) {
                 self.emit(Event::Queue(QueueConf {
@@ -457,7 +519,10 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
         }
         Op::DlqList(f) => {
             let (page, cursor) = dlq_page(tx.d, &f);
-            let messages: Vec<Value> = page.iter().map(|id| json::dlq(&tx.d.dlq[id])).collect();
+            let messages: Vec<Value> = page
+                .iter()
+                .map(|id| dlq_json(tx.d, &tx.d.dlq[id]))
+                .collect();
             let mut m = Map::new();
             m.insert("messages".into(), Value::Array(messages));
             if let Some(c) = cursor {
@@ -466,7 +531,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
             ok(Value::Object(m))
         }
         Op::DlqGet(id) => match tx.d.dlq.get(&id) {
-            Some(e) => ok(json::dlq(e)),
+            Some(e) => ok(dlq_json(tx.d, e)),
             None => not_found(&format!("dlq message {id} not found")),
         },
         Op::DlqDelete(id) => {
@@ -533,6 +598,104 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
                 return ok(responses.pop().unwrap_or(Value::Null));
             }
             ok(json!({"cursor": cursor.unwrap_or_default(), "responses": responses}))
+        }
+        Op::RunRecover {
+            how,
+            mut filter,
+            single,
+            overrides,
+        } => {
+            // At most 50 runs per request, as the hosted service pages them.
+            filter.count = Some(filter.count.unwrap_or(50).clamp(1, 50));
+            for id in &filter.ids {
+                match tx.d.dlq.get(id) {
+                    None => return not_found(&format!("dlq message {id} not found")),
+                    Some(e) if !is_run_entry(e) => {
+                        return bad(format!("dlq message {id} is not a workflow run's step"))
+                    }
+                    Some(_) => {}
+                }
+            }
+            let (ids, cursor) = dlq_page(tx.d, &filter);
+            if single && ids.is_empty() {
+                return not_found("dlq message not found");
+            }
+            if overrides.run_id().is_some() && ids.len() > 1 {
+                return bad("Upstash-Workflow-RunId names one run: give one dlqId with it");
+            }
+            // Every entry is checked before any event is written, so a refusal changes nothing.
+            let mut plans = Vec::new();
+            for id in &ids {
+                match recovery_plan(tx.d, &tx.d.dlq[id], how, &overrides) {
+                    Ok(p) => plans.push(p),
+                    Err(e) => return e,
+                }
+            }
+            let mut runs = Vec::new();
+            for p in plans {
+                runs.push(json!({"workflowRunId": p.run_id, "workflowCreatedAt": tx.now_ms}));
+                let m = tx.message(
+                    &p.url,
+                    &p.conf,
+                    p.body,
+                    Origin::DlqRetry,
+                    None,
+                    None,
+                    None,
+                    p.caller_ip,
+                );
+                let m = Message {
+                    method: p.method,
+                    ..m
+                };
+                tx.emit(Event::RunStart {
+                    id: p.run_id,
+                    url: p.run_url,
+                    steps: p.steps,
+                });
+                tx.emit(Event::Put(Box::new(m)));
+            }
+            if !ids.is_empty() {
+                tx.emit(Event::DlqRemove { ids });
+            }
+            if single {
+                return ok(runs.pop().unwrap_or(Value::Null));
+            }
+            let mut m = Map::new();
+            m.insert("cursor".into(), json!(cursor.unwrap_or_default()));
+            m.insert("workflowRuns".into(), Value::Array(runs));
+            ok(Value::Object(m))
+        }
+        Op::RunFailureCallback(id) => {
+            let Some(e) = tx.d.dlq.get(&id).cloned() else {
+                return not_found(&format!("dlq message {id} not found"));
+            };
+            let Some(run_id) = e.message.conf.run_id().filter(|_| is_run_entry(&e)) else {
+                return bad(format!("dlq message {id} is not a workflow run's step"));
+            };
+            let Some(hook) = e.message.conf.failure_callback.clone() else {
+                return bad(format!(
+                    "workflow run {run_id} has no failure function or failure URL"
+                ));
+            };
+            if tx
+                .d
+                .failure_calls
+                .get(&*e.message.id)
+                .is_some_and(|c| tx.d.msgs.contains_key(&c.message_id))
+            {
+                return bad(format!(
+                    "the failure function of workflow run {run_id} is still being called"
+                ));
+            }
+            let run = tx.d.runs.get(run_id);
+            let created = run.map(|r| r.created_ms).unwrap_or(e.message.created_ms);
+            let retried = e.message.max_retries.max(e.retried);
+            let body = callback_body(&e.message, retried, &e.response, Some(&e.dlq_id), run);
+            let reply = json!({"workflowRunId": run_id, "workflowCreatedAt": created});
+            let cm = callback_message(tx, &hook, body, Origin::FailureCallback, &e.message);
+            tx.emit(Event::Put(Box::new(cm)));
+            ok(reply)
         }
         Op::TopicAdd { name, endpoints } => {
             let mut t = tx.d.topics.get(&name).cloned().unwrap_or(Topic {
@@ -891,6 +1054,184 @@ fn override_conf(c: &mut Conf, o: &Conf) {
         c.forward.retain(|(x, _)| x != k);
         c.forward.push((k.clone(), v.clone()));
     }
+    if o.flow_key.is_some() {
+        c.flow_key = o.flow_key.clone();
+        c.parallelism = o.parallelism;
+        c.rate = o.rate;
+        c.period_s = o.period_s;
+    }
+    if !o.labels.is_empty() {
+        c.labels = o.labels.clone();
+    }
+}
+
+/// A DLQ entry of a workflow run's own step (not of a callback).
+fn is_run_entry(e: &DlqEntry) -> bool {
+    e.message.conf.run_id().is_some()
+        && !matches!(e.message.origin, Origin::Callback | Origin::FailureCallback)
+}
+
+/// The workflow URL of a run's DLQ entry.
+fn run_url<'d>(d: &'d Delivery, m: &'d Message) -> &'d str {
+    m.conf
+        .run_id()
+        .and_then(|r| d.runs.get(r))
+        .map(|r| r.url.as_str())
+        .or_else(|| m.conf.workflow_value("Upstash-Workflow-Url"))
+        .unwrap_or(&m.url)
+}
+
+/// A DLQ entry as the API shows it; a workflow run's step also gets the fields the workflow
+/// SDK lists (`workflowRunId`, `workflowCreatedAt`, `workflowUrl`, the failure function's
+/// progress).
+fn dlq_json(d: &Delivery, e: &DlqEntry) -> Value {
+    let mut v = json::dlq(e);
+    let (Some(run_id), Value::Object(m)) = (e.message.conf.run_id(), &mut v) else {
+        return v;
+    };
+    if !is_run_entry(e) {
+        return v;
+    }
+    m.insert("workflowRunId".into(), json!(run_id));
+    let created = d.runs.get(run_id).map(|r| r.created_ms);
+    m.insert(
+        "workflowCreatedAt".into(),
+        json!(created.unwrap_or(e.message.created_ms)),
+    );
+    m.insert("workflowUrl".into(), json!(run_url(d, &e.message)));
+    if let Some(l) = e.message.conf.labels.first() {
+        m.insert("label".into(), json!(l));
+    }
+    if let Some(fc) = &e.message.conf.failure_callback {
+        m.insert("failureCallback".into(), json!(fc.url));
+        if let Some(call) = d.failure_calls.get(&*e.message.id) {
+            let mut info = Map::new();
+            info.insert("state".into(), json!(call.state));
+            if let Some(r) = &call.response {
+                info.insert("responseStatus".into(), json!(r.status));
+                info.insert(
+                    "responseBody".into(),
+                    json!(String::from_utf8_lossy(&r.body.0).into_owned()),
+                );
+                info.insert("responseHeaders".into(), json::header_map(&r.headers));
+            }
+            m.insert("failureCallbackInfo".into(), Value::Object(info));
+        }
+    }
+    v
+}
+
+/// Whether a DLQ entry passes the workflow DLQ's filters (`source=workflow`).
+fn run_entry_matches(d: &Delivery, e: &DlqEntry, f: &Filter) -> bool {
+    let Some(run_id) = e.message.conf.run_id().filter(|_| is_run_entry(e)) else {
+        return false;
+    };
+    let created = d.runs.get(run_id).map(|r| r.created_ms.to_string());
+    let state = d.failure_calls.get(&*e.message.id).map(|c| c.state);
+    any_eq(f, "workflowRunId", Some(run_id))
+        && any_eq(f, "workflowUrl", Some(run_url(d, &e.message)))
+        && any_eq(f, "workflowCreatedAt", created.as_deref())
+        && any_eq(f, "failureFunctionState", state)
+}
+
+/// Points a configuration at run `id`; `always` adds the header where there was none.
+fn set_run_id(c: &mut Conf, id: &str, always: bool) {
+    let had = c.run_id().is_some();
+    c.workflow
+        .retain(|(k, _)| !k.eq_ignore_ascii_case("Upstash-Workflow-Runid"));
+    if had || always {
+        c.workflow
+            .push((canonical("upstash-workflow-runid"), id.to_string()));
+    }
+}
+
+/// A failed run's new start, worked out before anything is written.
+struct RecoveryPlan {
+    run_id: String,
+    run_url: String,
+    steps: Vec<RunStep>,
+    url: String,
+    method: HttpMethod,
+    conf: Conf,
+    body: Vec<u8>,
+    caller_ip: Option<String>,
+}
+
+/// Resume: the failed message again, in a run holding the steps before it. Restart: the run's
+/// initial payload to the workflow URL, in a run with no steps. The new run keeps the old id
+/// unless `Upstash-Workflow-RunId` names another.
+fn recovery_plan(
+    d: &Delivery,
+    e: &DlqEntry,
+    how: Recovery,
+    overrides: &Conf,
+) -> Result<RecoveryPlan, OpReply> {
+    let old = &e.message;
+    let old_id = old.conf.run_id().unwrap_or_default();
+    let run = d
+        .runs
+        .get(old_id)
+        .filter(|r| !r.steps.is_empty())
+        .ok_or_else(|| {
+            bad(format!(
+                "workflow run {old_id} has no history left to start again from"
+            ))
+        })?;
+    let new_id = overrides.run_id().unwrap_or(old_id).to_string();
+    if new_id != old_id && d.runs.contains_key(&new_id) {
+        return Err(bad(format!("workflow run {new_id} already exists")));
+    }
+    let (url, method, mut conf, body, steps) = match how {
+        Recovery::Resume => (
+            old.url.clone(),
+            old.method,
+            old.conf.clone(),
+            old.body.0.clone(),
+            run.steps
+                .iter()
+                .take_while(|s| *s.message_id != *old.id)
+                .cloned()
+                .collect(),
+        ),
+        Recovery::Restart => {
+            // A failed `context.call` went to another URL; what goes back to the workflow is
+            // configured by its callback.
+            let mut conf = match (&old.conf.callback, old.conf.call_type()) {
+                (Some(cb), t) if t != "step" => {
+                    let mut c = cb.conf.clone();
+                    c.workflow = old.conf.workflow.clone();
+                    c
+                }
+                _ => old.conf.clone(),
+            };
+            conf.workflow
+                .retain(|(k, _)| !k.eq_ignore_ascii_case("Upstash-Workflow-Calltype"));
+            let first = run.steps[0].body.0.clone();
+            (run.url.clone(), HttpMethod::POST, conf, first, Vec::new())
+        }
+    };
+    conf.delay_ms = None;
+    conf.not_before_ms = None;
+    override_conf(&mut conf, overrides);
+    // The run id, and the one the callbacks report to (`context.call`, the failure function).
+    let hooks = [
+        conf.callback.as_deref_mut(),
+        conf.failure_callback.as_deref_mut(),
+    ];
+    for c in hooks.into_iter().flatten().map(|h| &mut h.conf) {
+        set_run_id(c, &new_id, false);
+    }
+    set_run_id(&mut conf, &new_id, true);
+    Ok(RecoveryPlan {
+        run_id: new_id,
+        run_url: run.url.clone(),
+        steps,
+        url,
+        method,
+        conf,
+        body,
+        caller_ip: old.caller_ip.as_deref().map(str::to_string),
+    })
 }
 
 fn values<'f>(f: &'f Filter, name: &str) -> Option<&'f [String]> {
@@ -952,6 +1293,7 @@ fn dlq_page(d: &Delivery, f: &Filter) -> (Vec<String>, Option<String>) {
             None,
         );
     }
+    let workflow = values(f, "source").is_some_and(|v| v.iter().any(|s| s == "workflow"));
     let start = f.cursor.clone().unwrap_or_default();
     let mut out = Vec::new();
     let mut more = false;
@@ -963,6 +1305,7 @@ fn dlq_page(d: &Delivery, f: &Filter) -> (Vec<String>, Option<String>) {
         if !message_matches(&e.message, e.failed_ms, f)
             || !any_eq(f, "responseStatus", Some(&status))
             || !any_eq(f, "dlqIds", Some(id))
+            || (workflow && !run_entry_matches(d, e, f))
         {
             continue;
         }
@@ -1107,7 +1450,11 @@ fn workflow_logs(d: &Delivery, f: &Filter) -> OpReply {
 }
 
 fn run_state(r: &Run) -> &str {
-    r.ended.as_deref().unwrap_or("RUN_STARTED")
+    match (&r.ended, &r.failed_dlq_id) {
+        (Some(state), _) => state,
+        (None, Some(_)) => "RUN_FAILED",
+        (None, None) => "RUN_STARTED",
+    }
 }
 
 /// One run as the workflow SDK's `WorkflowRunLog`: the initial payload and each step message,
@@ -1115,6 +1462,7 @@ fn run_state(r: &Run) -> &str {
 fn run_log(d: &Delivery, r: &Run) -> Value {
     let mut groups = Vec::new();
     let mut next = Vec::new();
+    let failed = r.failed_dlq_id.as_ref().and_then(|id| d.dlq.get(id));
     for (i, s) in r.steps.iter().enumerate() {
         let pending = d.msgs.contains_key(s.message_id.as_str());
         let mut step = Map::new();
@@ -1142,7 +1490,10 @@ fn run_log(d: &Delivery, r: &Run) -> Value {
         }
         step.insert("callType".into(), json!(s.call_type));
         step.insert("messageId".into(), json!(s.message_id));
-        if pending && r.ended.is_none() {
+        if failed.is_some_and(|e| *e.message.id == *s.message_id) {
+            step.insert("state".into(), json!("STEP_FAILED"));
+            groups.push(json!({"type": "sequential", "steps": [Value::Object(step)]}));
+        } else if pending && r.ended.is_none() {
             step.insert("state".into(), json!("STEP_PROGRESS"));
             next.push(Value::Object(step));
         } else {
@@ -1160,6 +1511,9 @@ fn run_log(d: &Delivery, r: &Run) -> Value {
     m.insert("workflowRunCreatedAt".into(), json!(r.created_ms));
     if let Some(t) = r.completed_ms {
         m.insert("workflowRunCompletedAt".into(), json!(t));
+    }
+    if let Some(id) = &r.failed_dlq_id {
+        m.insert("dlqId".into(), json!(id));
     }
     if let Some(resp) = &r.response {
         m.insert(
@@ -1391,6 +1745,28 @@ fn callback_body(
     Value::Object(b).to_string().into_bytes()
 }
 
+/// A callback or failure callback reporting on `source`: JSON, retried like its source unless
+/// the hook says otherwise.
+fn callback_message(
+    tx: &mut Tx,
+    hook: &Hook,
+    body: Vec<u8>,
+    origin: Origin,
+    source: &Message,
+) -> Message {
+    let mut c = hook.conf.clone();
+    if c.retries.is_none() {
+        c.retries = Some(source.max_retries);
+    }
+    if !c.forward.iter().any(|(k, _)| k == "Content-Type") {
+        c.forward
+            .push((canonical("content-type"), "application/json".into()));
+    }
+    let mut cm = tx.message(&hook.url, &c, body, origin, None, None, None, None);
+    cm.source_id = Some(source.id.as_ref().into());
+    cm
+}
+
 /// Turns a worker's report into events: the outcome, and the callback messages it causes.
 /// `backoff_unit_ms` is the length of a "second" in the default backoff (tests shrink it).
 pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
@@ -1459,16 +1835,7 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
         outcome,
     };
     for (hook, body, origin) in spawned {
-        let mut c = hook.conf.clone();
-        if c.retries.is_none() {
-            c.retries = Some(m.max_retries);
-        }
-        if !c.forward.iter().any(|(k, _)| k == "Content-Type") {
-            c.forward
-                .push((canonical("content-type"), "application/json".into()));
-        }
-        let mut cm = tx.message(&hook.url, &c, body, origin, None, None, None, None);
-        cm.source_id = Some(m.id.as_ref().into());
+        let mut cm = callback_message(tx, &hook, body, origin, &m);
         if last_attempt {
             cm.holds_queue = m.queue.clone();
         }

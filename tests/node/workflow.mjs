@@ -1,6 +1,7 @@
 // The official @upstash/workflow SDK (and @upstash/qstash underneath) against tidepool: a
 // workflow endpoint on loopback runs context.run, context.sleep, context.waitForEvent and
-// context.call end to end, started with the SDK's Client.trigger and woken with Client.notify. Exits non-zero on
+// context.call end to end, started with the SDK's Client.trigger and woken with Client.notify;
+// and a failing run through client.dlq (list, retryFailureFunction, resume). Exits non-zero on
 // any failure. The server binary comes from TIDEPOOL_BIN.
 import { spawn } from "node:child_process";
 import http from "node:http";
@@ -78,6 +79,37 @@ const { handler: POST } = serve(async (context) => {
   done(result);
   return result;
 }, { verbose: Boolean(process.env.WF_VERBOSE) });
+// A second workflow whose second step fails until `flakyOk`: it goes to the DLQ, its failure
+// function runs, and the SDK's client.dlq lists it, calls the failure function again, and
+// resumes it from the failed step.
+let flakyOk = false;
+let failureCalls = 0;
+const flakyTrace = [];
+let flakyDone;
+const flakyFinished = new Promise((r) => { flakyDone = r; });
+const { handler: FLAKY } = serve(async (context) => {
+  const one = await context.run("one", async () => {
+    flakyTrace.push("one");
+    return 1;
+  });
+  const two = await context.run("two", async () => {
+    if (!flakyOk) {
+      flakyTrace.push("two-failed");
+      throw new Error("not yet");
+    }
+    flakyTrace.push("two");
+    return 2;
+  });
+  flakyDone({ one, two });
+  return one + two;
+}, {
+  retries: 0,
+  failureFunction: async () => {
+    failureCalls++;
+    return "handled";
+  },
+  verbose: Boolean(process.env.WF_VERBOSE),
+});
 const endpoint = http.createServer(async (req, res) => {
   const chunks = [];
   for await (const c of req) chunks.push(c);
@@ -94,7 +126,7 @@ const endpoint = http.createServer(async (req, res) => {
     body: chunks.length ? Buffer.concat(chunks) : undefined,
   });
   try {
-    const response = await POST(request);
+    const response = await (req.url === "/flaky" ? FLAKY : POST)(request);
     const text = Buffer.from(await response.arrayBuffer());
     if (response.status >= 400 || process.env.WF_VERBOSE) {
       console.error(`endpoint answered ${response.status}: ${text}`);
@@ -146,7 +178,43 @@ const checks = [
   [gone, "the finished run answers 404"],
 ];
 for (const [ok, what] of checks) if (!ok) await fail(what);
-console.log(`workflow test passed: run ${workflowRunId}, steps ${JSON.stringify(trace)}, slept ${result.slept} ms`);
+
+// The DLQ of workflow runs, through the SDK's client.dlq.
+const flakyUrl = `http://127.0.0.1:${endpoint.address().port}/flaky`;
+const { workflowRunId: flakyRun } = await client.trigger({ url: flakyUrl, body: { n: 1 }, retries: 0 });
+let entry;
+for (let i = 0; ; i++) {
+  const { messages } = await client.dlq.list({ filter: { workflowRunId: flakyRun } });
+  entry = messages?.[0];
+  if (entry && entry.failureCallbackInfo?.state === "CALLBACK_SUCCESS") break;
+  if (i > 400) await fail(`the failed run never showed in client.dlq.list: ${JSON.stringify(messages)}`);
+  await new Promise((r) => setTimeout(r, 50));
+}
+const failedLogs = await client.logs({ workflowRunId: flakyRun });
+const failedRun = failedLogs.runs?.[0];
+await client.dlq.retryFailureFunction({ dlqId: entry.dlqId });
+for (let i = 0; failureCalls < 2; i++) {
+  if (i > 400) await fail(`retryFailureFunction did not call the failure function again (${failureCalls})`);
+  await new Promise((r) => setTimeout(r, 50));
+}
+flakyOk = true;
+const resumed = await client.dlq.resume({ dlqId: entry.dlqId, retries: 0 });
+const flaky = await flakyFinished;
+const left = await client.dlq.list({ filter: { workflowRunId: flakyRun } });
+const dlqChecks = [
+  [entry.workflowRunId === flakyRun && entry.workflowUrl === flakyUrl && typeof entry.workflowCreatedAt === "number",
+    `client.dlq.list shows the run: ${JSON.stringify(entry).slice(0, 300)}`],
+  [failedRun?.workflowState === "RUN_FAILED" && failedRun?.dlqId === entry.dlqId,
+    `client.logs shows the run failed: ${JSON.stringify(failedRun)?.slice(0, 300)}`],
+  [resumed?.workflowRunId === flakyRun && typeof resumed?.workflowCreatedAt === "number",
+    `client.dlq.resume answered ${JSON.stringify(resumed)}`],
+  [flaky.one === 1 && flaky.two === 2, `the resumed run finished: ${JSON.stringify(flaky)}`],
+  [flakyTrace.filter((s) => s === "one").length === 1 && flakyTrace.at(-1) === "two",
+    `the resumed run did not run its first step again: ${JSON.stringify(flakyTrace)}`],
+  [(left.messages ?? []).length === 0, `the resumed entry left the DLQ: ${JSON.stringify(left)}`],
+];
+for (const [ok, what] of dlqChecks) if (!ok) await fail(what);
+console.log(`workflow test passed: run ${workflowRunId}, steps ${JSON.stringify(trace)}, slept ${result.slept} ms; DLQ run ${flakyRun} resumed: ${JSON.stringify(flakyTrace)}`);
 clearTimeout(deadline);
 server.kill("SIGTERM");
 endpoint.close();
