@@ -282,6 +282,7 @@ impl Delivery {
             } => {
                 if let Some(r) = self.runs.get_mut(id) {
                     r.ended = Some(state.clone());
+                    r.trigger_conf = None; // no step joins an ended run
                     r.completed_ms = Some(ts);
                     r.response = response.as_ref().map(|b| b.0.clone());
                     // The history stays for the logs of the last runs, not forever.
@@ -391,10 +392,10 @@ impl Delivery {
             completed_ms: None,
             response: None,
         });
-        if run.trigger_conf.is_none() {
-            run.trigger_conf = Some(Box::new(m.conf.clone()));
-        }
         if run.ended.is_none() {
+            if run.trigger_conf.is_none() {
+                run.trigger_conf = Some(Box::new(m.conf.clone()));
+            }
             run.steps.push(RunStep {
                 message_id: m.id.to_string(),
                 body: m.body.clone(),

@@ -316,25 +316,7 @@ impl<'a> Tx<'a> {
         }
         let t = self.d.runs.get(c.run_id()?)?.trigger_conf.as_deref()?;
         let mut r = req.clone();
-        let n = &mut r.conf;
-        if n.retries.is_none() {
-            n.retries = t.retries;
-        }
-        if n.retry_delay.is_none() {
-            n.retry_delay = t.retry_delay.clone();
-        }
-        if n.failure_callback.is_none() {
-            n.failure_callback = t.failure_callback.clone();
-        }
-        if n.flow_key.is_none() {
-            n.flow_key = t.flow_key.clone();
-            n.parallelism = t.parallelism;
-            n.rate = t.rate;
-            n.period_s = t.period_s;
-        }
-        if n.labels.is_empty() {
-            n.labels = t.labels.clone();
-        }
+        take_run_settings(&mut r.conf, t, true);
         (r.conf != req.conf).then_some(r)
     }
 
@@ -624,13 +606,23 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
                 return bad("Upstash-Workflow-RunId names one run: give one dlqId with it");
             }
             // Every entry is checked before any event is written, so a refusal changes nothing.
+            // One new start per run: a run with several failed steps (parallel ones) starts
+            // again from the first; its other entries stay in the DLQ.
             let mut plans = Vec::new();
-            for id in &ids {
-                match recovery_plan(tx.d, &tx.d.dlq[id], how, &overrides) {
+            let mut taken = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for id in ids {
+                let e = &tx.d.dlq[&id];
+                if !seen.insert(e.message.conf.run_id().unwrap_or_default().to_string()) {
+                    continue;
+                }
+                match recovery_plan(tx.d, e, how, &overrides) {
                     Ok(p) => plans.push(p),
                     Err(e) => return e,
                 }
+                taken.push(id);
             }
+            let ids = taken;
             let mut runs = Vec::new();
             for p in plans {
                 runs.push(json!({"workflowRunId": p.run_id, "workflowCreatedAt": tx.now_ms}));
@@ -1029,12 +1021,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
 }
 
 fn override_conf(c: &mut Conf, o: &Conf) {
-    if o.retries.is_some() {
-        c.retries = o.retries;
-    }
-    if o.retry_delay.is_some() {
-        c.retry_delay = o.retry_delay.clone();
-    }
+    take_run_settings(c, o, false);
     if o.timeout_ms.is_some() {
         c.timeout_ms = o.timeout_ms;
     }
@@ -1047,21 +1034,39 @@ fn override_conf(c: &mut Conf, o: &Conf) {
     if o.callback.is_some() {
         c.callback = o.callback.clone();
     }
-    if o.failure_callback.is_some() {
-        c.failure_callback = o.failure_callback.clone();
-    }
     for (k, v) in &o.forward {
         c.forward.retain(|(x, _)| x != k);
         c.forward.push((k.clone(), v.clone()));
     }
-    if o.flow_key.is_some() {
-        c.flow_key = o.flow_key.clone();
-        c.parallelism = o.parallelism;
-        c.rate = o.rate;
-        c.period_s = o.period_s;
+}
+
+/// Copies the settings `from` gives (retries, retry delay, failure callback, flow control,
+/// labels) into `to`; with `keep_own`, only those `to` does not give itself. A DLQ retry's
+/// headers override (`keep_own` false); a workflow step keeps its own and takes the rest from
+/// its run's trigger (true).
+fn take_run_settings(to: &mut Conf, from: &Conf, keep_own: bool) {
+    // Whether to take a setting, from whether `from` and `to` give it.
+    let take = |given: bool, own: bool| given && !(keep_own && own);
+    if take(from.retries.is_some(), to.retries.is_some()) {
+        to.retries = from.retries;
     }
-    if !o.labels.is_empty() {
-        c.labels = o.labels.clone();
+    if take(from.retry_delay.is_some(), to.retry_delay.is_some()) {
+        to.retry_delay = from.retry_delay.clone();
+    }
+    if take(
+        from.failure_callback.is_some(),
+        to.failure_callback.is_some(),
+    ) {
+        to.failure_callback = from.failure_callback.clone();
+    }
+    if take(from.flow_key.is_some(), to.flow_key.is_some()) {
+        to.flow_key = from.flow_key.clone();
+        to.parallelism = from.parallelism;
+        to.rate = from.rate;
+        to.period_s = from.period_s;
+    }
+    if take(!from.labels.is_empty(), !to.labels.is_empty()) {
+        to.labels = from.labels.clone();
     }
 }
 
