@@ -309,15 +309,14 @@ impl<'a> Tx<'a> {
     /// flow control or label takes the run trigger's (`WF_TriggerOnConfig`: the workflow SDK
     /// sends those only with the trigger, so a step failing later reaches the failure function
     /// and the DLQ as configured). None when nothing is to be taken.
-    fn inherit_trigger_conf(&self, req: &PublishReq) -> Option<PublishReq> {
-        let c = &req.conf;
+    fn inherit_trigger_conf(&self, c: &Conf) -> Option<Conf> {
         if !c.has_feature("WF_TriggerOnConfig") || c.call_type() != "step" {
             return None;
         }
         let t = self.d.runs.get(c.run_id()?)?.trigger_conf.as_deref()?;
-        let mut r = req.clone();
-        take_run_settings(&mut r.conf, t, true);
-        (r.conf != req.conf).then_some(r)
+        let mut n = c.clone();
+        take_run_settings(&mut n, t, true);
+        (n != *c).then_some(n)
     }
 
     /// Publishes to a URL or fans out to a group. Returns one answer item per message.
@@ -358,14 +357,8 @@ impl<'a> Tx<'a> {
                 }
             }
         }
-        let inherited;
-        let req = match self.inherit_trigger_conf(req) {
-            Some(r) => {
-                inherited = r;
-                &inherited
-            }
-            None => req,
-        };
+        let inherited = self.inherit_trigger_conf(&req.conf);
+        let conf = inherited.as_ref().unwrap_or(&req.conf);
         if let Some(q) = &req.queue {
             if !self.d.queues.contains_key(q) {
                 self.emit(Event::Queue(QueueConf {
@@ -377,7 +370,7 @@ impl<'a> Tx<'a> {
         }
         let mut items = Vec::new();
         for (url, topic) in &targets {
-            let key = dedup_key(&req.conf, url, &req.body);
+            let key = dedup_key(conf, url, &req.body);
             if let Some(k) = &key {
                 if let Some(orig) = self.d.deduplicated(k, self.now_ms) {
                     items.push(json!({"messageId": orig, "url": url, "deduplicated": true}));
@@ -386,7 +379,7 @@ impl<'a> Tx<'a> {
             }
             let mut m = self.message(
                 url,
-                &req.conf,
+                conf,
                 req.body.clone(),
                 origin,
                 topic.as_ref().map(|(t, e)| (t.as_str(), e.clone())),
