@@ -89,18 +89,91 @@ pub enum Action {
 }
 
 /// The recovery table of `log-format.md`, as code. `in_newest` says whether the finding is in the
-/// newest segment; `nothing_after` whether every byte after the damaged frame is zero or absent
-/// (so no acknowledged record could follow it).
+/// newest segment; `nothing_after` whether nothing that was written can follow the damaged
+/// frame (see [`torn_tail`]): only then may a tail be cut.
 pub fn decide(finding: &Finding, in_newest: bool, nothing_after: bool) -> Action {
     match (finding, in_newest, nothing_after) {
         (_, false, _) => Action::Refuse,
-        (Finding::Incomplete { .. }, true, _) => Action::CutTail,
-        (Finding::Header(_), true, true) => Action::CutTail,
-        (Finding::TooLarge { .. }, true, true) => Action::CutTail,
-        (Finding::BadCrc { .. }, true, true) => Action::CutTail,
         (Finding::SequenceGap { .. }, _, _) => Action::Refuse,
+        (Finding::TooLarge { .. }, _, _) => Action::Refuse,
+        (Finding::Incomplete { .. }, true, true) => Action::CutTail,
+        (Finding::Header(_), true, true) => Action::CutTail,
+        (Finding::BadCrc { .. }, true, true) => Action::CutTail,
         (_, true, false) => Action::Refuse,
     }
+}
+
+/// Whether damage at `offset` of a segment can only be a torn write at the end of the log,
+/// so that cutting the segment there loses nothing that was ever acknowledged. A torn write
+/// leaves a prefix of what was written, then the preallocated zeros; so the tail is torn
+/// only when all of these hold:
+/// - no whole, valid frame with a later sequence number starts anywhere after `offset`
+///   (a damaged length would otherwise hide the records behind it);
+/// - for a frame that fits in the file: every byte after its declared end is zero, and no
+///   other length makes its checksum match (which would mean a damaged length on a whole
+///   record, not a torn one).
+///
+/// A whole last frame with a bad checksum and zeros after it still counts as torn: a disk
+/// that reorders sector writes can leave exactly that, and it was never acknowledged if the
+/// sync did not finish.
+pub fn torn_tail(data: &[u8], offset: usize, finding: &Finding, expected_seq: u64) -> bool {
+    if later_frame(data, offset, expected_seq) {
+        return false;
+    }
+    match finding {
+        Finding::Incomplete { .. } => true,
+        Finding::BadCrc { frame_len, .. } => {
+            let end = offset + frame_len;
+            data.get(end..).is_none_or(|r| r.iter().all(|&b| b == 0))
+                && !other_length_matches(data, offset, *frame_len)
+        }
+        _ => false,
+    }
+}
+
+/// Looks for a whole frame with a valid CRC and a sequence number after `expected_seq` at any
+/// byte position after `offset`. Cheap per position: the CRC is computed only where the
+/// sequence number is in the range that frames could have there.
+fn later_frame(data: &[u8], offset: usize, expected_seq: u64) -> bool {
+    let h = format::FRAME_HEADER_BYTES;
+    let end = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let most_frames = (end.saturating_sub(offset) / h) as u64;
+    let mut p = offset + 1;
+    while p + h <= end {
+        let seq = u64::from_le_bytes(data[p + 8..p + 16].try_into().unwrap_or([0; 8]));
+        if seq > expected_seq && seq - expected_seq <= most_frames {
+            if let FrameRead::Frame(f) = format::read_frame(data, p) {
+                if f.seq == seq {
+                    return true;
+                }
+            }
+        }
+        p += 1;
+    }
+    false
+}
+
+/// Whether the frame at `offset` has a valid CRC under a length other than its declared one
+/// (a payload that ends where the written bytes end, allowing a few trailing zero bytes).
+fn other_length_matches(data: &[u8], offset: usize, frame_len: usize) -> bool {
+    const TRAILING_ZEROS_TRIED: usize = 64;
+    let h = format::FRAME_HEADER_BYTES;
+    let rest = &data[offset..];
+    let stored = u32::from_le_bytes(rest[4..8].try_into().unwrap_or([0; 4]));
+    let written = rest.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let mut len = written.max(h);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&rest[8..len]);
+    while len <= rest.len() && len <= written.max(h) + TRAILING_ZEROS_TRIED {
+        if len != frame_len && crc.clone().finalize() == stored {
+            return true;
+        }
+        if let Some(&b) = rest.get(len) {
+            crc.update(&[b]);
+        }
+        len += 1;
+    }
+    false
 }
 
 /// A place in the log where the scan stopped.
@@ -286,13 +359,8 @@ where
                     frame_len,
                 },
             };
-            let after = match &finding {
-                Finding::BadCrc { frame_len, .. } => offset + frame_len,
-                _ => offset,
-            };
-            let zero_tail = data[offset..].iter().all(|&b| b == 0);
-            let nothing_after =
-                zero_tail || data.get(after..).is_none_or(|r| r.iter().all(|&b| b == 0));
+            let expected = expected_seq.unwrap_or(header.first_seq);
+            let nothing_after = torn_tail(data, offset, &finding, expected);
             summary.damage = Some(damage(offset, finding, nothing_after));
             return Ok(summary);
         }
