@@ -45,6 +45,61 @@ pub const WORKFLOW_ENDED_RUNS_KEPT_MAX: usize = 1_000;
 /// is a plan limit, not a protocol one.
 pub const DELIVERY_MESSAGE_BYTES_MAX_DEFAULT: usize = 10 * 1024 * 1024;
 
+/// Deepest nesting (parentheses, signs, function calls) an `Upstash-Retry-Delay` expression
+/// may have; deeper ones are refused with 400.
+pub const RETRY_DELAY_EXPRESSION_DEPTH_MAX: usize = 64;
+
+/// Deepest nesting of arrays and objects in a JSON document, in a value passed to a JSON
+/// command and in the document a change leaves (RedisJSON's limit and its error text,
+/// "recursion limit exceeded"). Every recursive walk of a document relies on it.
+pub const JSON_DEPTH_MAX: usize = 128;
+/// Deepest JSONPath nesting (filters and brackets inside each other).
+pub const JSON_PATH_NESTING_MAX: usize = 64;
+/// lua-cjson's nesting limit for `cjson.encode` / `cjson.decode`.
+pub const LUA_CJSON_DEPTH_MAX: usize = 1000;
+
+/// A script (EVAL, FCALL) or a library's loading (FUNCTION LOAD) that runs longer is stopped
+/// with an error it cannot catch (Redis's busy-script threshold is 5 s too; Redis then lets
+/// other clients SCRIPT KILL it, as tidepool does, and tidepool also stops it itself). Writes
+/// it made before stay, as in Redis.
+pub const SCRIPT_TIME_LIMIT_MS: u64 = 5_000;
+/// How often (in Lua VM instructions) a running script checks the time limit and kills.
+pub const LUA_HOOK_INSTRUCTIONS: u32 = 10_000;
+/// Memory all Lua code together may hold (Redis has no such limit; a server that serves
+/// public Read Only tokens needs one). Past it an allocation fails: "not enough memory".
+pub const LUA_MEMORY_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Deepest nesting of Lua tables a script's reply may have: deeper, the reply ends in
+/// Redis's "reached lua stack limit" error at this depth (Redis's own bound is its Lua
+/// stack, about 8,000).
+pub const LUA_REPLY_DEPTH_MAX: usize = 1_000;
+
+/// Longest `Upstash-Delay` accepted (100 years); longer is refused with 400, so that every
+/// `notBefore` the API answers stays within JavaScript's safe integers.
+pub const DELIVERY_DELAY_MS_MAX: u64 = 100 * 365 * 86_400_000;
+/// Latest `Upstash-Not-Before` accepted, in Unix seconds: 9999-12-31T23:59:59Z.
+pub const DELIVERY_NOT_BEFORE_S_MAX: u64 = 253_402_300_799;
+
+/// A connection that sends no request head for this long, or takes longer to send one, is
+/// closed: an idle keep-alive connection, or one that never sends anything (hyper's header
+/// read timer starts when it begins waiting for the next request).
+pub const HTTP_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// A request body that has not fully arrived after this long is answered 408.
+pub const HTTP_BODY_READ_TIMEOUT_MS: u64 = 60_000;
+/// Connections open at once; past it a new one is answered 503 and closed. Lowered at start
+/// to the descriptor limit less [`HTTP_DESCRIPTORS_RESERVED`].
+pub const HTTP_CONNECTIONS_MAX: usize = 10_000;
+/// Descriptors kept free of client connections (log segments, outbound deliveries, accepts).
+pub const HTTP_DESCRIPTORS_RESERVED: usize = 64;
+
+/// The largest reply one request may build, all of its commands' replies together; a reply
+/// that would pass it is an error instead (and a read whose named string values alone pass
+/// it is refused before it runs). It bounds what a small request can make the server
+/// allocate (`MGET big big big ...`).
+pub const REPLY_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Replies larger than this are encoded off the runtime's threads, so that encoding one
+/// cannot hold up other connections.
+pub const REPLY_ENCODE_INLINE_BYTES_MAX: usize = 1024 * 1024;
+
 /// When a write counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncMode {

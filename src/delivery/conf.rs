@@ -6,6 +6,7 @@
 //! `Upstash-Callback-Failure-Callback-*`), so `parse` calls itself on the stripped names.
 
 use super::model::{Conf, Hook};
+use crate::config::{DELIVERY_DELAY_MS_MAX, DELIVERY_NOT_BEFORE_S_MAX};
 
 /// What a publish request says besides the per-message configuration.
 #[derive(Debug, Default)]
@@ -128,12 +129,26 @@ pub fn parse(pairs: &[(String, String)], extra: &mut Extra) -> Result<Conf, Stri
                 c.retry_delay = Some(v.to_string());
             }
             "timeout" => c.timeout_ms = Some(duration_ms(v)?),
-            "delay" => c.delay_ms = Some(duration_ms(v)?),
+            "delay" => {
+                let ms = duration_ms(v)?;
+                if ms > DELIVERY_DELAY_MS_MAX {
+                    return Err(format!(
+                        "invalid Upstash-Delay '{v}': longer than the longest delay, {} days",
+                        DELIVERY_DELAY_MS_MAX / 86_400_000
+                    ));
+                }
+                c.delay_ms = Some(ms);
+            }
             "not-before" => {
                 let s: u64 = v
                     .parse()
                     .map_err(|_| format!("invalid Upstash-Not-Before '{v}': use unix seconds"))?;
-                c.not_before_ms = Some(s.saturating_mul(1000));
+                if s > DELIVERY_NOT_BEFORE_S_MAX {
+                    return Err(format!(
+                        "invalid Upstash-Not-Before '{v}': later than the last accepted time, {DELIVERY_NOT_BEFORE_S_MAX} (9999-12-31)"
+                    ));
+                }
+                c.not_before_ms = Some(s * 1000);
             }
             "callback" => cb_url = Some(v.to_string()),
             "failure-callback" => fcb_url = Some(v.to_string()),
@@ -234,7 +249,13 @@ pub fn check_url(url: &str) -> Result<(), String> {
     if host.is_empty() {
         return Err(format!("invalid destination url '{url}': no host"));
     }
-    Ok(())
+    // The whole URL as the outbound client will read it: a bracket left open, a port past
+    // 65535 or a character no URL may hold is refused now, not at delivery time.
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.host().is_some() => Ok(()),
+        Ok(_) => Err(format!("invalid destination url '{url}': no host")),
+        Err(e) => Err(format!("invalid destination url '{url}': {e}")),
+    }
 }
 
 /// The `Upstash-*` pairs of an HTTP request: headers, then lowercase query parameters (which

@@ -1,6 +1,7 @@
 //! When the next attempt happens: the default backoff, `Upstash-Retry-Delay` expressions, and
 //! the destination's own `Retry-After` / rate-limit reset headers.
 
+use crate::config::RETRY_DELAY_EXPRESSION_DEPTH_MAX;
 use chrono::DateTime;
 
 /// Longest delay a destination's header may ask for; beyond it the backoff applies.
@@ -24,6 +25,7 @@ pub fn eval(expr: &str, retried: u32) -> Result<f64, String> {
         s: expr.as_bytes(),
         i: 0,
         retried: retried as f64,
+        depth: 0,
     };
     let v = p.sum()?;
     p.ws();
@@ -52,6 +54,9 @@ struct Parser<'a> {
     s: &'a [u8],
     i: usize,
     retried: f64,
+    /// Nesting of parentheses, signs and calls now open: bounded, so that a crafted header
+    /// cannot overflow the stack of this recursive parser.
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -74,6 +79,18 @@ impl Parser<'_> {
             "invalid retry delay expression '{}': {what}",
             String::from_utf8_lossy(self.s)
         )
+    }
+    /// Runs `f` one nesting level deeper, or refuses past the bound.
+    fn nested(&mut self, f: fn(&mut Self) -> Result<f64, String>) -> Result<f64, String> {
+        if self.depth >= RETRY_DELAY_EXPRESSION_DEPTH_MAX {
+            return Err(self.err(&format!(
+                "nested deeper than {RETRY_DELAY_EXPRESSION_DEPTH_MAX} levels"
+            )));
+        }
+        self.depth += 1;
+        let v = f(self);
+        self.depth -= 1;
+        v
     }
     fn sum(&mut self) -> Result<f64, String> {
         let mut v = self.product()?;
@@ -103,17 +120,17 @@ impl Parser<'_> {
     }
     fn unary(&mut self) -> Result<f64, String> {
         if self.eat(b'-') {
-            return Ok(-self.unary()?);
+            return Ok(-self.nested(Self::unary)?);
         }
         if self.eat(b'+') {
-            return self.unary();
+            return self.nested(Self::unary);
         }
         self.atom()
     }
     fn atom(&mut self) -> Result<f64, String> {
         self.ws();
         if self.eat(b'(') {
-            let v = self.sum()?;
+            let v = self.nested(Self::sum)?;
             if !self.eat(b')') {
                 return Err(self.err("missing ')'"));
             }
@@ -142,9 +159,9 @@ impl Parser<'_> {
         if !self.eat(b'(') {
             return Err(self.err(&format!("unknown name '{name}'")));
         }
-        let mut args = vec![self.sum()?];
+        let mut args = vec![self.nested(Self::sum)?];
         while self.eat(b',') {
-            args.push(self.sum()?);
+            args.push(self.nested(Self::sum)?);
         }
         if !self.eat(b')') {
             return Err(self.err("missing ')'"));
@@ -258,6 +275,24 @@ mod tests {
         assert!(eval("1000 *", 0).is_err());
         assert!(eval("foo(1)", 0).is_err());
         assert!(eval("retried)", 0).is_err());
+    }
+
+    /// Guards issue 14's crash: 20,000 signs or 50,000 parentheses overflowed the stack.
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        for expr in [
+            "-".repeat(20_000) + "1",
+            "(".repeat(50_000) + "1" + &")".repeat(50_000),
+            "abs(".repeat(10_000) + "1" + &")".repeat(10_000),
+            "+-".repeat(10 * RETRY_DELAY_EXPRESSION_DEPTH_MAX) + "1",
+        ] {
+            let e = eval(&expr, 0).unwrap_err();
+            assert!(e.contains("nested deeper than"), "{e}");
+        }
+        let ok = "(".repeat(RETRY_DELAY_EXPRESSION_DEPTH_MAX - 1)
+            + "1"
+            + &")".repeat(RETRY_DELAY_EXPRESSION_DEPTH_MAX - 1);
+        assert_eq!(eval(&ok, 0), Ok(1.0));
     }
 
     #[test]
