@@ -59,6 +59,35 @@ fn json_arg(a: &[u8]) -> Result<Json, Reply> {
     Json::parse(utf8(a)?).map_err(|e| Reply::err(format!("ERR {e}")))
 }
 
+/// Refuses a change that would put a value `depth` levels deep at a location of the
+/// document `d` that `path` selects, `below` levels under it, past the nesting limit:
+/// the limit holds for the document a change leaves, not only for the value it parses.
+fn depth_fits(d: &Json, path: &Path, below: usize, depth: usize) -> Result<(), Reply> {
+    if path
+        .select(d)
+        .iter()
+        .any(|at| at.len() + below + depth > json::MAX_DEPTH)
+    {
+        return Err(Reply::err(json::RECURSION_LIMIT));
+    }
+    Ok(())
+}
+
+/// [`depth_fits`] for the document at `key`, if there is one.
+fn key_depth_fits(
+    ctx: &Ctx,
+    key: &[u8],
+    path: &Path,
+    below: usize,
+    items: &[Json],
+) -> Result<(), Reply> {
+    let depth = items.iter().map(Json::depth).max().unwrap_or(0);
+    match doc(ctx, key)? {
+        Some(d) => depth_fits(d, path, below, depth),
+        None => Ok(()),
+    }
+}
+
 fn no_path(p: &Path) -> Reply {
     Reply::err(format!("ERR Path '{}' does not exist", p.normalized))
 }
@@ -237,6 +266,10 @@ fn set_in(
     xx: bool,
 ) -> Result<(bool, bool), Reply> {
     let found = if nx { Vec::new() } else { path.select(d) };
+    let depth = value.depth();
+    if found.iter().any(|at| at.len() + depth > json::MAX_DEPTH) {
+        return Err(Reply::err(json::RECURSION_LIMIT));
+    }
     if !found.is_empty() {
         for p in &found {
             if let Some(v) = d.get_mut(p) {
@@ -254,6 +287,12 @@ fn set_in(
         Err(_) if nx && !path.select(d).is_empty() => return Ok((false, false)),
         Err(e) => return Err(Reply::Error(e)),
     };
+    if parents
+        .iter()
+        .any(|at| at.len() + 1 + depth > json::MAX_DEPTH)
+    {
+        return Err(Reply::err(json::RECURSION_LIMIT));
+    }
     let mut added = 0;
     for p in &parents {
         if let Some(Json::Obj(members)) = d.get_mut(p) {
@@ -377,6 +416,13 @@ pub fn mset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             return Reply::err("ERR new objects must be created at the root");
         }
         let value = tri!(json_arg(&t[2]));
+        tri!(key_depth_fits(
+            ctx,
+            &t[0],
+            &path,
+            0,
+            std::slice::from_ref(&value)
+        ));
         triplets.push((&t[0], path, value));
     }
     let now = ctx.now_ms;
@@ -424,6 +470,7 @@ pub fn merge(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         ctx.dirty = true;
         return Reply::ok();
     }
+    tri!(depth_fits(d, &path, 0, patch.depth()));
     let found = path.select(d);
     if found.is_empty() {
         if patch == Json::Null {
@@ -626,6 +673,7 @@ pub fn arrappend(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     let path = tri!(path_arg(&a[2]));
     let items = tri!(json_args(&a[3..]));
+    tri!(key_depth_fits(ctx, &a[1], &path, 1, &items));
     let results = each_match(ctx, &a[1], &path, |v| match v {
         Json::Arr(arr) => {
             arr.extend(items.iter().cloned());
@@ -641,6 +689,7 @@ pub fn arrinsert(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let path = tri!(path_arg(&a[2]));
     let index = tri!(super::args::int_arg(&a[3]));
     let items = tri!(json_args(&a[4..]));
+    tri!(key_depth_fits(ctx, &a[1], &path, 1, &items));
     let results = each_match(ctx, &a[1], &path, |v| match v {
         Json::Arr(arr) => {
             let len = arr.len() as i64;

@@ -7,7 +7,7 @@ use crate::state::json::Json;
 use mlua::{LightUserData, Lua, Table, Value};
 
 /// lua-cjson's limits: nesting depth and the "excessively sparse array" rule.
-const MAX_DEPTH: usize = 1000;
+use crate::config::LUA_CJSON_DEPTH_MAX as MAX_DEPTH;
 const SPARSE_RATIO: usize = 2;
 const SPARSE_SAFE: usize = 10;
 

@@ -29,8 +29,10 @@ pub enum Step {
     Idx(usize),
 }
 
-/// Nesting deeper than this is refused, as RedisJSON refuses it.
-pub const MAX_DEPTH: usize = 128;
+pub use crate::config::JSON_DEPTH_MAX as MAX_DEPTH;
+
+/// RedisJSON's error for a value or a resulting document nested past [`MAX_DEPTH`].
+pub const RECURSION_LIMIT: &str = "ERR recursion limit exceeded";
 
 impl Json {
     /// Parses one JSON text; the error is serde_json's own wording.
@@ -44,7 +46,8 @@ impl Json {
         Ok(v)
     }
 
-    fn depth(&self) -> usize {
+    /// Levels of arrays and objects: 0 for a scalar, 1 for `[]`.
+    pub fn depth(&self) -> usize {
         match self {
             Json::Arr(a) => 1 + a.iter().map(Json::depth).max().unwrap_or(0),
             Json::Obj(o) => 1 + o.iter().map(|(_, v)| v.depth()).max().unwrap_or(0),
@@ -690,7 +693,7 @@ struct Parser<'a> {
 }
 
 /// How deep brackets, filters and `!`/parentheses may nest in one path.
-const MAX_PATH_NESTING: usize = 64;
+use crate::config::JSON_PATH_NESTING_MAX as MAX_PATH_NESTING;
 
 impl Parser<'_> {
     fn peek(&self) -> Option<char> {
