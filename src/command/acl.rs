@@ -63,7 +63,7 @@ pub fn deluser(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     }
     let mut n = 0;
     for a in &args[2..] {
-        if ctx.db.acl.users.remove(&s(a)).is_some() {
+        if ctx.db.acl.del_user(&s(a)) {
             n += 1;
         }
     }
@@ -102,7 +102,7 @@ pub fn getuser(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         Reply::bulk("keys"),
         Reply::bulk(u.keys_text().join(" ")),
         Reply::bulk("channels"),
-        Reply::bulk(if u.all_channels { "&*" } else { "" }),
+        Reply::bulk(u.channels_text().join(" ")),
         Reply::bulk("selectors"),
         Reply::Array(Vec::new()),
     ])

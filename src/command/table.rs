@@ -7,6 +7,180 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 const REDIS_7_0: &str = include_str!("redis-7.0-commands.json");
+/// Redis 7.0.15's key specifications, from its `COMMAND` reply (`tools/gen-key-specs.py`).
+const REDIS_7_0_KEY_SPECS: &str = include_str!("redis-7.0-key-specs.json");
+
+#[derive(Deserialize)]
+struct RawKeySpec {
+    flags: Vec<String>,
+    begin_search: HashMap<String, HashMap<String, serde_json::Value>>,
+    find_keys: HashMap<String, HashMap<String, serde_json::Value>>,
+}
+
+/// Where a key specification starts looking (Redis's `begin_search`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BeginSearch {
+    Index(i64),
+    /// The argument after the first `keyword` (case-insensitive) from `startfrom` (negative:
+    /// searching backwards from the end).
+    Keyword {
+        keyword: String,
+        startfrom: i64,
+    },
+    /// Only the command's own key-finding knows (SORT's STORE).
+    Unknown,
+}
+
+/// How a key specification finds its keys from where it starts (Redis's `find_keys`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FindKeys {
+    Range {
+        lastkey: i64,
+        keystep: i64,
+        limit: i64,
+    },
+    Keynum {
+        keynumidx: i64,
+        firstkey: i64,
+        keystep: i64,
+    },
+    Unknown,
+}
+
+/// One key specification: where its keys are and what the command does with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    /// The command reads the keys' values (ACCESS): a read permission is needed.
+    pub read: bool,
+    /// The command changes the keys (INSERT, DELETE, UPDATE): a write permission is needed.
+    pub write: bool,
+    /// NOT_KEY: a channel or the like, not a key.
+    pub not_key: bool,
+    pub begin: BeginSearch,
+    pub find: FindKeys,
+}
+
+/// A key argument with the permissions it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRef<'a> {
+    pub key: &'a [u8],
+    pub read: bool,
+    pub write: bool,
+}
+
+impl KeySpec {
+    fn from_raw(r: &RawKeySpec) -> KeySpec {
+        let has = |f: &str| r.flags.iter().any(|x| x.eq_ignore_ascii_case(f));
+        let int = |m: &HashMap<String, serde_json::Value>, k: &str| {
+            m.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0)
+        };
+        let begin = if let Some(m) = r.begin_search.get("index") {
+            BeginSearch::Index(int(m, "index"))
+        } else if let Some(m) = r.begin_search.get("keyword") {
+            BeginSearch::Keyword {
+                keyword: m
+                    .get("keyword")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                startfrom: int(m, "startfrom"),
+            }
+        } else {
+            BeginSearch::Unknown
+        };
+        let find = if let Some(m) = r.find_keys.get("range") {
+            FindKeys::Range {
+                lastkey: int(m, "lastkey"),
+                keystep: int(m, "keystep"),
+                limit: int(m, "limit"),
+            }
+        } else if let Some(m) = r.find_keys.get("keynum") {
+            FindKeys::Keynum {
+                keynumidx: int(m, "keynumidx"),
+                firstkey: int(m, "firstkey"),
+                keystep: int(m, "keystep"),
+            }
+        } else {
+            FindKeys::Unknown
+        };
+        KeySpec {
+            read: has("ACCESS"),
+            write: has("INSERT") || has("DELETE") || has("UPDATE"),
+            not_key: has("NOT_KEY"),
+            begin,
+            find,
+        }
+    }
+
+    /// The argument positions of this spec's keys, as Redis's `getKeysUsingKeySpecs` finds
+    /// them; `None` when the arguments do not fit the spec (Redis then finds no keys, and the
+    /// command answers its own syntax error).
+    fn positions(&self, args: &[Vec<u8>]) -> Option<Vec<usize>> {
+        let argc = args.len() as i64;
+        let first = match &self.begin {
+            BeginSearch::Index(i) => *i,
+            BeginSearch::Keyword { keyword, startfrom } => {
+                let found = if *startfrom > 0 {
+                    (*startfrom..argc)
+                        .find(|&i| args[i as usize].eq_ignore_ascii_case(keyword.as_bytes()))
+                } else {
+                    (1..=argc + startfrom)
+                        .rev()
+                        .find(|&i| args[i as usize].eq_ignore_ascii_case(keyword.as_bytes()))
+                };
+                // Keyword absent: this spec has no keys here (not an error).
+                match found {
+                    Some(i) => i + 1,
+                    None => return Some(Vec::new()),
+                }
+            }
+            BeginSearch::Unknown => return None,
+        };
+        let (first, last, step) = match &self.find {
+            FindKeys::Range {
+                lastkey,
+                keystep,
+                limit,
+            } => {
+                let last = if *lastkey >= 0 {
+                    first + lastkey
+                } else if *limit == 0 {
+                    argc + lastkey
+                } else {
+                    first + ((argc - first) / limit + lastkey)
+                };
+                (first, last, *keystep)
+            }
+            FindKeys::Keynum {
+                keynumidx,
+                firstkey,
+                keystep,
+            } => {
+                if *keynumidx >= argc - first {
+                    return None;
+                }
+                let n: i64 = std::str::from_utf8(&args[(first + keynumidx) as usize])
+                    .ok()?
+                    .parse()
+                    .ok()
+                    .filter(|n| *n >= 0)?;
+                let first = first + firstkey;
+                (first, first + n - 1, *keystep)
+            }
+            FindKeys::Unknown => return None,
+        };
+        // As Redis: a range that ends before it starts (numkeys 0 included) does not fit.
+        if last >= argc || last < first || first >= argc || first < 1 || step < 1 {
+            return None;
+        }
+        Some(
+            (first..=last)
+                .step_by(step as usize)
+                .map(|i| i as usize)
+                .collect(),
+        )
+    }
+}
 
 #[derive(Deserialize)]
 struct RawInfo {
@@ -52,9 +226,90 @@ pub struct CommandInfo {
     pub flags: Vec<String>,
     /// One line, for COMMAND DOCS.
     pub summary: String,
+    /// Redis 7.0's key specifications; `None` for commands newer than its table.
+    pub key_specs: Option<Vec<KeySpec>>,
 }
 
 impl CommandInfo {
+    /// Every key argument with the access it needs, as Redis's ACL finds them: from the key
+    /// specifications (numkeys, keyword-introduced keys such as STREAMS and STORE included),
+    /// or the command's own key finding where Redis uses one (SET, BITFIELD, SORT). Commands
+    /// newer than Redis 7.0's table take their fixed positions and need read and write when
+    /// they write (read alone otherwise).
+    pub fn key_refs<'a>(&self, args: &'a [Vec<u8>]) -> Vec<KeyRef<'a>> {
+        let at = |i: usize, read: bool, write: bool| KeyRef {
+            key: args[i].as_slice(),
+            read,
+            write,
+        };
+        let has_arg =
+            |from: usize, word: &[u8]| args.iter().skip(from).any(|a| a.eq_ignore_ascii_case(word));
+        match self.name.as_str() {
+            // setGetKeys: GET makes SET a read too.
+            "set" if args.len() > 1 => return vec![at(1, has_arg(3, b"get"), true)],
+            // bitfieldGetKeys: only GET operations make it a read.
+            "bitfield" if args.len() > 1 => {
+                let mut read_only = true;
+                let mut i = 2;
+                while i < args.len() {
+                    let op = args[i].to_ascii_lowercase();
+                    match op.as_slice() {
+                        b"get" => i += 3,
+                        b"set" | b"incrby" => {
+                            read_only = false;
+                            i += 4;
+                        }
+                        b"overflow" => i += 2,
+                        _ => i += 1,
+                    }
+                }
+                return vec![at(1, true, !read_only)];
+            }
+            // sortGetKeys: the key, and the last STORE's destination (as SORT uses it).
+            "sort" | "sort_ro" if args.len() > 1 => {
+                let mut store = None;
+                let mut i = 2;
+                while i < args.len() {
+                    let a = args[i].to_ascii_lowercase();
+                    match a.as_slice() {
+                        b"limit" => i += 2,
+                        b"get" | b"by" => i += 1,
+                        b"store" if self.name == "sort" && i + 1 < args.len() => {
+                            store = Some(i + 1)
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                let mut out = vec![at(1, true, false)];
+                out.extend(store.map(|i| at(i, false, true)));
+                return out;
+            }
+            _ => {}
+        }
+        let Some(specs) = &self.key_specs else {
+            return self
+                .keys(args)
+                .into_iter()
+                .map(|key| KeyRef {
+                    key,
+                    read: true,
+                    write: self.write,
+                })
+                .collect();
+        };
+        let mut out = Vec::new();
+        for spec in specs.iter().filter(|s| !s.not_key) {
+            match spec.positions(args) {
+                Some(pos) => out.extend(pos.into_iter().map(|i| at(i, spec.read, spec.write))),
+                // As Redis: arguments that do not fit a spec give no keys at all; the
+                // command then refuses them itself.
+                None => return Vec::new(),
+            }
+        }
+        out
+    }
+
     /// The arguments that are keys, by the fixed positions of the table.
     pub fn keys<'a>(&self, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
         if self.first_key <= 0 || self.step <= 0 {
@@ -124,6 +379,7 @@ fn newer_entry(
         step: keys.1,
         flags,
         summary: summary.into(),
+        key_specs: None,
     }
 }
 
@@ -160,6 +416,7 @@ impl CommandTable {
                 step: r.step,
                 flags: r.flags,
                 summary: r.summary,
+                key_specs: None,
             };
             map.insert(name, info);
         }
@@ -252,8 +509,16 @@ impl CommandTable {
                     "stale".into(),
                 ],
                 summary: "Upstash: a REST token that carries an ACL user's permissions".into(),
+                key_specs: None,
             },
         );
+        let specs: HashMap<String, Vec<RawKeySpec>> =
+            serde_json::from_str(REDIS_7_0_KEY_SPECS).unwrap_or_default();
+        for (name, raw) in specs {
+            if let Some(info) = map.get_mut(&name) {
+                info.key_specs = Some(raw.iter().map(KeySpec::from_raw).collect());
+            }
+        }
         CommandTable { map, top_level }
     }
 
@@ -309,6 +574,129 @@ pub enum Lookup<'a> {
 
 #[cfg(test)]
 mod tests {
+    fn refs(args: &[&str]) -> Vec<Want> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let info = match super::global().lookup(&args) {
+            super::Lookup::Found(i) => i,
+            _ => panic!("unknown command {:?}", args[0]),
+        };
+        info.key_refs(&args)
+            .into_iter()
+            .map(|k| (String::from_utf8_lossy(k.key).into_owned(), k.read, k.write))
+            .collect()
+    }
+
+    /// A key the test expects: its name, whether a read and a write permission are needed.
+    type Want = (String, bool, bool);
+
+    fn k(key: &str, read: bool, write: bool) -> Want {
+        (key.to_string(), read, write)
+    }
+
+    /// Guards issue 14: keys that are not at fixed positions escaped the ACL key check, 16
+    /// ways. Each is found here, with the access Redis's key specifications give it.
+    #[test]
+    fn every_key_is_found_where_redis_finds_it() {
+        let cases: &[(&[&str], Vec<Want>)] = &[
+            (
+                &["LMPOP", "1", "other:l", "LEFT"],
+                vec![k("other:l", true, true)],
+            ),
+            (
+                &["ZMPOP", "2", "a", "b", "MIN"],
+                vec![k("a", true, true), k("b", true, true)],
+            ),
+            (
+                &[
+                    "GEORADIUS",
+                    "app:g",
+                    "0",
+                    "0",
+                    "1",
+                    "km",
+                    "STORE",
+                    "other:gd",
+                ],
+                vec![k("app:g", true, false), k("other:gd", false, true)],
+            ),
+            (
+                &[
+                    "GEORADIUSBYMEMBER",
+                    "app:g",
+                    "m",
+                    "1",
+                    "km",
+                    "STOREDIST",
+                    "other:gd",
+                ],
+                vec![k("app:g", true, false), k("other:gd", false, true)],
+            ),
+            (
+                &["ZUNION", "2", "app:a", "other:z"],
+                vec![k("app:a", true, false), k("other:z", true, false)],
+            ),
+            (
+                &["ZUNIONSTORE", "app:d", "1", "other:z"],
+                vec![k("app:d", false, true), k("other:z", true, false)],
+            ),
+            (&["ZDIFF", "1", "other:z"], vec![k("other:z", true, false)]),
+            (
+                &["ZINTERCARD", "1", "other:z"],
+                vec![k("other:z", true, false)],
+            ),
+            (
+                &["SINTERCARD", "1", "other:s"],
+                vec![k("other:s", true, false)],
+            ),
+            (
+                &["XREAD", "STREAMS", "other:x", "0"],
+                vec![k("other:x", true, false)],
+            ),
+            (
+                &["XREAD", "COUNT", "2", "STREAMS", "a", "b", "0", "0"],
+                vec![k("a", true, false), k("b", true, false)],
+            ),
+            (
+                &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "other:x", ">"],
+                vec![k("other:x", true, false)],
+            ),
+            (&["GETSET", "w:1", "v"], vec![k("w:1", true, true)]),
+            (&["GETDEL", "w:1"], vec![k("w:1", true, true)]),
+            (&["SET", "w:1", "v"], vec![k("w:1", false, true)]),
+            (&["SET", "w:1", "v", "GET"], vec![k("w:1", true, true)]),
+            (
+                &["EXISTS", "a", "b"],
+                vec![k("a", false, false), k("b", false, false)],
+            ),
+            (
+                &["MSET", "a", "1", "b", "2"],
+                vec![k("a", false, true), k("b", false, true)],
+            ),
+            (
+                &["SORT", "l", "BY", "x", "STORE", "d"],
+                vec![k("l", true, false), k("d", false, true)],
+            ),
+            (
+                &["BITFIELD", "b", "GET", "u8", "0"],
+                vec![k("b", true, false)],
+            ),
+            (
+                &["BITFIELD", "b", "SET", "u8", "0", "1"],
+                vec![k("b", true, true)],
+            ),
+            (
+                &["EVAL", "return 1", "2", "a", "b", "x"],
+                vec![k("a", true, true), k("b", true, true)],
+            ),
+            // Arguments that do not fit: no keys, and the command refuses them itself.
+            (&["ZUNIONSTORE", "d", "5", "z"], vec![]),
+            (&["ZUNIONSTORE", "d", "0", "z"], vec![]),
+        ];
+        for (args, want) in cases {
+            assert_eq!(&refs(args), want, "{args:?}");
+        }
+    }
+
     #[test]
     fn table_parses_and_knows_get() {
         let t = super::global();

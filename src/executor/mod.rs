@@ -613,12 +613,18 @@ impl Executor {
                     return Err(denied());
                 }
                 if info
-                    .keys(args)
+                    .key_refs(args)
                     .iter()
-                    .any(|k| !u.key_allowed(k, info.write))
+                    .any(|k| !u.key_allowed(k.key, k.read, k.write))
                 {
                     return Err(Reply::err(
                         "NOPERM this user has no permissions to access one of the keys used as arguments",
+                    ));
+                }
+                let publishes = matches!(info.name.as_str(), "publish" | "spublish");
+                if publishes && !u.channel_allowed(&args[1], false) {
+                    return Err(Reply::err(
+                        "NOPERM this user has no permissions to access one of the channels used as arguments",
                     ));
                 }
             }

@@ -28,7 +28,14 @@ pub struct AclUser {
     /// SHA-256 hex of each password, in the order added.
     pub passwords: Vec<String>,
     pub keys: Vec<(KeyPerm, Vec<u8>)>,
+    /// `&*` / `allchannels`: every channel (then `channels` is empty).
     pub all_channels: bool,
+    /// Channel patterns (`&news:*`) the user may publish to.
+    pub channels: Vec<Vec<u8>>,
+    /// How many users of this name were deleted before this one was created: part of what a
+    /// REST token's MAC covers, so a token dies with its user and a user created again
+    /// under the same name and password does not bring old tokens back.
+    pub generation: u64,
     /// `sanitize-payload` (true) or `skip-sanitize-payload` (false), shown as Redis does; RESTORE
     /// payloads are not accepted by tidepool either way.
     pub sanitize: Option<bool>,
@@ -46,6 +53,8 @@ impl Default for AclUser {
             passwords: Vec::new(),
             keys: Vec::new(),
             all_channels: false,
+            channels: Vec::new(),
+            generation: 0,
             sanitize: None,
             rules: vec!["-@all".into()],
         }
@@ -60,6 +69,8 @@ impl AclUser {
             passwords: Vec::new(),
             keys: vec![(KeyPerm::ReadWrite, b"*".to_vec())],
             all_channels: true,
+            channels: Vec::new(),
+            generation: 0,
             sanitize: None,
             rules: vec!["+@all".into()],
         }
@@ -97,16 +108,42 @@ impl AclUser {
         allowed
     }
 
-    /// Whether `key` may be used with the access a command needs.
-    pub fn key_allowed(&self, key: &[u8], write: bool) -> bool {
+    /// Whether `key` may be used with the access a command needs: one pattern must match it
+    /// and grant all of that access (as Redis checks: `%R~a:* %W~a:*` does not let GETSET,
+    /// which reads and writes, touch `a:1`).
+    pub fn key_allowed(&self, key: &[u8], read: bool, write: bool) -> bool {
         self.keys.iter().any(|(perm, pat)| {
             let ok = match perm {
                 KeyPerm::ReadWrite => true,
                 KeyPerm::Read => !write,
-                KeyPerm::Write => write,
+                KeyPerm::Write => !read,
             };
             ok && crate::command::args::glob_match(pat, key, false)
         })
+    }
+
+    /// Whether the user may publish to `channel` (a channel pattern matches it), or, with
+    /// `is_pattern`, subscribe to the pattern `channel` (a rule names exactly it), as Redis.
+    pub fn channel_allowed(&self, channel: &[u8], is_pattern: bool) -> bool {
+        self.all_channels
+            || self.channels.iter().any(|p| {
+                if is_pattern {
+                    p == channel
+                } else {
+                    crate::command::args::glob_match(p, channel, false)
+                }
+            })
+    }
+
+    /// The channel rules as ACL LIST and ACL GETUSER show them (`&*`, or `&a &b`).
+    pub fn channels_text(&self) -> Vec<String> {
+        if self.all_channels {
+            return vec!["&*".into()];
+        }
+        self.channels
+            .iter()
+            .map(|c| format!("&{}", String::from_utf8_lossy(c)))
+            .collect()
     }
 
     /// `ACL LIST`'s description of the user.
@@ -119,11 +156,13 @@ impl AclUser {
             out.push(' ');
             out.push_str(k);
         }
-        out.push_str(if self.all_channels {
-            " &*"
-        } else {
-            " resetchannels"
-        });
+        if !self.all_channels {
+            out.push_str(" resetchannels");
+        }
+        for c in self.channels_text() {
+            out.push(' ');
+            out.push_str(&c);
+        }
         out.push(' ');
         out.push_str(&self.rules.join(" "));
         out
@@ -148,6 +187,8 @@ impl AclUser {
 #[derive(Debug, Clone)]
 pub struct Acl {
     pub users: BTreeMap<String, AclUser>,
+    /// Deletions per user name, for [`AclUser::generation`]. State: replayed with the log.
+    deleted: BTreeMap<String, u64>,
     /// Keys the token MACs; configuration, not state (never logged).
     secret: Vec<u8>,
 }
@@ -158,6 +199,7 @@ impl Default for Acl {
         users.insert("default".to_string(), AclUser::full());
         Acl {
             users,
+            deleted: BTreeMap::new(),
             secret: Vec::new(),
         }
     }
@@ -177,12 +219,27 @@ impl Acl {
         self.secret = secret;
     }
 
-    fn mac(&self, user: &str, password_hash: &str) -> Vec<u8> {
+    /// Deletes a user; its tokens die with it (see [`AclUser::generation`]).
+    pub fn del_user(&mut self, name: &str) -> bool {
+        if self.users.remove(name).is_none() {
+            return false;
+        }
+        *self.deleted.entry(name.to_string()).or_insert(0) += 1;
+        true
+    }
+
+    fn mac(&self, user: &str, generation: u64, password_hash: &str) -> Vec<u8> {
         match <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(&self.secret) {
             Ok(mut m) => {
                 m.update(user.as_bytes());
                 m.update(&[0]);
                 m.update(password_hash.as_bytes());
+                // Generation 0 adds nothing, so tokens minted before generations existed
+                // stay valid.
+                if generation > 0 {
+                    m.update(&[0]);
+                    m.update(&generation.to_le_bytes());
+                }
                 m.finalize().into_bytes().to_vec()
             }
             Err(_) => Vec::new(),
@@ -204,7 +261,7 @@ impl Acl {
         Ok(format!(
             "{TOKEN_PREFIX}{}.{}",
             URL_SAFE_NO_PAD.encode(user),
-            URL_SAFE_NO_PAD.encode(self.mac(user, &bound))
+            URL_SAFE_NO_PAD.encode(self.mac(user, u.generation, &bound))
         ))
     }
 
@@ -225,7 +282,7 @@ impl Acl {
         }
         bound
             .into_iter()
-            .any(|h| crate::http::ct_eq(&self.mac(name, h), &mac))
+            .any(|h| crate::http::ct_eq(&self.mac(name, user.generation, h), &mac))
             .then_some((name.as_str(), user))
     }
 
@@ -238,7 +295,10 @@ impl Acl {
         known_category: impl Fn(&str) -> bool,
         known_command: impl Fn(&str) -> bool,
     ) -> Result<Vec<Vec<u8>>, String> {
-        let mut u = self.users.get(name).cloned().unwrap_or_default();
+        let mut u = self.users.get(name).cloned().unwrap_or_else(|| AclUser {
+            generation: self.deleted.get(name).copied().unwrap_or(0),
+            ..AclUser::default()
+        });
         let mut logged = Vec::with_capacity(rules.len());
         for raw in rules {
             let text = String::from_utf8_lossy(raw).into_owned();
@@ -258,8 +318,14 @@ impl Acl {
                 }
                 "allkeys" => u.keys = vec![(KeyPerm::ReadWrite, b"*".to_vec())],
                 "resetkeys" => u.keys.clear(),
-                "allchannels" => u.all_channels = true,
-                "resetchannels" => u.all_channels = false,
+                "allchannels" => {
+                    u.all_channels = true;
+                    u.channels.clear();
+                }
+                "resetchannels" => {
+                    u.all_channels = false;
+                    u.channels.clear();
+                }
                 "allcommands" => u.rules = vec!["+@all".into()],
                 "nocommands" => u.rules = vec!["-@all".into()],
                 "reset" => {
@@ -304,10 +370,14 @@ impl Acl {
                             _ => return Err(syntax()),
                         };
                         u.keys.push((perm, pat.as_bytes().to_vec()));
-                    } else if text.starts_with('&') {
-                        // Channel patterns: pub/sub over REST is not per-user in tidepool.
-                        if text == "&*" {
+                    } else if let Some(pat) = raw.strip_prefix(b"&") {
+                        if pat == b"*" {
                             u.all_channels = true;
+                            u.channels.clear();
+                        } else if u.all_channels {
+                            return Err(format!("ERR Error in ACL SETUSER modifier '{text}': Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does not have any effect. Try 'resetchannels' to start with an empty list of channels"));
+                        } else if !u.channels.iter().any(|c| c == pat) {
+                            u.channels.push(pat.to_vec());
                         }
                     } else if let Some(what) = lower.strip_prefix('+').or(lower.strip_prefix('-')) {
                         let unknown = || {
@@ -339,6 +409,62 @@ impl Acl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards issue 14: deleting a user and creating it again with the same password
+    /// revived its old REST tokens.
+    #[test]
+    fn a_token_dies_with_its_user() {
+        let mut acl = Acl::default();
+        acl.set_secret(b"secret".to_vec());
+        let rules = [
+            b"on".to_vec(),
+            b">pw".to_vec(),
+            b"~*".to_vec(),
+            b"+@all".to_vec(),
+        ];
+        acl.set_user("u", &rules, |_| true, |_| true)
+            .expect("setuser");
+        let old = acl.rest_token("u", b"pw").expect("token");
+        assert!(acl.resolve(&old).is_some());
+        assert!(acl.del_user("u"));
+        assert!(acl.resolve(&old).is_none());
+        acl.set_user("u", &rules, |_| true, |_| true)
+            .expect("setuser");
+        assert!(acl.resolve(&old).is_none(), "the old token stays dead");
+        let new = acl.rest_token("u", b"pw").expect("token");
+        assert_ne!(new, old);
+        assert!(acl.resolve(&new).is_some());
+        // Changing rules of a live user keeps its tokens.
+        acl.set_user("u", &[b"~app:*".to_vec()], |_| true, |_| true)
+            .expect("setuser");
+        assert!(acl.resolve(&new).is_some());
+    }
+
+    /// Guards issue 14: one pattern must grant all the access a key needs; channel rules
+    /// hold for PUBLISH.
+    #[test]
+    fn key_access_and_channels_follow_redis() {
+        let mut acl = Acl::default();
+        let r: Vec<Vec<u8>> = ["on", "nopass", "%W~w:*", "%R~r:*", "&news:*", "+@all"]
+            .iter()
+            .map(|x| x.as_bytes().to_vec())
+            .collect();
+        acl.set_user("u", &r, |_| true, |_| true).expect("setuser");
+        let u = &acl.users["u"];
+        assert!(u.key_allowed(b"w:1", false, true));
+        assert!(!u.key_allowed(b"w:1", true, true), "GETSET reads too");
+        assert!(u.key_allowed(b"w:1", false, false), "EXISTS needs neither");
+        assert!(u.key_allowed(b"r:1", true, false));
+        assert!(!u.key_allowed(b"r:1", false, true));
+        assert!(u.channel_allowed(b"news:1", false));
+        assert!(!u.channel_allowed(b"other", false));
+        assert!(!u.channel_allowed(b"news:*x", true));
+        assert!(u.channel_allowed(b"news:*", true));
+        assert_eq!(
+            u.describe("u"),
+            "user u on nopass %W~w:* %R~r:* resetchannels &news:* +@all"
+        );
+    }
 
     fn set(acl: &mut Acl, name: &str, rules: &[&str]) -> Result<Vec<Vec<u8>>, String> {
         let r: Vec<Vec<u8>> = rules.iter().map(|r| r.as_bytes().to_vec()).collect();
@@ -376,8 +502,8 @@ mod tests {
         assert!(u.allows("hset", &hash));
         assert!(!u.allows("hdel", &hash));
         assert!(!u.allows("set", &[]));
-        assert!(u.key_allowed(b"app:1", true));
-        assert!(!u.key_allowed(b"other", false));
+        assert!(u.key_allowed(b"app:1", true, true));
+        assert!(!u.key_allowed(b"other", true, false));
         assert_eq!(
             set(&mut acl, "bob", &["foo"]),
             Err("ERR Error in ACL SETUSER modifier 'foo': Syntax error".into())
