@@ -15,6 +15,7 @@ mod flusher;
 mod lua_libs;
 pub mod pubsub;
 mod scripts;
+pub use scripts::{kill_command, ScriptControl};
 
 use crate::clock;
 use crate::command::{self, table, CommandInfo, Ctx, Rng};
@@ -107,6 +108,27 @@ pub enum Job {
     },
 }
 
+/// Runs `f`, which may take long (Lua: up to the script time limit), with this runtime
+/// thread's other tasks handed to another thread meanwhile, so that connections go on being
+/// accepted and answered (SCRIPT KILL among them) while the executor is busy.
+fn beside_the_runtime<R>(f: impl FnOnce() -> R) -> R {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
+/// The error of a reply past [`config::REPLY_BYTES_MAX`].
+fn too_large_reply() -> String {
+    format!(
+        "ERR the reply would exceed {} bytes (the reply size limit): ask for less at once, for example with GETRANGE, SCAN or fewer keys per request",
+        config::REPLY_BYTES_MAX
+    )
+}
+
 /// Counters the INFO command and the sync token read.
 #[derive(Default)]
 pub struct Shared {
@@ -120,6 +142,9 @@ pub struct Shared {
     pub fsync_failed: std::sync::OnceLock<String>,
     /// Woken after every successful sync (delivery attempts wait for their message's record).
     pub synced: tokio::sync::Notify,
+    /// The running script, if any: SCRIPT KILL and FUNCTION KILL are answered through it
+    /// while the executor is busy running that script.
+    pub scripts: Arc<ScriptControl>,
 }
 
 /// Everything the executor task owns.
@@ -212,7 +237,7 @@ pub fn start(
         workers,
         jobs: tx.clone(),
         backoff_unit_ms: setup.backoff_unit_ms,
-        scripts: scripts::Scripts::new()?,
+        scripts: scripts::Scripts::new(shared.scripts.clone())?,
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -830,7 +855,7 @@ impl Executor {
             log_failed,
             logged,
         };
-        f(scripts, &mut env)
+        beside_the_runtime(|| f(scripts, &mut env))
     }
 
     /// FUNCTION LOAD's checks that need Lua: the library must load and register functions,
@@ -842,7 +867,7 @@ impl Executor {
         if !replace && self.db.functions().contains_key(&name) {
             return Err(Reply::Error(format!("ERR Library '{name}' already exists")));
         }
-        let (_, defs) = self.scripts.check_library(code)?;
+        let (_, defs) = beside_the_runtime(|| self.scripts.check_library(code))?;
         self.refuse_taken_functions(defs.iter().map(|(f, _)| f), |lib| lib != name)
     }
 
@@ -873,7 +898,7 @@ impl Executor {
         let (policy, libs) = command::functions::restore_args(args)?;
         let mut defined: Vec<String> = Vec::new();
         for (_, code) in &libs {
-            let (_, defs) = self.scripts.check_library(code)?;
+            let (_, defs) = beside_the_runtime(|| self.scripts.check_library(code))?;
             for (fname, _) in defs {
                 if defined.contains(&fname) {
                     return Err(Reply::Error(format!("ERR Function {fname} already exists")));

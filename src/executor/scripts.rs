@@ -10,16 +10,91 @@
 
 use super::{hdel_expired_fields, pubsub::PubSub, read_only_allows, Perm};
 use crate::command::{self, table, Ctx, Rng};
+use crate::config::{
+    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
+};
 use crate::reply::Reply;
 use crate::state::Db;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A script that runs longer is stopped with an error (Redis's busy-script limit is 5 s too;
-/// Redis then lets other clients SCRIPT KILL it, tidepool stops it itself, since nothing else
-/// runs meanwhile). Writes it made before stay, as in Redis.
-const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
+/// What runs in Lua now, and whether it must stop. Shared with the HTTP side, which answers
+/// SCRIPT KILL and FUNCTION KILL while the executor is busy running the script.
+///
+/// Once set, a stop cannot be caught: the instruction hook raises it, and so does every
+/// `pcall`/`xpcall` that returns (they are wrapped), so the error climbs out of every
+/// protected call to the top, as Redis re-raises a kill on each following line.
+#[derive(Default)]
+pub struct ScriptControl {
+    /// [`IDLE`], [`RUNNING_SCRIPT`], [`RUNNING_FUNCTION`] or [`LOADING_LIBRARY`].
+    running: AtomicU8,
+    /// [`GO_ON`], [`KILLED`] or [`TIMED_OUT`].
+    stop: AtomicU8,
+}
+
+/// SCRIPT KILL (`Some(false)`) or FUNCTION KILL (`Some(true)`), in any case.
+pub fn kill_command(args: &[Vec<u8>]) -> Option<bool> {
+    let [name, sub] = args else {
+        return None;
+    };
+    if !sub.eq_ignore_ascii_case(b"kill") {
+        return None;
+    }
+    if name.eq_ignore_ascii_case(b"function") {
+        Some(true)
+    } else if name.eq_ignore_ascii_case(b"script") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+const IDLE: u8 = 0;
+const RUNNING_SCRIPT: u8 = 1;
+const RUNNING_FUNCTION: u8 = 2;
+const LOADING_LIBRARY: u8 = 3;
+const GO_ON: u8 = 0;
+const KILLED: u8 = 1;
+const TIMED_OUT: u8 = 2;
+
+impl ScriptControl {
+    /// `args` as SCRIPT KILL or FUNCTION KILL, arriving while the executor may be busy:
+    /// `Some(reply)` when a script or function is running (told to stop, when it is of the
+    /// kind named), `None` for any other command or when nothing runs (the executor answers
+    /// then, as usual).
+    pub fn kill(&self, args: &[Vec<u8>]) -> Option<Reply> {
+        let function = kill_command(args)?;
+        let running = self.running.load(Ordering::Acquire);
+        match (running, function) {
+            (RUNNING_SCRIPT, false) | (RUNNING_FUNCTION, true) => {
+                self.stop.store(KILLED, Ordering::Release);
+                Some(Reply::ok())
+            }
+            (RUNNING_SCRIPT, true) => {
+                Some(Reply::err("NOTBUSY No scripts in execution right now."))
+            }
+            (RUNNING_FUNCTION, false) => Some(Reply::err(
+                "BUSY Redis is busy running a function. You can only call FUNCTION KILL.",
+            )),
+            _ => None,
+        }
+    }
+
+    /// The error a stopped script gets, or None while it may go on.
+    fn stopped(&self) -> Option<String> {
+        match self.stop.load(Ordering::Acquire) {
+            GO_ON => None,
+            KILLED => Some("Script killed by user with SCRIPT KILL...".into()),
+            _ => Some(format!(
+                "tidepool stopped the script after {} ms (the script time limit)",
+                SCRIPT_TIME_LIMIT_MS
+            )),
+        }
+    }
+}
 
 /// The Lua side: error handler (it finds the user script's line as Redis's does), the `redis`
 /// table, and the global-variable protection. `bridge.call` is set per run to the Rust function
@@ -29,8 +104,8 @@ local bridge = ...
 local dbg = debug
 -- The prelude's own functions also run while a library loads, when the globals are only the
 -- library API: everything they use is a local.
-local error, type, tostring, select, pairs, ipairs, xpcall, sfind =
-  error, type, tostring, select, pairs, ipairs, xpcall, string.find
+local error, type, tostring, select, pairs, ipairs, xpcall, sfind, sgsub, ssub =
+  error, type, tostring, select, pairs, ipairs, xpcall, string.find, string.gsub, string.sub
 local function user_frame()
   for level = 2, 50 do
     local i = dbg.getinfo(level, 'Sl')
@@ -46,7 +121,15 @@ bridge.handler = function(err)
     return err
   end
   local i = user_frame()
-  if type(err) ~= 'table' then err = {err = 'ERR ' .. tostring(err)} end
+  if type(err) == 'userdata' then
+    -- An error raised by Rust (the time limit, a kill): its text without mlua's prefix.
+    local text = sgsub(tostring(err), '^runtime error: ', '')
+    local at = sfind(text, '\nstack traceback:', 1, true)
+    if at then text = ssub(text, 1, at - 1) end
+    err = {err = 'ERR ' .. text}
+  elseif type(err) ~= 'table' then
+    err = {err = 'ERR ' .. tostring(err)}
+  end
   if i then err['source'] = i.source; err['line'] = i.currentline end
   return err
 end
@@ -105,6 +188,11 @@ G.table = readonly(G.table)
 -- Redis's bundled cjson and bit libraries (src/executor/lua_libs.rs).
 G.cjson = readonly(bridge.cjson)
 G.bit = readonly(bridge.bit)
+-- A stop (time limit, SCRIPT KILL) is raised again by every protected call that returns, so
+-- pcall cannot swallow it: it climbs to the top.
+local rawpcall, rawxpcall, recheck = G.pcall, G.xpcall, bridge.recheck
+G.pcall = function(...) return recheck(rawpcall(...)) end
+G.xpcall = function(...) return recheck(rawxpcall(...)) end
 bridge.G = G
 -- Function libraries: while one loads, the globals are only this API (as in Redis 7), and
 -- register_function collects into bridge.pending.
@@ -174,6 +262,7 @@ setmetatable(env, {
 pub struct Scripts {
     lua: Lua,
     bridge: Table,
+    control: Arc<ScriptControl>,
     /// Compiled scripts by their SHA-1 (lowercase hex).
     compiled: HashMap<String, Compiled>,
     /// Library functions by name, loaded from the libraries in the database.
@@ -248,7 +337,7 @@ pub fn sha1hex(body: &[u8]) -> String {
 }
 
 impl Scripts {
-    pub fn new() -> Result<Scripts, String> {
+    pub fn new(control: Arc<ScriptControl>) -> Result<Scripts, String> {
         let fail = |e: mlua::Error| format!("cannot start Lua: {e}");
         // SAFETY: the debug library is needed only by the prelude's error handler (to find the
         // script's line, as Redis does); the prelude removes it from the globals before any
@@ -265,18 +354,62 @@ impl Scripts {
             .map_err(fail)?;
         bridge.set("sha1hex", sha).map_err(fail)?;
         super::lua_libs::install(&lua, &bridge).map_err(fail)?;
+        let watch = control.clone();
+        let recheck = lua
+            .create_function(move |_, results: MultiValue| match watch.stopped() {
+                Some(why) => Err(mlua::Error::RuntimeError(why)),
+                None => Ok(results),
+            })
+            .map_err(fail)?;
+        bridge.set("recheck", recheck).map_err(fail)?;
         lua.load(PRELUDE)
             .set_name("=prelude")
             .call::<()>(bridge.clone())
             .map_err(fail)?;
+        // Lua's own memory is bounded: `string.rep('x', 2^30)` fails with "not enough memory"
+        // instead of taking the machine's.
+        lua.set_memory_limit(LUA_MEMORY_BYTES_MAX).map_err(fail)?;
         Ok(Scripts {
             lua,
             bridge,
+            control,
             compiled: HashMap::new(),
             functions: HashMap::new(),
             libraries: BTreeMap::new(),
             loaded_version: None,
         })
+    }
+
+    /// Starts the stop watch for Lua code of kind `running`: the instruction hook stops it
+    /// past the time limit or when it is killed.
+    fn arm(&self, running: u8) -> mlua::Result<()> {
+        self.control.stop.store(GO_ON, Ordering::Release);
+        self.control.running.store(running, Ordering::Release);
+        let started = Instant::now();
+        let limit = Duration::from_millis(SCRIPT_TIME_LIMIT_MS);
+        let control = self.control.clone();
+        self.lua.set_hook(
+            mlua::HookTriggers::new().every_nth_instruction(LUA_HOOK_INSTRUCTIONS),
+            move |_, _| {
+                if control.stop.load(Ordering::Acquire) == GO_ON && started.elapsed() > limit {
+                    control.stop.store(TIMED_OUT, Ordering::Release);
+                }
+                match control.stopped() {
+                    Some(why) => Err(mlua::Error::RuntimeError(why)),
+                    None => Ok(mlua::VmState::Continue),
+                }
+            },
+        )
+    }
+
+    /// Stops the stop watch, and gives back memory when a run left much of it in use.
+    fn disarm(&self) {
+        self.lua.remove_hook();
+        self.control.running.store(IDLE, Ordering::Release);
+        self.control.stop.store(GO_ON, Ordering::Release);
+        if self.lua.used_memory() > LUA_MEMORY_BYTES_MAX / 2 {
+            self.lua.gc_collect().ok();
+        }
     }
 
     /// Compiles and caches `body`; its SHA-1, or Redis's compile error.
@@ -325,7 +458,10 @@ impl Scripts {
             load_mode.call::<()>(true)?;
             let xpcall: Function = self.bridge.get("xpcall")?;
             let handler: Function = self.bridge.get("handler")?;
+            // Loading runs the library's top level: it is held to the same limits as a script.
+            self.arm(LOADING_LIBRARY)?;
             let out = xpcall.call::<(bool, Value)>((chunk, handler));
+            self.disarm();
             load_mode.call::<()>(false)?;
             out
         };
@@ -479,8 +615,14 @@ fn c_long_long(f: f64) -> i64 {
     }
 }
 
-/// A script's return value as a reply (Redis's Lua-to-RESP2 conversion).
+/// A script's return value as a reply (Redis's Lua-to-RESP2 conversion). Tables nested past
+/// [`LUA_REPLY_DEPTH_MAX`] end in Redis's "reached lua stack limit" error at that depth, as
+/// Redis ends them at its Lua stack's limit, instead of recursing without bound.
 fn lua_to_reply(v: Value) -> Reply {
+    lua_to_reply_at(v, 0)
+}
+
+fn lua_to_reply_at(v: Value, depth: usize) -> Reply {
     match v {
         Value::Nil => Reply::Nil,
         Value::Boolean(true) => Reply::Int(1),
@@ -488,6 +630,9 @@ fn lua_to_reply(v: Value) -> Reply {
         Value::Integer(n) => Reply::Int(n),
         Value::Number(f) => Reply::Int(c_long_long(f)),
         Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+        Value::Table(_) if depth >= LUA_REPLY_DEPTH_MAX => {
+            Reply::err("ERR reached lua stack limit")
+        }
         Value::Table(t) => {
             if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
                 return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
@@ -499,7 +644,7 @@ fn lua_to_reply(v: Value) -> Reply {
             for i in 1.. {
                 match t.raw_get::<Value>(i) {
                     Ok(Value::Nil) | Err(_) => break,
-                    Ok(v) => out.push(lua_to_reply(v)),
+                    Ok(v) => out.push(lua_to_reply_at(v, depth + 1)),
                 }
             }
             Reply::Array(out)
@@ -550,7 +695,15 @@ fn script_call(env: &mut ScriptEnv, lua: &Lua, args: MultiValue) -> mlua::Result
         }
     }
     if let Err(Reply::Error(e)) = super::Executor::permitted(info, &argv, env.perm) {
-        return fail(&e);
+        // Inside a script Redis words an ACL refusal its own way (script.c).
+        let what = if e.contains("one of the keys") {
+            "can't access at least one of the keys mentioned in the command arguments"
+        } else if e.contains("one of the channels") {
+            "can't publish to the channel mentioned in the command"
+        } else {
+            "can't run this command or subcommand"
+        };
+        return fail(&format!("ERR The user executing the script {what}"));
     }
     if info.write {
         if let Some(why) = &env.log_failed {
@@ -630,7 +783,6 @@ impl Scripts {
         argv: &[Vec<u8>],
         env: &mut ScriptEnv,
     ) -> Reply {
-        let started = Instant::now();
         let env = std::cell::RefCell::new(env);
         let result = self.lua.scope(|scope| {
             // redis.call and redis.pcall are Rust (C) functions, as in Redis: `return
@@ -671,18 +823,11 @@ impl Scripts {
                 }
                 Ok(t)
             };
-            self.lua.set_hook(
-                mlua::HookTriggers::new().every_nth_instruction(100_000),
-                move |_, _| {
-                    if started.elapsed() > SCRIPT_TIME_LIMIT {
-                        return Err(mlua::Error::RuntimeError(format!(
-                            "tidepool stopped the script after {} seconds",
-                            SCRIPT_TIME_LIMIT.as_secs()
-                        )));
-                    }
-                    Ok(mlua::VmState::Continue)
-                },
-            )?;
+            self.arm(if as_function {
+                RUNNING_FUNCTION
+            } else {
+                RUNNING_SCRIPT
+            })?;
             let out: (bool, Value) = if as_function {
                 let invoke: Function = self.bridge.get("invoke")?;
                 invoke.call((f.clone(), list(keys)?, list(argv)?))?
@@ -696,7 +841,7 @@ impl Scripts {
                 let handler: Function = self.bridge.get("handler")?;
                 xpcall.call((f.clone(), handler))?
             };
-            self.lua.remove_hook();
+            self.disarm();
             redis.raw_set("call", Value::Nil)?;
             redis.raw_set("pcall", Value::Nil)?;
             self.bridge.set("last_err", Value::Nil)?;
@@ -706,7 +851,7 @@ impl Scripts {
             Ok((true, v)) => lua_to_reply(v),
             Ok((false, v)) => Reply::Error(error_text(v, Some(label))),
             Err(e) => {
-                self.lua.remove_hook();
+                self.disarm();
                 Reply::Error(format!("ERR {}", lua_message(&e)))
             }
         }

@@ -223,6 +223,22 @@ async fn execute(
     access: Access,
     client: Arc<str>,
 ) -> Result<Answer, Response<Body>> {
+    // SCRIPT KILL / FUNCTION KILL cannot wait behind the script they stop. Only the Standard
+    // token (Redis's default user may run them); others queue as usual.
+    let kill = match (&access, cmds.as_slice()) {
+        (Access::Full, [one]) if crate::executor::kill_command(one).is_some() => Some(one.clone()),
+        _ => None,
+    };
+    let killed = |app: &App, one: &[Vec<u8>]| {
+        app.shared.scripts.kill(one).map(|r| Answer {
+            replies: Ok(vec![r]),
+            sync_token: app.shared.last_seq.load(Ordering::Acquire),
+            unauthorized: false,
+        })
+    };
+    if let Some(answer) = kill.as_deref().and_then(|one| killed(app, one)) {
+        return Ok(answer);
+    }
     let (reply, rx) = oneshot::channel();
     let job = Job::Exec {
         cmds,
@@ -238,13 +254,31 @@ async fn execute(
             "ERR the server is shutting down",
         ));
     }
-    let answer = rx.await.map_err(|_| {
+    let gone = || {
         error(
             app,
             StatusCode::SERVICE_UNAVAILABLE,
             "ERR the server is shutting down",
         )
-    })?;
+    };
+    let answer = match kill {
+        None => rx.await.map_err(|_| gone())?,
+        // A kill queued just before a script started would wait for that script's end:
+        // while it waits, it watches for a script to start and stops it.
+        Some(one) => {
+            tokio::pin!(rx);
+            loop {
+                tokio::select! {
+                    a = &mut rx => break a.map_err(|_| gone())?,
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+                        if let Some(answer) = killed(app, &one) {
+                            break answer;
+                        }
+                    }
+                }
+            }
+        }
+    };
     if answer.unauthorized {
         return Err(error(
             app,
