@@ -44,6 +44,17 @@ impl Reply {
         Reply::Array(items.into_iter().map(|b| Reply::Bulk(b.into())).collect())
     }
 
+    /// About how many bytes this reply takes once encoded (its strings, plus a few bytes of
+    /// framing per element): what the reply size limit counts.
+    pub fn wire_bytes(&self) -> usize {
+        match self {
+            Reply::Status(s) | Reply::Error(s) => s.len() + 8,
+            Reply::Bulk(b) => b.len() + 8,
+            Reply::Nil | Reply::NilArray | Reply::Int(_) => 8,
+            Reply::Array(items) => items.iter().map(Reply::wire_bytes).sum::<usize>() + 8,
+        }
+    }
+
     /// Writes the RESP2 encoding, as a TCP client would receive it.
     pub fn write_resp2(&self, out: &mut Vec<u8>) {
         match self {

@@ -674,8 +674,18 @@ impl Executor {
         }
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
         let mut replies = Vec::with_capacity(cmds.len());
+        // The replies of one request together stay under the reply size limit: a reply that
+        // would cross it is replaced by an error (its command still ran, writes included).
+        let mut reply_bytes = 0usize;
         for args in cmds {
-            replies.push(self.run_one(args, perm, ts, client, &mut logged));
+            let reply = self.run_one(args, perm, ts, client, &mut logged);
+            let size = reply.wire_bytes();
+            if reply_bytes + size > config::REPLY_BYTES_MAX {
+                replies.push(Reply::err(too_large_reply()));
+            } else {
+                reply_bytes += size;
+                replies.push(reply);
+            }
         }
         if !logged.is_empty() {
             self.wal.append(ts, &Record::KvCommands(logged));
@@ -786,6 +796,9 @@ impl Executor {
             "script|kill" => return Reply::err("NOTBUSY No scripts in execution right now."),
             _ => {}
         }
+        if !info.write && self.read_bytes(info, &args, ts) > config::REPLY_BYTES_MAX {
+            return Reply::err(too_large_reply());
+        }
         hdel_expired_fields(&mut self.db, info, &args, ts, logged);
         let mut ctx = Ctx::new(&mut self.db, ts, &mut self.rng);
         if let Perm::User(name, _) = perm {
@@ -799,6 +812,19 @@ impl Executor {
             }
         }
         reply
+    }
+
+    /// The bytes of the string values a read names, counting a key each time it is named:
+    /// `MGET big big big ...` would copy the value once per name into its reply, so it is
+    /// refused before it runs when the copies would pass the reply size limit.
+    fn read_bytes(&self, info: &CommandInfo, args: &[Vec<u8>], ts: u64) -> usize {
+        info.keys(args)
+            .iter()
+            .map(|k| match self.db.get(k, ts).map(|e| &e.value) {
+                Some(crate::state::Value::Str(s)) => s.len(),
+                _ => 0,
+            })
+            .sum()
     }
 
     /// `EVAL script numkeys key ... arg ...` and its SHA and read-only forms.

@@ -5,7 +5,10 @@ pub mod request;
 pub mod response;
 pub mod sse;
 
-use crate::config::{self, REQUEST_BYTES_MAX};
+use crate::config::{
+    self, HTTP_BODY_READ_TIMEOUT_MS, HTTP_CONNECTIONS_MAX, HTTP_DESCRIPTORS_RESERVED,
+    HTTP_IDLE_TIMEOUT_MS, REQUEST_BYTES_MAX,
+};
 use crate::executor::{Access, Answer, ExecMode, Job, Shared, SubKind, SubscriberHandle};
 use crate::reply::Reply;
 use bytes::Bytes;
@@ -90,18 +93,26 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let cap = connection_cap();
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(c) => c,
                 Err(e) => {
-                    // Out of file descriptors and the like: wait a moment rather than spin.
+                    // Out of file descriptors and the like: wait a moment rather than spin,
+                    // then accept again (the idle timeout frees descriptors).
                     crate::log::line(&format!("warning: accept failed: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = &mut shutdown => return,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // At the cap: one short answer, then the descriptor is free again.
+            tokio::spawn(refuse_connection(stream, cap));
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
@@ -118,10 +129,58 @@ pub async fn serve(
                 // than writev of headers and body (3 interleaved rounds, same machine).
                 .writev(false)
                 .keep_alive(true)
+                // hyper starts this timer when it begins waiting for a request's head, so it
+                // closes both an idle keep-alive connection and one that sends its head too
+                // slowly (a connection that never sends anything included).
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_millis(HTTP_IDLE_TIMEOUT_MS))
                 .serve_connection(io, svc)
                 .await;
+            drop(slot);
         });
     }
+}
+
+/// How many connections may be open at once: [`HTTP_CONNECTIONS_MAX`], or fewer when the
+/// process may open fewer descriptors (some are kept for the log, the delivery workers'
+/// outbound connections and the refusal itself).
+fn connection_cap() -> usize {
+    #[repr(C)]
+    struct Rlimit {
+        cur: u64,
+        max: u64,
+    }
+    extern "C" {
+        fn getrlimit(resource: i32, rlim: *mut Rlimit) -> i32;
+    }
+    const RLIMIT_NOFILE: i32 = 7;
+    let mut lim = Rlimit { cur: 0, max: 0 };
+    // SAFETY: getrlimit writes one struct of two 64-bit integers (Linux's rlimit) into `lim`,
+    // which lives for the whole call.
+    let ok = unsafe { getrlimit(RLIMIT_NOFILE, &mut lim) } == 0;
+    let by_descriptors = if ok {
+        (lim.cur as usize).saturating_sub(HTTP_DESCRIPTORS_RESERVED)
+    } else {
+        HTTP_CONNECTIONS_MAX
+    };
+    HTTP_CONNECTIONS_MAX.min(by_descriptors).max(1)
+}
+
+/// Answers a connection past the cap with 503 and closes it.
+async fn refuse_connection(mut stream: tokio::net::TcpStream, cap: usize) {
+    use tokio::io::AsyncWriteExt;
+    let body =
+        format!("{{\"error\":\"ERR max number of clients reached ({cap} connections are open)\"}}");
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let write = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(1000), write).await;
 }
 
 fn respond(
@@ -193,10 +252,16 @@ enum Format {
 }
 
 async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
-    match http_body_util::Limited::new(body, REQUEST_BYTES_MAX)
-        .collect()
-        .await
-    {
+    let read = http_body_util::Limited::new(body, REQUEST_BYTES_MAX).collect();
+    let timeout = std::time::Duration::from_millis(HTTP_BODY_READ_TIMEOUT_MS);
+    let Ok(collected) = tokio::time::timeout(timeout, read).await else {
+        return Err(error(
+            app,
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("ERR the request body did not arrive within {HTTP_BODY_READ_TIMEOUT_MS} ms"),
+        ));
+    };
+    match collected {
         Ok(c) => Ok(c.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -355,10 +420,7 @@ async fn handle(
     } else {
         path.split('/').collect()
     };
-    let first = segments
-        .first()
-        .filter(|s| s.len() <= 10)
-        .map(|s| s.to_ascii_lowercase());
+    let first = segments.first().map(|s| s.to_ascii_lowercase());
     let body_allowed = matches!(method, Method::POST | Method::PUT);
     match first.as_deref() {
         None => {
@@ -459,17 +521,31 @@ async fn single(
     } else {
         StatusCode::OK
     };
-    let mut body = Vec::new();
+    let size = reply.wire_bytes();
+    let body = encoded(size, move || {
+        let mut body = Vec::new();
+        match format {
+            Format::Resp2 => reply.write_resp2(&mut body),
+            Format::Json => response::envelope(&mut body, &reply, enc),
+        }
+        body
+    })
+    .await;
     match format {
-        Format::Resp2 => {
-            reply.write_resp2(&mut body);
-            respond(status, "application/octet-stream", body, answer.sync_token)
-        }
-        Format::Json => {
-            response::envelope(&mut body, &reply, enc);
-            json(status, body, answer.sync_token)
-        }
+        Format::Resp2 => respond(status, "application/octet-stream", body, answer.sync_token),
+        Format::Json => json(status, body, answer.sync_token),
     }
+}
+
+/// Runs `encode` here for a small reply, and on the blocking pool for a large one, so that
+/// encoding hundreds of megabytes holds up no other connection.
+async fn encoded(size: usize, encode: impl FnOnce() -> Vec<u8> + Send + 'static) -> Vec<u8> {
+    if size <= config::REPLY_ENCODE_INLINE_BYTES_MAX {
+        return encode();
+    }
+    tokio::task::spawn_blocking(encode)
+        .await
+        .unwrap_or_else(|_| b"{\"error\":\"ERR the reply could not be encoded\"}".to_vec())
 }
 
 async fn batch(
@@ -504,10 +580,15 @@ async fn batch(
             json(StatusCode::BAD_REQUEST, body, answer.sync_token)
         }
         Ok(replies) if format == Format::Resp2 && !multi => {
-            let mut body = Vec::new();
-            for r in &replies {
-                r.write_resp2(&mut body);
-            }
+            let size = replies.iter().map(Reply::wire_bytes).sum();
+            let body = encoded(size, move || {
+                let mut body = Vec::new();
+                for r in &replies {
+                    r.write_resp2(&mut body);
+                }
+                body
+            })
+            .await;
             respond(
                 StatusCode::OK,
                 "application/octet-stream",
@@ -515,11 +596,11 @@ async fn batch(
                 answer.sync_token,
             )
         }
-        Ok(replies) => json(
-            StatusCode::OK,
-            response::envelopes(&replies, enc),
-            answer.sync_token,
-        ),
+        Ok(replies) => {
+            let size = replies.iter().map(Reply::wire_bytes).sum();
+            let body = encoded(size, move || response::envelopes(&replies, enc)).await;
+            json(StatusCode::OK, body, answer.sync_token)
+        }
     }
 }
 
