@@ -253,10 +253,16 @@ impl Http {
         req.push_str("\r\n");
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body);
-        self.reader
-            .get_mut()
-            .write_all(&bytes)
-            .expect("write request");
+        // A keep-alive connection the server closed while idle (its idle timeout) is opened
+        // again and the request sent once more, as HTTP clients do.
+        let sent = self.reader.get_mut().write_all(&bytes).is_ok();
+        if !sent || self.reader.fill_buf().map(|b| b.is_empty()).unwrap_or(true) {
+            *self = Http::connect(&self.addr, &self.token);
+            self.reader
+                .get_mut()
+                .write_all(&bytes)
+                .expect("write request");
+        }
         read_response(&mut self.reader, method == "HEAD")
     }
 
@@ -374,6 +380,145 @@ pub fn json_array(args: &[Vec<u8>]) -> String {
         .map(|a| serde_json::to_string(&String::from_utf8_lossy(a)).unwrap_or_default())
         .collect();
     format!("[{}]", items.join(","))
+}
+
+/// The ways a command can reach the server over REST. Every door must give the same reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// `POST /` with a JSON array, base64 replies.
+    JsonBody,
+    /// `POST /` with a JSON array, plain (UTF-8) replies.
+    JsonBodyPlain,
+    /// `GET /cmd/arg/arg`, each argument percent-encoded.
+    Path,
+    /// The command name in the path, the other arguments as query parameters.
+    PathQuery,
+    /// `POST /cmd/arg` with the last argument as the raw body.
+    BodyLast,
+    /// `POST /pipeline` holding just this command.
+    Pipeline,
+    /// `POST /multi-exec` holding just this command.
+    MultiExec,
+}
+
+pub const DOORS: &[Door] = &[
+    Door::JsonBody,
+    Door::JsonBodyPlain,
+    Door::Path,
+    Door::PathQuery,
+    Door::BodyLast,
+    Door::Pipeline,
+    Door::MultiExec,
+];
+
+/// Percent-encodes everything but unreserved characters (so `/`, `?`, `&`, `+`, `%` and
+/// non-UTF-8 bytes all survive the trip).
+pub fn percent_encode(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    for &c in b {
+        if c.is_ascii_alphanumeric() || b"-_.~".contains(&c) {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
+impl Http {
+    /// Sends `args` through `door` and returns the canonical reply. A door that cannot carry
+    /// these arguments (an empty last argument as a body, a non-UTF-8 argument in a JSON
+    /// string) falls back to the JSON body.
+    pub fn cmd_via(&mut self, door: Door, args: &[Vec<u8>]) -> Canon {
+        let utf8 = args.iter().all(|a| std::str::from_utf8(a).is_ok());
+        let b64 = [("Upstash-Encoding", "base64")];
+        match door {
+            Door::JsonBody => self.cmd(args),
+            Door::JsonBodyPlain if utf8 => {
+                let r = self.request("POST", "/", &[], json_array(args).as_bytes());
+                plain_envelope_to_canon(&r.json())
+            }
+            Door::Path if !args.is_empty() => {
+                let path: Vec<String> = args.iter().map(|a| percent_encode(a)).collect();
+                let r = self.request("GET", &format!("/{}", path.join("/")), &b64, b"");
+                envelope_to_canon(&r.json())
+            }
+            // An empty query parameter is no argument at all: such commands use the body.
+            Door::PathQuery if !args.is_empty() && args[1..].iter().all(|a| !a.is_empty()) => {
+                // A query parameter without `=` is one argument.
+                let q: Vec<String> = args[1..].iter().map(|a| percent_encode(a)).collect();
+                let path = if q.is_empty() {
+                    format!("/{}", percent_encode(&args[0]))
+                } else {
+                    format!("/{}?{}", percent_encode(&args[0]), q.join("&"))
+                };
+                let r = self.request("GET", &path, &b64, b"");
+                envelope_to_canon(&r.json())
+            }
+            Door::BodyLast if args.len() > 1 && !args[args.len() - 1].is_empty() => {
+                let (last, rest) = args.split_last().unwrap_or((&args[0], &[]));
+                let path: Vec<String> = rest.iter().map(|a| percent_encode(a)).collect();
+                let r = self.request("POST", &format!("/{}", path.join("/")), &b64, last);
+                envelope_to_canon(&r.json())
+            }
+            Door::Pipeline => self
+                .pipeline(&[args.to_vec()])
+                .pop()
+                .unwrap_or(Canon::Err("empty pipeline reply".into())),
+            Door::MultiExec => {
+                let body = format!("[{}]", json_array(args));
+                let r = self.request("POST", "/multi-exec", &b64, body.as_bytes());
+                let v = r.json();
+                match v.as_array() {
+                    Some(items) if items.len() == 1 => envelope_to_canon(&items[0]),
+                    // A command refused before the transaction ran discards it: the error
+                    // is Redis's, behind EXECABORT's words.
+                    _ => match envelope_to_canon(&v) {
+                        Canon::Err(e) => Canon::Err(
+                            e.strip_prefix("EXECABORT Transaction discarded because of: ")
+                                .unwrap_or(&e)
+                                .to_string(),
+                        ),
+                        other => other,
+                    },
+                }
+            }
+            _ => self.cmd(args),
+        }
+    }
+}
+
+fn plain(v: &serde_json::Value) -> Canon {
+    match v {
+        serde_json::Value::Null => Canon::Nil,
+        serde_json::Value::Number(n) => Canon::Int(
+            n.as_i64()
+                .unwrap_or_else(|| panic!("non-integer number {n} in a result")),
+        ),
+        serde_json::Value::String(s) => Canon::Str(s.as_bytes().to_vec()),
+        serde_json::Value::Array(a) => Canon::Arr(a.iter().map(plain).collect()),
+        other => panic!("a result must never hold {other}"),
+    }
+}
+
+/// `{"result": ...}` (plain mode) or `{"error": "..."}` to canonical form.
+pub fn plain_envelope_to_canon(v: &serde_json::Value) -> Canon {
+    if let Some(e) = v.get("error") {
+        return Canon::Err(e.as_str().expect("error is a string").to_string());
+    }
+    plain(
+        v.get("result")
+            .unwrap_or_else(|| panic!("no result key: {v}")),
+    )
+}
+
+/// Whether every string in a reply is UTF-8 (so plain mode carries it unchanged).
+pub fn all_utf8(c: &Canon) -> bool {
+    match c {
+        Canon::Str(b) => std::str::from_utf8(b).is_ok(),
+        Canon::Arr(items) => items.iter().all(all_utf8),
+        _ => true,
+    }
 }
 
 /// A reply in a form both servers' answers convert to.
