@@ -100,6 +100,16 @@ pub const REPLY_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// cannot hold up other connections.
 pub const REPLY_ENCODE_INLINE_BYTES_MAX: usize = 1024 * 1024;
 
+/// Stack of every runtime thread (the executor runs on them, and scripts beside them). The
+/// recursive walks are all bounded by the depth limits here, and the deepest of them,
+/// `cjson.encode` at LUA_CJSON_DEPTH_MAX and a script reply at LUA_REPLY_DEPTH_MAX, need more
+/// than the 2 MiB default in a debug build. Untouched stack costs no memory.
+pub const RUNTIME_THREAD_STACK_BYTES: usize = 32 * 1024 * 1024;
+
+/// Most elements HRANDFIELD, SRANDMEMBER and ZRANDMEMBER return for a negative count
+/// (repeats allowed); a larger one is `ERR value is out of range`.
+pub const RANDOM_COUNT_REPEATS_MAX: u64 = 10_000_000;
+
 /// When a write counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncMode {

@@ -207,6 +207,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.http_threads)
+        .thread_stack_size(crate::config::RUNTIME_THREAD_STACK_BYTES)
         .enable_all()
         .thread_name("http")
         .build()

@@ -474,3 +474,26 @@ fn every_command_of_the_table_works_in_the_path_form() {
     assert_eq!(checked, names.len());
     still_answers(&server);
 }
+
+/// Found by the bad-input suite: `cjson.encode` of a table nested past its limit (1,000
+/// levels) overflowed the 2 MiB stack of a runtime thread before it reached the limit.
+#[test]
+fn cjson_encode_of_a_deep_table_is_an_error_not_a_crash() {
+    let dir = TempDir::new("cjsondeep");
+    let server = Server::start(dir.path(), &[]);
+    let mut c = ro(&server);
+    let e = err_text(c.cmd_str(&[
+        "EVAL_RO",
+        "local t={} local c=t for i=1,10010 do local n={} c[1]=n c=n end return cjson.encode(t)",
+        "0",
+    ]));
+    assert!(e.contains("excessive nesting"), "{e}");
+    // Just under the limit encodes.
+    let r = c.cmd_str(&[
+        "EVAL_RO",
+        "local t={} local c=t for i=1,998 do local n={} c[1]=n c=n end return #cjson.encode(t)",
+        "0",
+    ]);
+    assert_eq!(r, Canon::Int(2 * 999));
+    still_answers(&server);
+}

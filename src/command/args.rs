@@ -44,6 +44,17 @@ pub fn int_arg(b: &[u8]) -> Result<i64, Reply> {
 }
 
 /// A float as Redis's `string2ld`/`strtold` accept it: no spaces, no NaN; `inf` allowed.
+/// The count of HRANDFIELD, SRANDMEMBER and ZRANDMEMBER, read as Redis reads it
+/// (`getRangeLongFromObjectOrReply` between -LONG_MAX and LONG_MAX, with its error text).
+pub fn random_count_arg(b: &[u8]) -> Result<i64, Reply> {
+    match int_arg(b)? {
+        i64::MIN => Err(Reply::err(
+            "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+        )),
+        c => Ok(c),
+    }
+}
+
 pub fn parse_f64(b: &[u8]) -> Option<f64> {
     if b.is_empty() || b.len() > 5000 {
         return None;

@@ -8,9 +8,6 @@ use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;
 
-/// Most fields HRANDFIELD with a negative count returns (repeats allowed).
-const HRANDFIELD_REPEATS_MAX: u64 = 10_000_000;
-
 pub fn hset(ctx: &mut Ctx, a: &[Vec<u8>], hmset: bool) -> Reply {
     if !a.len().is_multiple_of(2) {
         return Reply::err(errors::wrong_arity(if hmset { "hmset" } else { "hset" }));
@@ -221,14 +218,16 @@ pub fn hincrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 pub fn hrandfield(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let (count, withvalues) = match a.len() {
         2 => (None, false),
-        3 => (Some(tri!(int_arg(&a[2]))), false),
-        4 if is(&a[3], "withvalues") => (Some(tri!(int_arg(&a[2]))), true),
+        3 => (Some(tri!(super::args::random_count_arg(&a[2]))), false),
+        4 if is(&a[3], "withvalues") => (Some(tri!(super::args::random_count_arg(&a[2]))), true),
         _ => return Reply::err(errors::SYNTAX),
     };
     if let Some(c) = count {
         // Redis refuses counts whose reply could not be built; so does tidepool, at a bound it
         // can answer within the request limits.
-        if (withvalues && c < -(i64::MAX / 2)) || c < -(HRANDFIELD_REPEATS_MAX as i64) {
+        if (withvalues && c < -(i64::MAX / 2))
+            || c < -(crate::config::RANDOM_COUNT_REPEATS_MAX as i64)
+        {
             return Reply::err("ERR value is out of range");
         }
     }

@@ -1,6 +1,6 @@
 //! Set commands. SPOP logs the members it removed (SREM), never the random request.
 
-use super::args::{int_arg, scan_opts};
+use super::args::scan_opts;
 use super::lists::{positive, ranged};
 use super::strings::tri;
 use super::typed;
@@ -137,16 +137,13 @@ pub fn spop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
 }
 
-/// Most members SRANDMEMBER with a negative count returns (repeats allowed).
-const SRANDMEMBER_REPEATS_MAX: u64 = 10_000_000;
-
 pub fn srandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if a.len() > 3 {
         return Reply::err(errors::SYNTAX);
     }
     let count = if a.len() == 3 {
-        let c = tri!(int_arg(&a[2]));
-        if c == i64::MIN || c < -(SRANDMEMBER_REPEATS_MAX as i64) {
+        let c = tri!(super::args::random_count_arg(&a[2]));
+        if c < -(crate::config::RANDOM_COUNT_REPEATS_MAX as i64) {
             return Reply::err("ERR value is out of range");
         }
         Some(c)

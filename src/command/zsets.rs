@@ -516,18 +516,17 @@ pub fn zmpop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::NilArray
 }
 
-/// Most members ZRANDMEMBER with a negative count returns (repeats allowed).
-const ZRANDMEMBER_REPEATS_MAX: u64 = 10_000_000;
-
 pub fn zrandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let (count, withscores) = match a.len() {
         2 => (None, false),
-        3 => (Some(tri!(int_arg(&a[2]))), false),
-        4 if is(&a[3], "withscores") => (Some(tri!(int_arg(&a[2]))), true),
+        3 => (Some(tri!(super::args::random_count_arg(&a[2]))), false),
+        4 if is(&a[3], "withscores") => (Some(tri!(super::args::random_count_arg(&a[2]))), true),
         _ => return Reply::err(errors::SYNTAX),
     };
     if let Some(c) = count {
-        if (withscores && c < -(i64::MAX / 2)) || c < -(ZRANDMEMBER_REPEATS_MAX as i64) {
+        if (withscores && c < -(i64::MAX / 2))
+            || c < -(crate::config::RANDOM_COUNT_REPEATS_MAX as i64)
+        {
             return Reply::err("ERR value is out of range");
         }
     }

@@ -4,7 +4,7 @@
 //! script's line.
 
 use crate::state::json::Json;
-use mlua::{LightUserData, Lua, Table, Value};
+use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 
 /// lua-cjson's limits: nesting depth and the "excessively sparse array" rule.
 use crate::config::LUA_CJSON_DEPTH_MAX as MAX_DEPTH;
@@ -13,27 +13,34 @@ const SPARSE_SAFE: usize = 10;
 
 pub fn install(lua: &Lua, bridge: &Table) -> mlua::Result<()> {
     let bit = lua.create_table()?;
-    bit.set(
-        "tobit",
-        lua.create_function(|_, x: f64| Ok(tobit(x) as f64))?,
-    )?;
-    bit.set(
-        "bnot",
-        lua.create_function(|_, x: f64| Ok(!tobit(x) as f64))?,
-    )?;
-    bit.set(
-        "bswap",
-        lua.create_function(|_, x: f64| Ok(tobit(x).swap_bytes() as f64))?,
-    )?;
+    // Every bit function reads its arguments as luaL_checknumber does, with its error text.
+    for (name, op) in [
+        ("tobit", (|x| x) as fn(i32) -> i32),
+        ("bnot", |x| !x),
+        ("bswap", |x: i32| x.swap_bytes()),
+    ] {
+        let b = bridge.clone();
+        bit.set(
+            name,
+            lua.create_function(move |lua, args: MultiValue| {
+                Ok(op(tobit(check_number(lua, &b, &args, 0, name)?)) as f64)
+            })?,
+        )?;
+    }
     for (name, op) in [
         ("band", (|a, b| a & b) as fn(i32, i32) -> i32),
         ("bor", |a, b| a | b),
         ("bxor", |a, b| a ^ b),
     ] {
+        let b = bridge.clone();
         bit.set(
             name,
-            lua.create_function(move |_, (x, rest): (f64, mlua::Variadic<f64>)| {
-                Ok(rest.iter().fold(tobit(x), |acc, y| op(acc, tobit(*y))) as f64)
+            lua.create_function(move |lua, args: MultiValue| {
+                let mut acc = tobit(check_number(lua, &b, &args, 0, name)?);
+                for i in 1..args.len() {
+                    acc = op(acc, tobit(check_number(lua, &b, &args, i, name)?));
+                }
+                Ok(acc as f64)
             })?,
         )?;
     }
@@ -47,17 +54,25 @@ pub fn install(lua: &Lua, bridge: &Table) -> mlua::Result<()> {
         ("rol", |a, n| (a as u32).rotate_left(n) as i32),
         ("ror", |a, n| (a as u32).rotate_right(n) as i32),
     ] {
+        let b = bridge.clone();
         bit.set(
             name,
-            lua.create_function(move |_, (x, n): (f64, f64)| {
+            lua.create_function(move |lua, args: MultiValue| {
+                let x = check_number(lua, &b, &args, 0, name)?;
+                let n = check_number(lua, &b, &args, 1, name)?;
                 Ok(op(tobit(x), (tobit(n) & 31) as u32) as f64)
             })?,
         )?;
     }
+    let b = bridge.clone();
     bit.set(
         "tohex",
-        lua.create_function(|_, (x, n): (f64, Option<f64>)| {
-            let n = n.map(tobit).unwrap_or(8);
+        lua.create_function(move |lua, args: MultiValue| {
+            let x = check_number(lua, &b, &args, 0, "tohex")?;
+            let n = match args.get(1) {
+                None | Some(Value::Nil) => 8,
+                Some(_) => tobit(check_number(lua, &b, &args, 1, "tohex")?),
+            };
             let (upper, digits) = if n < 0 {
                 (true, n.unsigned_abs())
             } else {
@@ -128,6 +143,38 @@ pub fn install(lua: &Lua, bridge: &Table) -> mlua::Result<()> {
     )?;
     bridge.set("cjson", cjson)?;
     Ok(())
+}
+
+/// Argument `i` (0-based) of the C function `name` as `luaL_checknumber` reads it: a number,
+/// or a string that converts to one; anything else raises Lua's "bad argument" error.
+fn check_number(
+    lua: &Lua,
+    bridge: &Table,
+    args: &MultiValue,
+    i: usize,
+    name: &str,
+) -> mlua::Result<f64> {
+    let v = args.get(i).cloned().unwrap_or(Value::Nil);
+    let got = match &v {
+        Value::Number(n) => return Ok(*n),
+        Value::Integer(n) => return Ok(*n as f64),
+        Value::String(_) => match lua.coerce_number(v.clone())? {
+            Some(n) => return Ok(n),
+            None => "string",
+        },
+        _ if i >= args.len() => "no value",
+        Value::Nil => "nil",
+        Value::Boolean(_) => "boolean",
+        Value::Table(_) => "table",
+        Value::Function(_) => "function",
+        Value::Thread(_) => "thread",
+        _ => "userdata",
+    };
+    let msg = format!(
+        "bad argument #{} to '{name}' (number expected, got {got})",
+        i + 1
+    );
+    Err(raise(lua, bridge, &msg))
 }
 
 /// Raises `msg` as `luaL_error` does from C: prefixed with the calling script's position

@@ -547,8 +547,11 @@ const RO_WITH_WRITE_FLAG: &str = "ERR Can not execute a script with write flag u
 /// The text of an error the handler returned: its `err`, and for a script or function (`label`)
 /// Redis's " script: <label>, on <source>:<line>." when the line is known.
 fn error_text(v: Value, label: Option<&str>) -> String {
-    let Value::Table(t) = v else {
-        return format!("ERR {v:?}");
+    let t = match v {
+        Value::Table(t) => t,
+        // Lua hands a memory error to no handler: its message comes as a string.
+        Value::String(s) => return format!("ERR {}", s.to_string_lossy()),
+        other => return format!("ERR {other:?}"),
     };
     let msg: String = t
         .raw_get::<Option<String>>("err")
