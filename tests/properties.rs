@@ -1,0 +1,244 @@
+//! Property tests over every parser that input reaches, and over the log reader: random and
+//! adversarial inputs never panic and never overflow the stack (a stack overflow aborts this
+//! whole test binary, so it cannot pass unnoticed). Each parser also gets inputs nested far
+//! past its depth limit.
+//!
+//! CI runs proptest's default budget (256 cases a property). A long run:
+//! `PROPTEST_CASES=100000 cargo test --release --test properties`.
+
+use proptest::prelude::*;
+use tidepool::command::{args, longdouble};
+use tidepool::delivery::{conf, cron, retry};
+use tidepool::http::request;
+use tidepool::rdb;
+use tidepool::state::json::{Json, Path};
+use tidepool::state::Value;
+use tidepool::wal::format::{self, SegmentHeader};
+use tidepool::wal::reader;
+use tidepool::wal::record::{self, Record};
+
+/// Text made of a parser's own punctuation, so that random cases reach deep into it.
+fn tokens(alphabet: &'static [&'static str], max: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(alphabet), 0..max).prop_map(|v| v.concat())
+}
+
+const RETRY_TOKENS: &[&str] = &[
+    "(", ")", "-", "+", "*", "/", "%", ",", " ", "1", "2.5", "retried", "pow(", "min(", "max(",
+    "abs(", "exp(", "sqrt(", "x", "1e308",
+];
+const JSON_TOKENS: &[&str] = &[
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "\"a\"",
+    "\"",
+    "1",
+    "-0.5e3",
+    "true",
+    "null",
+    " ",
+    "\\u12",
+    "18446744073709551616",
+    "1e999",
+];
+const PATH_TOKENS: &[&str] = &[
+    "$", ".", "..", "[", "]", "*", "?(", ")", "@", "@.a", "==", "!=", "<", ">=", "&&", "||", "!",
+    "'x'", "\"y\"", "0", "-1", ":", "1:2:-1", ",", "a", " ", "(", "=~", "\"^a.*\"", "true",
+];
+const CRON_TOKENS: &[&str] = &[
+    "*",
+    "/",
+    "-",
+    ",",
+    " ",
+    "0",
+    "59",
+    "7",
+    "60",
+    "L",
+    "#",
+    "?",
+    "MON",
+    "JAN",
+    "CRON_TZ=",
+    "Europe/Paris",
+    "@daily",
+    "@every",
+    "1h",
+];
+
+proptest! {
+    #[test]
+    fn retry_delay_expressions_never_panic(s in tokens(RETRY_TOKENS, 400), r in 0u32..50) {
+        let _ = retry::eval(&s, r);
+        let _ = retry::expression_delay_ms(&s, r);
+        let _ = retry::check_expression(&s);
+    }
+
+    #[test]
+    fn retry_delay_expressions_of_random_text_never_panic(s in ".{0,300}") {
+        let _ = retry::eval(&s, 3);
+    }
+
+    #[test]
+    fn durations_never_panic(s in "[0-9a-z. ]{0,40}") {
+        let _ = conf::duration_ms(&s);
+    }
+
+    #[test]
+    fn cron_expressions_never_panic(s in tokens(CRON_TOKENS, 40), after in any::<u64>()) {
+        if let Ok(c) = cron::CronSpec::parse(&s) {
+            let _ = c.next_after(after % 4_102_444_800_000);
+        }
+    }
+
+    #[test]
+    fn json_documents_never_panic(s in tokens(JSON_TOKENS, 600)) {
+        if let Ok(j) = Json::parse(&s) {
+            prop_assert!(j.depth() <= tidepool::config::JSON_DEPTH_MAX);
+            let _ = j.to_text();
+        }
+    }
+
+    #[test]
+    fn json_paths_never_panic(s in tokens(PATH_TOKENS, 120), doc in tokens(JSON_TOKENS, 120)) {
+        if let Ok(p) = Path::compile(&s) {
+            if let Ok(d) = Json::parse(&doc) {
+                let _ = p.select(&d);
+            }
+        }
+    }
+
+    #[test]
+    fn request_bodies_never_panic(body in prop::collection::vec(any::<u8>(), 0..400)) {
+        let _ = request::parse_single(&body);
+        let _ = request::parse_batch(&body);
+    }
+
+    #[test]
+    fn json_request_bodies_never_panic(s in tokens(JSON_TOKENS, 300)) {
+        let _ = request::parse_single(s.as_bytes());
+        let _ = request::parse_batch(s.as_bytes());
+    }
+
+    #[test]
+    fn paths_and_queries_never_panic(s in "[%0-9a-fA-F+&=_/a-z]{0,100}") {
+        let _ = request::percent_decode(&s, true);
+        let _ = request::query_args(Some(&s));
+        let _ = request::query_token(Some(&s));
+    }
+
+    #[test]
+    fn numbers_and_globs_never_panic(
+        b in prop::collection::vec(any::<u8>(), 0..60),
+        p in "[*?\\[\\]^a\\\\-]{0,40}",
+    ) {
+        let _ = args::parse_i64(&b);
+        let _ = args::parse_f64(&b);
+        let _ = args::parse_double(&b);
+        let _ = args::parse_cursor(&b);
+        let _ = longdouble::parse(&b);
+        let _ = args::glob_match(p.as_bytes(), &b, false);
+        let _ = args::glob_match(p.as_bytes(), &b, true);
+    }
+
+    #[test]
+    fn restore_payloads_never_panic(b in prop::collection::vec(any::<u8>(), 0..600)) {
+        let _ = rdb::restore(&b);
+        let _ = rdb::restore_functions(&b);
+    }
+
+    /// A valid DUMP payload with bytes changed and its checksum made right again, so that
+    /// the decoder itself (not the checksum) meets the damage.
+    #[test]
+    fn mutated_restore_payloads_never_panic(
+        value in prop::collection::vec(any::<u8>(), 0..300),
+        flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+    ) {
+        let Ok(mut payload) = rdb::dump(&Value::Str(value)) else {
+            return Ok(());
+        };
+        let body = payload.len() - 8;
+        for (at, x) in flips {
+            payload[at % body] ^= x;
+        }
+        let crc = rdb::crc64(&payload[..body]);
+        payload[body..].copy_from_slice(&crc.to_le_bytes());
+        let _ = rdb::restore(&payload);
+    }
+
+    #[test]
+    fn record_payloads_never_panic(kind in any::<u8>(), b in prop::collection::vec(any::<u8>(), 0..400)) {
+        let _ = Record::decode(kind, &b);
+    }
+
+    #[test]
+    fn frames_never_panic(b in prop::collection::vec(any::<u8>(), 0..200), at in 0usize..220) {
+        let _ = format::read_frame(&b, at);
+        let _ = SegmentHeader::decode(&b);
+    }
+
+    /// A log directory holding a segment of valid records with random damage, or of random
+    /// bytes behind a valid header: the scan reports, never panics, and never delivers a
+    /// record past damage it refuses.
+    #[test]
+    fn damaged_segments_never_panic(
+        records in 1u64..40,
+        flips in prop::collection::vec((any::<usize>(), any::<u8>()), 0..6),
+        random_tail in prop::collection::vec(any::<u8>(), 0..300),
+        use_random in any::<bool>(),
+    ) {
+        let mut seg = SegmentHeader { first_seq: 1, created_unix_ms: 1 }.encode().to_vec();
+        if use_random {
+            seg.extend_from_slice(&random_tail);
+        } else {
+            for seq in 1..=records {
+                let mut payload = Vec::new();
+                record::encode_kv_commands(&mut payload, &[vec![b"SET".to_vec(), seq.to_string().into_bytes()]]);
+                format::encode_frame(&mut seg, seq, seq, Record::KvCommands(Vec::new()).kind(), &payload);
+            }
+            let len = seg.len();
+            for (at, x) in flips {
+                seg[at % len] ^= x;
+            }
+        }
+        seg.resize(seg.len() + 4096, 0);
+        let dir = std::env::temp_dir().join(format!(
+            "tidepool-prop-wal-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(format::segment_file_name(1)), &seg).expect("write");
+        let scanned = reader::scan(&dir, |_, _, f| {
+            Record::decode(f.kind, f.payload).map(|_| ()).map_err(|e| e.to_string())
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Ok(summary) = scanned {
+            prop_assert!(summary.records <= records.max(1) || use_random);
+        }
+    }
+}
+
+/// Each recursive parser at ten times its depth limit: an error, not a stack overflow.
+#[test]
+fn ten_times_every_depth_limit() {
+    let d = tidepool::config::RETRY_DELAY_EXPRESSION_DEPTH_MAX * 10;
+    assert!(retry::eval(&("(".repeat(d) + "1" + &")".repeat(d)), 0).is_err());
+    assert!(retry::eval(&("-".repeat(d) + "1"), 0).is_err());
+    let d = tidepool::config::JSON_DEPTH_MAX * 10;
+    assert!(Json::parse(&("[".repeat(d) + &"]".repeat(d))).is_err());
+    assert!(Json::parse(&("{\"a\":".repeat(d) + "1" + &"}".repeat(d))).is_err());
+    assert!(request::parse_single(("[".repeat(d) + &"]".repeat(d)).as_bytes()).is_err());
+    assert!(request::parse_batch(("[".repeat(d) + &"]".repeat(d)).as_bytes()).is_err());
+    let d = tidepool::config::JSON_PATH_NESTING_MAX * 10;
+    assert!(Path::compile(&("$".to_string() + &"[?(".repeat(d) + "@" + &")]".repeat(d))).is_err());
+    assert!(
+        Path::compile(&("$[?(".to_string() + &"!(".repeat(d) + "@.a" + &")".repeat(d) + ")]"))
+            .is_err()
+    );
+}
