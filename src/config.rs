@@ -79,10 +79,14 @@ pub const DELIVERY_DELAY_MS_MAX: u64 = 100 * 365 * 86_400_000;
 /// Latest `Upstash-Not-Before` accepted, in Unix seconds: 9999-12-31T23:59:59Z.
 pub const DELIVERY_NOT_BEFORE_S_MAX: u64 = 253_402_300_799;
 
-/// A connection that sends no request head for this long, or takes longer to send one, is
-/// closed: an idle keep-alive connection, or one that never sends anything (hyper's header
-/// read timer starts when it begins waiting for the next request).
+/// A connection with nothing being answered and no byte moving for this long is closed
+/// (an idle keep-alive connection, or one that never sends anything).
 pub const HTTP_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// A request head must be whole this long after its first byte arrived, or the connection is
+/// closed (a client that sends its head a byte at a time holds no descriptor for long).
+pub const HTTP_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// How often each connection's watchdog looks at those two (so they hold to within this).
+pub const HTTP_WATCHDOG_INTERVAL_MS: u64 = 2_000;
 /// A request body that has not fully arrived after this long is answered 408.
 pub const HTTP_BODY_READ_TIMEOUT_MS: u64 = 60_000;
 /// Connections open at once; past it a new one is answered 503 and closed. Lowered at start

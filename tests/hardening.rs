@@ -344,6 +344,47 @@ fn idle_connections_are_closed() {
     still_answers(&server);
 }
 
+/// Defect 8: a client that sends its request head a byte at a time is closed once the head
+/// takes longer than the header-read timeout, though bytes keep arriving.
+#[test]
+fn slow_request_heads_are_closed() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("slowhead");
+    let server = Server::start(dir.path(), &[]);
+    let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+    s.write_all(b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .expect("write");
+    let mut reader = s.try_clone().expect("clone");
+    let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = closed.clone();
+    let watcher = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        // EOF or a reset: either way the server let go.
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    // One byte every half second, for well past the timeout (a bound on the test, not a
+    // measurement: the server must have closed by then).
+    let bound = (tidepool::config::HTTP_HEADER_READ_TIMEOUT_MS + 30_000) / 500;
+    let mut let_go = false;
+    for _ in 0..bound {
+        if closed.load(std::sync::atomic::Ordering::SeqCst) || s.write_all(b"a").is_err() {
+            let_go = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Unblocks the watcher either way; the verdict was taken before.
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    watcher.join().expect("watcher");
+    assert!(let_go, "a trickled request head held its connection");
+    still_answers(&server);
+}
+
 /// Defect 8: past the connection cap a new connection gets a clear 503 and the server goes
 /// on serving the others; with a low descriptor limit the cap follows it.
 #[test]

@@ -818,8 +818,16 @@ impl Executor {
     /// `MGET big big big ...` would copy the value once per name into its reply, so it is
     /// refused before it runs when the copies would pass the reply size limit.
     fn read_bytes(&self, info: &CommandInfo, args: &[Vec<u8>], ts: u64) -> usize {
-        info.keys(args)
-            .iter()
+        // A command of one key copies its value once at most: the check after it bounds
+        // that, and GET and its like pay nothing here.
+        if args.len() < 3 {
+            return 0;
+        }
+        let keys = info.keys(args);
+        if keys.len() < 2 {
+            return 0;
+        }
+        keys.iter()
             .map(|k| match self.db.get(k, ts).map(|e| &e.value) {
                 Some(crate::state::Value::Str(s)) => s.len(),
                 _ => 0,
