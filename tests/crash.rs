@@ -28,21 +28,6 @@ fn valid_end(bytes: &[u8]) -> usize {
         .unwrap_or(0)
 }
 
-fn log_tool(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
-        .args(args)
-        .output()
-        .expect("run tidepool-log");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// Every key, with its type, value and expiry: the state a restart must rebuild.
 fn full_dump(c: &mut Http) -> BTreeMap<Vec<u8>, (Canon, Canon, Canon)> {
     let Canon::Arr(keys) = c.cmd_str(&["KEYS", "*"]) else {

@@ -390,35 +390,15 @@ fn slow_request_heads_are_closed() {
 #[test]
 fn connections_past_the_cap_are_refused_clearly() {
     use std::io::Read;
-    let dir = TempDir::new("cap2");
-    let data = dir.path().join("d");
-    let mut child = std::process::Command::new("prlimit")
-        .args(["--nofile=128:128", "--"])
-        .arg(env!("CARGO_BIN_EXE_tidepool"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            TOKEN,
-            "--read-only-token",
-            RO_TOKEN,
-            "--data",
-        ])
-        .arg(&data)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn under prlimit");
-    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).expect("start line");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .expect("address")
-        .trim()
-        .to_string();
+    let dir = TempDir::new("cap");
+    let server = Server::try_start_under(
+        &["prlimit", "--nofile=128:128", "--"],
+        &dir.path().join("d"),
+        &[],
+        &[],
+    )
+    .expect("start under prlimit");
+    let addr = server.addr.clone();
     let cap = 128 - tidepool::config::HTTP_DESCRIPTORS_RESERVED;
     let mut held = Vec::new();
     for _ in 0..cap + 20 {
@@ -442,10 +422,7 @@ fn connections_past_the_cap_are_refused_clearly() {
     // Freeing connections lets new ones in.
     held.clear();
     std::thread::sleep(Duration::from_millis(300));
-    let mut c = Http::connect(&addr, TOKEN);
-    assert_eq!(c.cmd_str(&["PING"]), Canon::s("PONG"));
-    let _ = child.kill();
-    let _ = child.wait();
+    still_answers(&server);
 }
 
 /// Defect 9: every command name longer than ten characters failed in the path form.

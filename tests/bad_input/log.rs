@@ -7,21 +7,6 @@ use tidepool::wal::format::{self, SegmentHeader};
 
 pub const CASES_LEN: usize = 24;
 
-fn log_tool(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
-        .args(args)
-        .output()
-        .expect("run tidepool-log");
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// A data directory whose one segment holds `bytes` after a valid header, or `bytes` alone.
 fn directory(tag: &str, with_header: bool, bytes: &[u8]) -> TempDir {
     let dir = TempDir::new(tag);

@@ -94,9 +94,28 @@ impl Server {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Server, String> {
+        Self::try_start_under(&[], data, extra, env)
+    }
+
+    /// Starts the binary through `wrapper` (a program and its arguments that runs the rest
+    /// of its command line, such as `prlimit --nofile=128:128 --`), or directly when empty.
+    pub fn try_start_under(
+        wrapper: &[&str],
+        data: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let stderr_path = data.with_extension("stderr");
         let stderr = std::fs::File::create(&stderr_path).map_err(|e| e.to_string())?;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_tidepool"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_tidepool")),
+        };
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -207,6 +226,22 @@ impl Resp {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+}
+
+/// Runs `tidepool-log` with `args`: its exit code and its stdout and stderr together.
+pub fn log_tool(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
+        .args(args)
+        .output()
+        .expect("run tidepool-log");
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 /// A keep-alive HTTP/1.1 client that speaks just enough of the protocol for these tests.
