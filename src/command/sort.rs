@@ -79,6 +79,17 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
     let mut by: Option<Vec<u8>> = None;
     let mut dontsort = false;
     let mut gets: Vec<Vec<u8>> = Vec::new();
+    // BY and GET patterns name keys no key check sees: as in Redis, only a user who may read
+    // every key may use them.
+    let full_key_access = match &ctx.user {
+        None => true,
+        Some(name) => ctx
+            .db
+            .acl
+            .users
+            .get(name.as_ref())
+            .is_some_and(|u| u.key_allowed(b"*", true, false)),
+    };
     let mut j = 2;
     while j < a.len() {
         let left = a.len() - j - 1;
@@ -97,9 +108,19 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
             j += 1;
         } else if is(&a[j], "by") && left >= 1 {
             dontsort = !a[j + 1].contains(&b'*');
+            if !dontsort && !full_key_access {
+                return Reply::err(
+                    "ERR BY option of SORT denied due to insufficient ACL permissions.",
+                );
+            }
             by = Some(a[j + 1].clone());
             j += 1;
         } else if is(&a[j], "get") && left >= 1 {
+            if !full_key_access {
+                return Reply::err(
+                    "ERR GET option of SORT denied due to insufficient ACL permissions.",
+                );
+            }
             gets.push(a[j + 1].clone());
             j += 1;
         } else {
