@@ -63,6 +63,9 @@ pub const LUA_CJSON_DEPTH_MAX: usize = 1000;
 /// other clients SCRIPT KILL it, as tidepool does, and tidepool also stops it itself). Writes
 /// it made before stay, as in Redis.
 pub const SCRIPT_TIME_LIMIT_MS: u64 = 5_000;
+/// How often a SCRIPT KILL queued behind a script that has not started yet looks whether it
+/// has.
+pub const SCRIPT_KILL_POLL_MS: u64 = 10;
 /// How often (in Lua VM instructions) a running script checks the time limit and kills.
 pub const LUA_HOOK_INSTRUCTIONS: u32 = 10_000;
 /// Memory all Lua code together may hold (Redis has no such limit; a server that serves

@@ -348,6 +348,13 @@ async fn execute(
     if let Some(answer) = kill.as_deref().and_then(|one| killed(app, one)) {
         return Ok(answer);
     }
+    let gone = || {
+        error(
+            app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        )
+    };
     let (reply, rx) = oneshot::channel();
     let job = Job::Exec {
         cmds,
@@ -357,19 +364,8 @@ async fn execute(
         reply,
     };
     if app.tx.send(job).await.is_err() {
-        return Err(error(
-            app,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ERR the server is shutting down",
-        ));
+        return Err(gone());
     }
-    let gone = || {
-        error(
-            app,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "ERR the server is shutting down",
-        )
-    };
     let answer = match kill {
         None => rx.await.map_err(|_| gone())?,
         // A kill queued just before a script started would wait for that script's end:
@@ -379,7 +375,7 @@ async fn execute(
             loop {
                 tokio::select! {
                     a = &mut rx => break a.map_err(|_| gone())?,
-                    _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(config::SCRIPT_KILL_POLL_MS)) => {
                         if let Some(answer) = killed(app, &one) {
                             break answer;
                         }
