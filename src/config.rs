@@ -90,6 +90,9 @@ pub const HTTP_IDLE_TIMEOUT_MS: u64 = 30_000;
 pub const HTTP_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 /// How often each connection's watchdog looks at those two (so they hold to within this).
 pub const HTTP_WATCHDOG_INTERVAL_MS: u64 = 2_000;
+/// Wake-ups a request body may take before its read timer (HTTP_BODY_READ_TIMEOUT_MS) is
+/// armed: the usual body arrives within them and never pays for a timer.
+pub const HTTP_BODY_WAKEUPS_BEFORE_TIMER: u32 = 2;
 /// A request body that has not fully arrived after this long is answered 408.
 pub const HTTP_BODY_READ_TIMEOUT_MS: u64 = 60_000;
 /// Connections open at once; past it a new one is answered 503 and closed. Lowered at start

@@ -280,7 +280,6 @@ fn every_command_of_the_table_gets_redis_acl_verdict_through_every_door() {
     let dir = TempDir::new("acl-walk");
     let s = Server::start(dir.path(), &[]);
     let mut admin = s.client();
-    let mut radmin = Redis::connect(redis.port);
     let users: &[(&str, &[&str])] = &[
         ("u_app", &["on", ">pw", "~app:*", "&news:*", "+@all"]),
         ("u_r", &["on", ">pw", "%R~*", "+@all"]),
@@ -308,20 +307,8 @@ fn every_command_of_the_table_gets_redis_acl_verdict_through_every_door() {
     ];
     let mut sides: Vec<(String, Http, Redis)> = Vec::new();
     for (name, rules) in users.iter().chain([("ro", ro_rules)].iter()) {
-        let mut setuser = vec!["ACL", "SETUSER", name];
-        setuser.extend_from_slice(rules);
-        assert_eq!(radmin.cmd(&strs(&setuser)), Canon::s("OK"), "{name}");
-        let http = if *name == "ro" {
-            Http::connect(&s.addr, RO_TOKEN)
-        } else {
-            assert_eq!(admin.cmd(&strs(&setuser)), Canon::s("OK"), "{name}");
-            let Canon::Str(t) = admin.cmd(&strs(&["ACL", "RESTTOKEN", name, "pw"])) else {
-                panic!("RESTTOKEN {name}")
-            };
-            Http::connect(&s.addr, &String::from_utf8_lossy(&t))
-        };
-        let mut r = Redis::connect(redis.port);
-        assert_eq!(r.cmd(&strs(&["AUTH", name, "pw"])), Canon::s("OK"));
+        let token = (*name == "ro").then_some(RO_TOKEN);
+        let (http, r) = user_on_both(&s, redis.port, name, rules, token);
         sides.push((name.to_string(), http, r));
     }
     let table: serde_json::Value =
@@ -385,15 +372,13 @@ fn sort_by_and_get_patterns_need_access_to_every_key() {
     let mut radmin = Redis::connect(redis.port);
     let mut sides = Vec::new();
     for (name, keys) in [("limited", "~app:*"), ("reader", "%R~*")] {
-        let setuser = strs(&["ACL", "SETUSER", name, "on", ">pw", keys, "+@all"]);
-        admin.cmd(&setuser);
-        radmin.cmd(&setuser);
-        let Canon::Str(t) = admin.cmd(&strs(&["ACL", "RESTTOKEN", name, "pw"])) else {
-            panic!("RESTTOKEN")
-        };
-        let mut r = Redis::connect(redis.port);
-        r.cmd(&strs(&["AUTH", name, "pw"]));
-        sides.push((Http::connect(&s.addr, &String::from_utf8_lossy(&t)), r));
+        sides.push(user_on_both(
+            &s,
+            redis.port,
+            name,
+            &["on", ">pw", keys, "+@all"],
+            None,
+        ));
     }
     for setup in [
         vec!["RPUSH", "app:l", "2", "1"],

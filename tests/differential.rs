@@ -2162,7 +2162,6 @@ fn acl_verdicts_match_redis() {
         .unwrap_or(4_000);
     let dir = TempDir::new("acldiff");
     let tp = Server::start(dir.path(), &["--fsync", "never"]);
-    let mut admin = tp.client();
     let mut redis_admin = Redis::connect(redis_server.port);
     redis_admin.cmd_str(&["FLUSHALL"]);
     let users: &[(&str, &[&str])] = &[
@@ -2178,16 +2177,7 @@ fn acl_verdicts_match_redis() {
     ];
     let mut sides = Vec::new();
     for (name, rules) in users {
-        let mut setuser = vec!["ACL", "SETUSER", name];
-        setuser.extend_from_slice(rules);
-        assert_eq!(admin.cmd_str(&setuser), Canon::s("OK"));
-        assert_eq!(redis_admin.cmd_str(&setuser), Canon::s("OK"));
-        let Canon::Str(token) = admin.cmd_str(&["ACL", "RESTTOKEN", name, "pw"]) else {
-            panic!("RESTTOKEN")
-        };
-        let http = Http::connect(&tp.addr, &String::from_utf8_lossy(&token));
-        let mut redis = Redis::connect(redis_server.port);
-        assert_eq!(redis.cmd_str(&["AUTH", name, "pw"]), Canon::s("OK"));
+        let (http, redis) = user_on_both(&tp, redis_server.port, name, rules, None);
         sides.push((name.to_string(), http, redis));
     }
     let abs_base_ms = std::time::SystemTime::now()

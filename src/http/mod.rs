@@ -271,9 +271,6 @@ enum Format {
     Resp2,
 }
 
-/// Wake-ups a request body may take before its read timer is armed.
-const BODY_WAKEUPS_BEFORE_TIMER: u32 = 2;
-
 async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
     let mut read = std::pin::pin!(http_body_util::Limited::new(body, REQUEST_BYTES_MAX).collect());
     // hyper hands a body over from the connection's own task, so its first poll is usually
@@ -282,7 +279,7 @@ async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
     let mut wakeups = 0;
     let quick = std::future::poll_fn(|cx| match std::future::Future::poll(read.as_mut(), cx) {
         Poll::Ready(r) => Poll::Ready(Some(r)),
-        Poll::Pending if wakeups < BODY_WAKEUPS_BEFORE_TIMER => {
+        Poll::Pending if wakeups < config::HTTP_BODY_WAKEUPS_BEFORE_TIMER => {
             wakeups += 1;
             Poll::Pending
         }

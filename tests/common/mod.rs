@@ -228,6 +228,48 @@ impl Resp {
     }
 }
 
+/// The ACL user `name` with `rules` (its password `pw`) on redis-server, and on tidepool
+/// unless `tidepool_token` is given (the Read Only token stands for a user tidepool does not
+/// create): a redis-server connection authenticated as the user, and a tidepool client with
+/// the user's REST token (or `tidepool_token`).
+pub fn user_on_both(
+    server: &Server,
+    redis_port: u16,
+    name: &str,
+    rules: &[&str],
+    tidepool_token: Option<&str>,
+) -> (Http, Redis) {
+    let mut setuser = vec!["ACL", "SETUSER", name];
+    setuser.extend_from_slice(rules);
+    assert_eq!(
+        Redis::connect(redis_port).cmd_str(&setuser),
+        Canon::s("OK"),
+        "{name} on redis-server"
+    );
+    let http = match tidepool_token {
+        Some(t) => Http::connect(&server.addr, t),
+        None => {
+            let mut admin = server.client();
+            assert_eq!(
+                admin.cmd_str(&setuser),
+                Canon::s("OK"),
+                "{name} on tidepool"
+            );
+            let Canon::Str(t) = admin.cmd_str(&["ACL", "RESTTOKEN", name, "pw"]) else {
+                panic!("ACL RESTTOKEN {name}")
+            };
+            Http::connect(&server.addr, &String::from_utf8_lossy(&t))
+        }
+    };
+    let mut redis = Redis::connect(redis_port);
+    assert_eq!(
+        redis.cmd_str(&["AUTH", name, "pw"]),
+        Canon::s("OK"),
+        "AUTH {name}"
+    );
+    (http, redis)
+}
+
 /// Runs `tidepool-log` with `args`: its exit code and its stdout and stderr together.
 pub fn log_tool(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
