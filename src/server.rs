@@ -5,10 +5,10 @@ use crate::config::Config;
 use crate::delivery::sign::SigningKeys;
 use crate::executor::{self, Job};
 use crate::http::{self, App};
-use base64::Engine;
+use crate::secret::{random_qstash_token, random_signing_key, random_token};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -34,37 +34,6 @@ pub struct Resolved {
     pub qstash_token: String,
     pub keys: SigningKeys,
     pub acl_secret: Vec<u8>,
-}
-
-fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
-    let mut b = [0u8; N];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| format!("cannot read /dev/urandom to generate a credential: {e}"))?;
-    Ok(b)
-}
-
-fn random_token() -> Result<String, String> {
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<30>()?))
-}
-
-/// A signing key in the hosted shape: `sig_` and 28 base58 characters.
-pub fn random_signing_key() -> Result<String, String> {
-    const B58: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
-    let b = random_bytes::<28>()?;
-    Ok(format!(
-        "sig_{}",
-        b.iter()
-            .map(|x| B58[*x as usize % B58.len()] as char)
-            .collect::<String>()
-    ))
-}
-
-/// A delivery token in the format the workflow SDK decodes: base64 of
-/// `{"UserID":"...","Password":"..."}`.
-fn random_qstash_token() -> Result<String, String> {
-    let text = serde_json::json!({"UserID": "tidepool", "Password": random_token()?}).to_string();
-    Ok(base64::engine::general_purpose::STANDARD.encode(text))
 }
 
 fn write_credentials(dir: &Path, c: &Credentials) -> Result<(), String> {

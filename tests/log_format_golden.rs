@@ -1,8 +1,8 @@
 //! Holds `log-format.md` and the code together: the hex blocks marked `golden` in the document
 //! must be exactly what the code writes, and must decode back to the values the document names.
 
+use tidepool::record::Record;
 use tidepool::wal::format::{self, FrameRead, SegmentHeader};
-use tidepool::wal::record::Record;
 
 fn golden(name: &str) -> Vec<u8> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/log-format.md"))
@@ -113,7 +113,7 @@ fn delivery_record_frame_matches_the_document() {
 #[test]
 fn every_delivery_event_round_trips() {
     use tidepool::delivery::model::*;
-    use tidepool::wal::record::Bin;
+    use tidepool::msgpack::Bin;
     let conf = Conf {
         method: Some("PUT".into()),
         retries: Some(2),

@@ -11,11 +11,11 @@ use tidepool::command::{args, longdouble};
 use tidepool::delivery::{conf, cron, retry};
 use tidepool::http::request;
 use tidepool::rdb;
+use tidepool::record::{self, Record};
 use tidepool::state::json::{Json, Path};
 use tidepool::state::Value;
 use tidepool::wal::format::{self, SegmentHeader};
 use tidepool::wal::reader;
-use tidepool::wal::record::{self, Record};
 
 /// Text made of a parser's own punctuation, so that random cases reach deep into it.
 fn tokens(alphabet: &'static [&'static str], max: usize) -> impl Strategy<Value = String> {
@@ -136,13 +136,13 @@ proptest! {
         b in prop::collection::vec(any::<u8>(), 0..60),
         p in "[*?\\[\\]^a\\\\-]{0,40}",
     ) {
-        let _ = args::parse_i64(&b);
-        let _ = args::parse_f64(&b);
-        let _ = args::parse_double(&b);
+        let _ = tidepool::num::parse_i64(&b);
+        let _ = tidepool::num::parse_f64(&b);
+        let _ = tidepool::num::parse_double(&b);
         let _ = args::parse_cursor(&b);
         let _ = longdouble::parse(&b);
-        let _ = args::glob_match(p.as_bytes(), &b, false);
-        let _ = args::glob_match(p.as_bytes(), &b, true);
+        let _ = tidepool::glob::glob_match(p.as_bytes(), &b, false);
+        let _ = tidepool::glob::glob_match(p.as_bytes(), &b, true);
     }
 
     #[test]

@@ -5,9 +5,9 @@
 //! of the newest segment was taken for a torn tail and 150 acknowledged records were cut).
 
 use std::path::{Path, PathBuf};
+use tidepool::record::{self, Record};
 use tidepool::wal::format::{self, SegmentHeader, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use tidepool::wal::reader::{self, Action};
-use tidepool::wal::record::{self, Record};
 
 /// Segments are preallocated with zeros; these are small ones.
 const SEGMENT_FILE_BYTES: usize = 64 * 1024;

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
+use tidepool::record::Record;
 use tidepool::wal::reader::{self, Action, Damage};
-use tidepool::wal::record::Record;
 
 const USAGE: &str = "usage: tidepool-log <command> DIR
   verify DIR          check every segment and record; exit 1 and name file and offset on damage

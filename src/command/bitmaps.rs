@@ -1,10 +1,12 @@
 //! Bitmap commands on strings: SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD(_RO), following
 //! Redis 7.0's bitops.c (bit order, BYTE/BIT ranges, overflow arithmetic, error texts).
 
-use super::args::{int_arg, is, parse_i64};
-use super::strings::{read_str, tri};
+use super::args::tri;
+use super::args::{int_arg, is};
+use super::strings::read_str;
 use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
+use crate::num::parse_i64;
 use crate::reply::{errors, Reply};
 use crate::state::Value;
 

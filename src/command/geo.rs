@@ -2,10 +2,11 @@
 //! geo key matches Redis), with Redis's encoding, haversine distance and reply formats
 //! (geohash.c, geohash_helper.c, geo.c).
 
-use super::args::{is, parse_double};
+use super::args::is;
+use super::args::tri;
 use super::longdouble;
-use super::strings::tri;
 use super::Ctx;
+use crate::num::parse_double;
 use crate::reply::{errors, Reply};
 use crate::state::zset::ZSet;
 use crate::state::Value;
@@ -290,7 +291,7 @@ pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], kind: &str) -> Reply {
         } else if is(o, "desc") {
             sort = Sort::Desc;
         } else if is(o, "count") && left >= 1 {
-            let Some(n) = super::args::parse_i64(&a[base + i + 1]) else {
+            let Some(n) = crate::num::parse_i64(&a[base + i + 1]) else {
                 return Reply::err(errors::NOT_INTEGER);
             };
             if n <= 0 {

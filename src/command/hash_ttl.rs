@@ -6,8 +6,8 @@
 //! record's timestamp. A field whose time has passed is removed before any command touches its
 //! hash, by a logged HDEL (see the executor), and by the expiry cycle.
 
+use super::args::tri;
 use super::args::{int_arg, is};
-use super::strings::tri;
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};

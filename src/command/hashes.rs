@@ -1,10 +1,11 @@
 //! Hash commands.
 
-use super::args::{int_arg, is, parse_i64, scan_opts};
+use super::args::tri;
+use super::args::{int_arg, is, scan_opts};
 use super::longdouble;
-use super::strings::tri;
 use super::typed;
 use super::Ctx;
+use crate::num::parse_i64;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;
 

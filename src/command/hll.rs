@@ -8,7 +8,7 @@
 //! header and PFADD and PFMERGE mark it stale. So GET, STRLEN and GETRANGE on an HLL key answer
 //! what Redis answers, and a small HLL costs tens of bytes, not 12 KB.
 
-use super::strings::tri;
+use super::args::tri;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::Value;

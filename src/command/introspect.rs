@@ -5,10 +5,11 @@
 //! summary. COMMAND INFO therefore answers empty tips and key specifications, and COMMAND DOCS
 //! the summary and group only; nothing is made up to fill the rest.
 
-use super::args::{glob_match, int_arg, is};
-use super::strings::tri;
+use super::args::tri;
+use super::args::{int_arg, is};
 use super::table::{self, CommandInfo};
 use super::Ctx;
+use crate::glob::glob_match;
 use crate::reply::{errors, Reply};
 use crate::state::{Entry, Value};
 

@@ -5,6 +5,7 @@
 //! is one value, and a path that matches nothing of the right kind is an error. Every JSON
 //! command is deterministic, so it is logged as sent.
 
+use super::args::tri;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::json::{self, Format, Json, Path};
@@ -12,15 +13,6 @@ use crate::state::Value;
 
 const WRONG_KEY: &str = "WRONGTYPE Existing key has wrong Redis type";
 const NO_KEY: &str = "ERR could not perform this operation on a key that doesn't exist";
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(r) => return r,
-        }
-    };
-}
 
 fn doc<'a>(ctx: &'a Ctx, key: &[u8]) -> Result<Option<&'a Json>, Reply> {
     match ctx.db.get(key, ctx.now_ms) {
@@ -717,7 +709,7 @@ pub fn arrpop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             tri!(path_arg(p)),
             // RedisJSON takes an index it cannot read as the default, -1.
             a.get(3)
-                .and_then(|i| super::args::parse_i64(i))
+                .and_then(|i| crate::num::parse_i64(i))
                 .unwrap_or(-1),
         ),
     };

@@ -1,9 +1,11 @@
 //! Generic keyspace commands: DEL, EXISTS, the EXPIRE family, TTL, RENAME, COPY, KEYS, SCAN,
 //! RANDOMKEY, TOUCH, TYPE, OBJECT.
 
-use super::args::{glob_match, int_arg, is, parse_i64, scan_opts};
-use super::strings::tri;
+use super::args::tri;
+use super::args::{int_arg, is, scan_opts};
 use super::Ctx;
+use crate::glob::glob_match;
+use crate::num::parse_i64;
 use crate::rdb;
 use crate::reply::{errors, Reply};
 use crate::state::{Db, Value};

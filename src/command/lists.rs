@@ -1,7 +1,7 @@
 //! List commands (the non-blocking ones), with Redis 7 argument order and error texts.
 
+use super::args::tri;
 use super::args::{int_arg, is};
-use super::strings::tri;
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
@@ -21,7 +21,7 @@ pub fn positive(arg: &[u8], msg: Option<&str>) -> Result<i64, Reply> {
 
 /// At least `min`, else `ERR <msg>` (also for a non-integer): `getRangeLongFromObjectOrReply`.
 pub fn ranged(arg: &[u8], min: i64, msg: &str) -> Result<i64, Reply> {
-    match super::args::parse_i64(arg) {
+    match crate::num::parse_i64(arg) {
         Some(n) if n >= min => Ok(n),
         _ => Err(Reply::Error(format!("ERR {msg}"))),
     }

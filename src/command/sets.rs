@@ -1,8 +1,8 @@
 //! Set commands. SPOP logs the members it removed (SREM), never the random request.
 
 use super::args::scan_opts;
+use super::args::tri;
 use super::lists::{positive, ranged};
-use super::strings::tri;
 use super::typed;
 use super::{Ctx, Rng};
 use crate::reply::{errors, Reply};

@@ -2,8 +2,8 @@
 //! patterns (`*` substitution, `->field` hash lookups, `#`), LIMIT arithmetic, numeric and
 //! ALPHA comparison, and STORE into a list.
 
+use super::args::tri;
 use super::args::{int_arg, is};
-use super::strings::tri;
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::{Db, Value};

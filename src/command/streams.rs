@@ -5,8 +5,8 @@
 //! An auto-generated ID comes from the command's timestamp, which is the record's, and the
 //! command is logged with the ID it produced, so replay yields the same IDs.
 
+use super::args::tri;
 use super::args::{int_arg, is};
-use super::strings::tri;
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};

@@ -1,9 +1,10 @@
 //! String commands, with Redis 7 grammar, replies and error texts.
 
-use super::args::{int_arg, is, parse_i64};
+use super::args::{int_arg, is, tri};
 use super::longdouble;
 use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
+use crate::num::parse_i64;
 use crate::reply::{errors, Reply};
 use crate::state::{Db, Value};
 
@@ -17,16 +18,6 @@ pub fn read_str<'a>(db: &'a Db, key: &[u8], now_ms: u64) -> Result<Option<&'a [u
         },
     }
 }
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(r) => return r,
-        }
-    };
-}
-pub(crate) use tri;
 
 pub fn get(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let v = tri!(read_str(ctx.db, &a[1], ctx.now_ms));

@@ -1,11 +1,12 @@
 //! Sorted-set commands (all but the blocking ones), following Redis 7.0's t_zset.c: argument
 //! order, option parsing, error texts, and `%.17g` scores.
 
-use super::args::{fmt_g17, int_arg, is, parse_double, scan_opts, strtod_full};
+use super::args::tri;
+use super::args::{int_arg, is, scan_opts};
 use super::lists::{positive, ranged};
-use super::strings::tri;
 use super::typed;
 use super::{Ctx, Rng};
+use crate::num::{fmt_g17, parse_double, strtod_full};
 use crate::reply::{errors, Reply};
 use crate::state::zset::{LexBound, LexRange, ScoreRange, ZSet};
 use crate::state::Value;

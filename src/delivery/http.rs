@@ -71,7 +71,7 @@ fn authorized(headers: &HeaderMap, query: &[(String, String)], auth: &QstashAuth
             .find(|(k, _)| k == "qstash_token")
             .map(|(_, v)| v.clone())
     });
-    presented.is_some_and(|p| crate::http::ct_eq(p.as_bytes(), auth.token.as_bytes()))
+    presented.is_some_and(|p| crate::secret::ct_eq(p.as_bytes(), auth.token.as_bytes()))
 }
 
 async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Response<Body>> {
@@ -756,7 +756,7 @@ fn read_keys(auth: &QstashAuth) -> SigningKeys {
 }
 
 fn rotate(auth: &QstashAuth) -> Response<Body> {
-    let new = match crate::server::random_signing_key() {
+    let new = match crate::secret::random_signing_key() {
         Ok(k) => k,
         Err(e) => return err(500, e),
     };

@@ -27,7 +27,7 @@ pub mod sign;
 pub mod worker;
 
 use crate::config::{DELIVERY_DEDUP_WINDOW_MS, DELIVERY_LOG_ENTRIES_MAX};
-use crate::wal::record::Bin;
+use crate::msgpack::Bin;
 use model::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;

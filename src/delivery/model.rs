@@ -9,7 +9,7 @@
 //! (`{"Put": {...}}`), byte strings as `bin`. Optional fields that are absent are still written
 //! (as nil) so a reader never has to guess.
 
-use crate::wal::record::Bin;
+use crate::msgpack::Bin;
 use serde::{Deserialize, Serialize};
 
 /// How one message is to be sent: everything the `Upstash-*` configuration headers (or their

@@ -13,7 +13,7 @@ use super::retry;
 use super::Delivery;
 use crate::command::Rng;
 use crate::config::DELIVERY_DEFAULT_RETRIES;
-use crate::wal::record::Bin;
+use crate::msgpack::Bin;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};

@@ -8,7 +8,7 @@ use super::sign::{self, SigningKeys};
 use crate::clock;
 
 use crate::executor::{Job, Shared};
-use crate::wal::record::Bin;
+use crate::msgpack::Bin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

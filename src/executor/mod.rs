@@ -24,10 +24,11 @@ use crate::delivery::ops::{self, AttemptResult, Op, OpReply, Tx};
 use crate::delivery::sign::SigningKeys;
 use crate::delivery::worker::{Dispatch, Workers};
 use crate::delivery::Delivery;
+use crate::record::Record;
 use crate::reply::Reply;
 use crate::state::acl::AclUser;
 use crate::state::Db;
-use crate::wal::{self, Record, WalWriter};
+use crate::wal::{self, WalWriter};
 use bytes::Bytes;
 use flusher::{FlushItem, Flusher, Pending};
 use pubsub::PubSub;
@@ -199,7 +200,8 @@ pub fn start(
     let mut delivery = Delivery::new();
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
-    let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |seq, ts, record| {
+    let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |seq, ts, kind, payload| {
+        let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
         delivery.applying_seq = seq;
         replay_errors += apply_record(&mut db, &mut delivery, &mut rng, ts, &record);
         Ok(())
@@ -998,7 +1000,7 @@ impl Executor {
         self.scripts.sync(&self.db);
         let mut out = Vec::new();
         for (lib, (code, fns)) in &self.scripts.libraries {
-            if pattern.is_some_and(|p| !command::args::glob_match(p, lib.as_bytes(), false)) {
+            if pattern.is_some_and(|p| !crate::glob::glob_match(p, lib.as_bytes(), false)) {
                 continue;
             }
             let functions = fns

@@ -4,8 +4,8 @@
 
 use super::sse_event;
 use crate::clock;
-use crate::command::args::glob_match;
 use crate::command::CommandInfo;
+use crate::glob::glob_match;
 use crate::reply::Reply;
 use bytes::Bytes;
 use std::collections::HashMap;

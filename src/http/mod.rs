@@ -12,6 +12,7 @@ use crate::config::{
 };
 use crate::executor::{Access, Answer, ExecMode, Job, Shared, SubKind, SubscriberHandle};
 use crate::reply::Reply;
+use crate::secret::ct_eq;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
@@ -225,15 +226,6 @@ fn error(app: &App, status: StatusCode, text: &str) -> Response<Body> {
     let mut body = Vec::with_capacity(text.len() + 12);
     response::error_envelope(&mut body, text);
     json(status, body, app.shared.last_seq.load(Ordering::SeqCst))
-}
-
-/// Compares without an early exit, so the time taken says nothing about where they differ.
-pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u8 | ((a.len() ^ b.len()) >> 8) as u8;
-    for (i, &x) in a.iter().enumerate() {
-        diff |= x ^ b.get(i).copied().unwrap_or(!x);
-    }
-    diff == 0 && a.len() == b.len()
 }
 
 /// The token of an `Authorization: Bearer <token>` header (both services use it).

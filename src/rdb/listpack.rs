@@ -3,7 +3,7 @@
 //! (`intset.c`: small sets of integers). Writing follows Redis's encoder choices byte for
 //! byte; reading checks every length, so a bad payload is refused, never trusted.
 
-use crate::command::args::parse_i64;
+use crate::num::parse_i64;
 
 /// An element of a listpack: a string, or an integer that was stored as one.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@
 pub mod listpack;
 pub mod lzf;
 
-use crate::command::args::{fmt_g17, parse_f64, parse_i64};
+use crate::num::{fmt_g17, parse_f64, parse_i64};
 use crate::state::hash::Hash;
 use crate::state::scanmap::ScanMap;
 use crate::state::stream::{Consumer, Group, Nack, Stream, StreamId};

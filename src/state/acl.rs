@@ -118,7 +118,7 @@ impl AclUser {
                 KeyPerm::Read => !write,
                 KeyPerm::Write => !read,
             };
-            ok && crate::command::args::glob_match(pat, key, false)
+            ok && crate::glob::glob_match(pat, key, false)
         })
     }
 
@@ -130,7 +130,7 @@ impl AclUser {
                 if is_pattern {
                     p == channel
                 } else {
-                    crate::command::args::glob_match(p, channel, false)
+                    crate::glob::glob_match(p, channel, false)
                 }
             })
     }
@@ -282,7 +282,7 @@ impl Acl {
         }
         bound
             .into_iter()
-            .any(|h| crate::http::ct_eq(&self.mac(name, user.generation, h), &mac))
+            .any(|h| crate::secret::ct_eq(&self.mac(name, user.generation, h), &mac))
             .then_some((name.as_str(), user))
     }
 

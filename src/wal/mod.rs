@@ -1,21 +1,26 @@
 //! The write-ahead log: format, reading with recovery, appending.
 //!
-//! `format` is the byte layout, `record` the payload kinds, `reader` walks a directory and
-//! applies the recovery table, `writer` appends. Its only `unsafe` is the map in `mmap` and one
+//! `format` is the byte layout, `reader` walks a directory and applies the recovery table,
+//! `writer` appends. The log frames payloads it does not read: what a kind byte and its payload
+//! mean is `crate::record`'s (the [`Payload`] trait is all the writer asks of a record). Its only `unsafe` is the map in `mmap` and one
 //! `sync_file_range` call in `writer`.
 
 pub mod format;
 pub mod mmap;
 pub mod reader;
-pub mod record;
 pub mod writer;
 
 use reader::{Action, Damage};
 use std::fs::OpenOptions;
 use std::path::Path;
 
-pub use record::Record;
 pub use writer::WalWriter;
+
+/// What the writer frames: a kind byte and the payload bytes.
+pub trait Payload {
+    fn kind(&self) -> u8;
+    fn encode_payload(&self, out: &mut Vec<u8>);
+}
 
 /// What recovery did, for the start-up message.
 #[derive(Debug, Default)]
@@ -27,7 +32,7 @@ pub struct RecoveryReport {
     pub cut_tail: Option<String>,
 }
 
-/// Replays the log in `dir` through `apply` (sequence, timestamp, record) and returns a writer
+/// Replays the log in `dir` through `apply` (sequence, timestamp, kind, payload) and returns a writer
 /// positioned after the last good record. A torn tail is cut; any other damage is an error whose
 /// text names the file, the offset and the way to repair.
 pub fn recover<F>(
@@ -36,11 +41,15 @@ pub fn recover<F>(
     mut apply: F,
 ) -> Result<(WalWriter, RecoveryReport), String>
 where
-    F: FnMut(u64, u64, Record) -> Result<(), String>,
+    F: FnMut(u64, u64, u8, &[u8]) -> Result<(), String>,
 {
     let summary = reader::scan(dir, |_, _, frame| {
-        let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
-        apply(frame.seq, frame.timestamp_unix_ms, record)
+        apply(
+            frame.seq,
+            frame.timestamp_unix_ms,
+            frame.kind,
+            frame.payload,
+        )
     })
     .map_err(|e| {
         format!(

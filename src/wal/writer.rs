@@ -2,7 +2,7 @@
 //! rotated at a size limit, and a poison flag once any write or sync has failed.
 
 use super::format::{self, SegmentHeader};
-use super::record::Record;
+use super::Payload;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
@@ -93,7 +93,7 @@ impl WalWriter {
     }
 
     /// Frames `record` into the buffer and returns its sequence number.
-    pub fn append(&mut self, timestamp_unix_ms: u64, record: &Record) -> u64 {
+    pub fn append(&mut self, timestamp_unix_ms: u64, record: &impl Payload) -> u64 {
         self.payload.clear();
         record.encode_payload(&mut self.payload);
         let seq = self.next_seq;

@@ -1,12 +1,13 @@
-//! Record kinds and their MessagePack payloads.
+//! What one log record holds: its kind byte and MessagePack payload.
 //!
-//! The frame (see `format.rs`) carries a one-byte kind; the payload is MessagePack written by
+//! The log (`wal`) frames opaque payloads; this module, above it and above the state it
+//! describes, gives them meaning. The frame (see `wal/format.rs`) carries a one-byte kind; the payload is MessagePack written by
 //! `rmp-serde`. Kinds 1-15 belong to the key-value store, 16-63 are reserved for the message
 //! delivery service (publish, delivery outcome, schedule changes, waiters, notify), so both halves
 //! share one log, one sequence and one executor.
 
-use serde::de::{self, SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use crate::msgpack::Bin;
+use serde::{Serialize, Serializer};
 
 /// Kind byte of a record that holds key-value commands.
 pub const KIND_KV_COMMANDS: u8 = 1;
@@ -41,6 +42,15 @@ impl std::fmt::Display for RecordError {
             RecordError::UnknownKind(k) => write!(f, "unknown record kind {k}"),
             RecordError::Decode(e) => write!(f, "payload does not decode: {e}"),
         }
+    }
+}
+
+impl crate::wal::Payload for Record {
+    fn kind(&self) -> u8 {
+        Record::kind(self)
+    }
+    fn encode_payload(&self, out: &mut Vec<u8>) {
+        Record::encode_payload(self, out)
     }
 }
 
@@ -113,43 +123,4 @@ pub fn encode_kv_commands(out: &mut Vec<u8>, cmds: &[Vec<Vec<u8>>]) {
     }
     // Writing MessagePack into a Vec cannot fail: the only error source is the writer.
     let _ = Cmds(cmds).serialize(&mut rmp_serde::Serializer::new(out));
-}
-
-/// A byte string that MessagePack writes as `bin`, not as an array of integers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Bin(pub Vec<u8>);
-
-impl Serialize for Bin {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&self.0)
-    }
-}
-
-impl<'de> Deserialize<'de> for Bin {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bin, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Bin;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Bin, E> {
-                Ok(Bin(v.to_vec()))
-            }
-            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Bin, E> {
-                Ok(Bin(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Bin, E> {
-                Ok(Bin(v.as_bytes().to_vec()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bin, A::Error> {
-                let mut v = Vec::new();
-                while let Some(b) = seq.next_element::<u8>()? {
-                    v.push(b);
-                }
-                Ok(Bin(v))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
