@@ -34,6 +34,7 @@ pub mod executor;
 pub mod glob;
 pub mod http;
 pub mod log;
+pub mod lua;
 pub mod msgpack;
 pub mod num;
 pub mod rdb;

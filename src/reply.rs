@@ -116,6 +116,21 @@ pub mod errors {
             name.to_ascii_lowercase()
         )
     }
+    /// A write refused because the log failed (`why`); the same text from every door, without
+    /// the `ERR` class word (the delivery API's JSON error takes it so).
+    pub fn log_failed_text(why: &str) -> String {
+        format!("the write-ahead log failed ({why}); writes are refused, reads still work")
+    }
+    pub fn log_failed(why: &str) -> String {
+        format!("ERR {}", log_failed_text(why))
+    }
+    /// A reply past [`crate::config::REPLY_BYTES_MAX`].
+    pub fn reply_too_large() -> String {
+        format!(
+            "ERR the reply would exceed {} bytes (the reply size limit): ask for less at once, for example with GETRANGE, SCAN or fewer keys per request",
+            crate::config::REPLY_BYTES_MAX
+        )
+    }
     pub fn invalid_expire(name: &str) -> String {
         format!(
             "ERR invalid expire time in '{}' command",

@@ -109,7 +109,7 @@ pub fn getuser(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
 }
 
 pub fn whoami(ctx: &mut Ctx) -> Reply {
-    Reply::bulk(ctx.user.as_deref().unwrap_or("default"))
+    Reply::bulk(ctx.user().unwrap_or("default"))
 }
 
 pub fn cat(args: &[Vec<u8>]) -> Reply {

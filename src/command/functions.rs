@@ -4,48 +4,9 @@
 
 use super::args::is;
 use super::Ctx;
+use crate::lua::library_header;
 use crate::reply::Reply;
 use crate::state::Db;
-
-/// `#!lua name=<library>` on the first line: the library's name and where its code starts (at
-/// the line feed, so line numbers stay the user's).
-pub fn library_header(code: &[u8]) -> Result<(String, usize), Reply> {
-    if !code.starts_with(b"#!") {
-        return Err(Reply::err("ERR Missing library metadata"));
-    }
-    let end = code.iter().position(|&b| b == b'\n').unwrap_or(code.len());
-    let line = String::from_utf8_lossy(&code[2..end]);
-    let mut parts = line.split(' ').filter(|p| !p.is_empty());
-    let engine = parts.next().unwrap_or("");
-    if engine != "lua" {
-        return Err(Reply::Error(format!("ERR Engine '{engine}' not found")));
-    }
-    let mut name = None;
-    for p in parts {
-        match p.strip_prefix("name=") {
-            Some(n) => name = Some(n.to_string()),
-            None => {
-                return Err(Reply::Error(format!(
-                    "ERR Invalid metadata value given: {p}"
-                )))
-            }
-        }
-    }
-    let Some(name) = name else {
-        return Err(Reply::err("ERR Library name was not given"));
-    };
-    if !valid_name(&name) {
-        return Err(Reply::err(
-            "ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long",
-        ));
-    }
-    Ok((name, end))
-}
-
-/// Library and function names: letters, digits and `_`, at least one.
-pub fn valid_name(n: &str) -> bool {
-    !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
 
 /// `FUNCTION LOAD [REPLACE] code`: the REPLACE flag and the code.
 pub fn load_args(a: &[Vec<u8>]) -> Result<(bool, &[u8]), Reply> {

@@ -161,7 +161,7 @@ pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         table::Lookup::Found(i) => i,
         _ => return Reply::err("ERR Invalid command specified"),
     };
-    if !super::arity_ok(info, args.len()) {
+    if !super::pipeline::arity_ok(info, args.len()) {
         return Reply::err("ERR Invalid number of arguments specified for command");
     }
     if info.flags.iter().any(|f| f == "movablekeys") {
@@ -177,53 +177,6 @@ pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         return Reply::err("ERR The command has no key arguments");
     }
     Reply::bulks(keys.into_iter().map(|k| k.to_vec()))
-}
-
-/// The parameters CONFIG GET answers: what tidepool actually does, in Redis's names.
-/// `appendfsync` and `port` depend on how the server was started.
-pub fn config_params(appendfsync: &str, port: u16) -> Vec<(&'static str, String)> {
-    let fixed: &[(&str, &str)] = &[
-        ("appendonly", "yes"),
-        ("save", ""),
-        ("databases", "1"),
-        ("maxmemory", "0"),
-        ("maxmemory-policy", "noeviction"),
-        ("maxclients", "10000"),
-        ("timeout", "0"),
-        ("notify-keyspace-events", ""),
-        ("hash-max-listpack-entries", "128"),
-        ("hash-max-listpack-value", "64"),
-        ("hash-max-ziplist-entries", "128"),
-        ("hash-max-ziplist-value", "64"),
-        ("set-max-intset-entries", "512"),
-        ("set-max-listpack-entries", "128"),
-        ("zset-max-listpack-entries", "128"),
-        ("zset-max-listpack-value", "64"),
-        ("zset-max-ziplist-entries", "128"),
-        ("zset-max-ziplist-value", "64"),
-        ("list-max-listpack-size", "-2"),
-        ("list-max-ziplist-size", "-2"),
-        ("stream-node-max-entries", "100"),
-        ("stream-node-max-bytes", "4096"),
-        ("proto-max-bulk-len", "536870912"),
-    ];
-    let mut out: Vec<(&str, String)> = fixed.iter().map(|(k, v)| (*k, v.to_string())).collect();
-    out.push(("appendfsync", appendfsync.to_string()));
-    out.push(("port", port.to_string()));
-    out
-}
-
-/// `CONFIG GET pattern [pattern ...]`: name and value of every parameter that matches, each
-/// once.
-pub fn config_get(a: &[Vec<u8>], params: &[(&str, String)]) -> Reply {
-    let mut out = Vec::new();
-    for (name, value) in params {
-        if a[2..].iter().any(|p| glob_match(p, name.as_bytes(), true)) {
-            out.push(Reply::bulk(*name));
-            out.push(Reply::bulk(value.as_str()));
-        }
-    }
-    Reply::Array(out)
 }
 
 /// `MEMORY USAGE key [SAMPLES count]`: tidepool's estimate of the bytes it holds for the key

@@ -958,7 +958,18 @@ mod tests {
 
     fn run(db: &mut Db, f: fn(&mut Ctx, &[Vec<u8>]) -> Reply, args: &[&str]) -> Reply {
         let mut rng = crate::command::Rng::new(1);
-        let mut ctx = Ctx::new(db, 1_000, &mut rng);
+        let (mut server, mut logged) = (crate::command::pipeline::Replay, Vec::new());
+        let perm = crate::command::Perm::Full;
+        let mut ctx = Ctx::new(
+            db,
+            1_000,
+            &mut rng,
+            &perm,
+            "",
+            &mut server,
+            None,
+            &mut logged,
+        );
         let a: Vec<Vec<u8>> = args.iter().map(|s| s.as_bytes().to_vec()).collect();
         f(&mut ctx, &a)
     }

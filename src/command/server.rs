@@ -1,7 +1,10 @@
-//! Server and connection commands that make sense for one database over REST.
+//! Server and connection commands that make sense for one database over REST, with those that
+//! read the server around the state (INFO, CONFIG GET, PUBSUB, PUBLISH) through
+//! `pipeline::Server`.
 
 use super::args::is;
 use super::Ctx;
+use crate::glob::glob_match;
 use crate::reply::{errors, Reply};
 
 pub fn ping(a: &[Vec<u8>]) -> Reply {
@@ -31,4 +34,168 @@ pub fn time(ctx: &Ctx) -> Reply {
         Reply::bulk((us / 1_000_000).to_string()),
         Reply::bulk((us % 1_000_000).to_string()),
     ])
+}
+
+/// The parameters CONFIG GET answers: what tidepool actually does, in Redis's names.
+/// `appendfsync` and `port` depend on how the server was started.
+fn config_params(appendfsync: &str, port: u16) -> Vec<(&'static str, String)> {
+    let fixed: &[(&str, &str)] = &[
+        ("appendonly", "yes"),
+        ("save", ""),
+        ("databases", "1"),
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
+        ("maxclients", "10000"),
+        ("timeout", "0"),
+        ("notify-keyspace-events", ""),
+        ("hash-max-listpack-entries", "128"),
+        ("hash-max-listpack-value", "64"),
+        ("hash-max-ziplist-entries", "128"),
+        ("hash-max-ziplist-value", "64"),
+        ("set-max-intset-entries", "512"),
+        ("set-max-listpack-entries", "128"),
+        ("zset-max-listpack-entries", "128"),
+        ("zset-max-listpack-value", "64"),
+        ("zset-max-ziplist-entries", "128"),
+        ("zset-max-ziplist-value", "64"),
+        ("list-max-listpack-size", "-2"),
+        ("list-max-ziplist-size", "-2"),
+        ("stream-node-max-entries", "100"),
+        ("stream-node-max-bytes", "4096"),
+        ("proto-max-bulk-len", "536870912"),
+    ];
+    let mut out: Vec<(&str, String)> = fixed.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    out.push(("appendfsync", appendfsync.to_string()));
+    out.push(("port", port.to_string()));
+    out
+}
+
+/// `CONFIG GET pattern [pattern ...]`: name and value of every parameter that matches, each
+/// once.
+pub fn config_get(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let facts = ctx.server.facts();
+    let params = config_params(facts.appendfsync, facts.listen_port);
+    let mut out = Vec::new();
+    for (name, value) in &params {
+        if a[2..].iter().any(|p| glob_match(p, name.as_bytes(), true)) {
+            out.push(Reply::bulk(*name));
+            out.push(Reply::bulk(value.as_str()));
+        }
+    }
+    Reply::Array(out)
+}
+
+/// `PUBLISH` and `SPUBLISH` (one node: a shard channel is a channel).
+pub fn publish(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::Int(ctx.server.publish(&a[1], &a[2]))
+}
+
+/// The PUBSUB subcommands.
+pub fn pubsub(ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
+    match sub {
+        "channels" => {
+            let pat = a.get(2);
+            Reply::Array(
+                ctx.server
+                    .channels()
+                    .into_iter()
+                    .filter(|c| pat.is_none_or(|p| glob_match(p, c, false)))
+                    .map(Reply::Bulk)
+                    .collect(),
+            )
+        }
+        "numsub" => Reply::Array(
+            a[2..]
+                .iter()
+                .flat_map(|c| {
+                    let n = ctx.server.subscribers(c);
+                    [Reply::bulk(c.as_slice()), Reply::Int(n as i64)]
+                })
+                .collect(),
+        ),
+        "numpat" => Reply::Int(ctx.server.patterns() as i64),
+        "shardchannels" => Reply::Array(vec![]),
+        "shardnumsub" => Reply::Array(
+            a[2..]
+                .iter()
+                .flat_map(|c| [Reply::bulk(c.as_slice()), Reply::Int(0)])
+                .collect(),
+        ),
+        _ => Reply::Array(
+            [
+                "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "CHANNELS [<pattern>]",
+                "NUMPAT",
+                "NUMSUB [<channel> ...]",
+                "SHARDCHANNELS [<pattern>]",
+                "SHARDNUMSUB [<shardchannel> ...]",
+                "HELP",
+            ]
+            .iter()
+            .map(|s| Reply::Status(s.to_string()))
+            .collect(),
+        ),
+    }
+}
+
+/// `INFO [section ...]`: the sections tidepool can answer truthfully.
+pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let wanted: Vec<String> = a[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let all = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|w| w == "all" || w == "default" || w == "everything");
+    let want = |s: &str| all || wanted.iter().any(|w| w == s);
+    let f = ctx.server.facts();
+    let mut out = String::new();
+    if want("server") {
+        out.push_str(&format!(
+            "# Server\r\nredis_version:7.0.15\r\ntidepool_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::process::id(),
+            f.listen_port,
+            f.uptime_s,
+            f.uptime_s / 86400
+        ));
+    }
+    if want("clients") {
+        out.push_str(&format!(
+            "# Clients\r\nmonitors:{}\r\npubsub_subscribers:{}\r\n\r\n",
+            f.monitors, f.subscribers
+        ));
+    }
+    if want("persistence") {
+        out.push_str(&format!(
+            "# Persistence\r\nloading:0\r\naof_enabled:1\r\ntidepool_fsync:{}\r\ntidepool_log_last_seq:{}\r\ntidepool_log_durable_seq:{}\r\ntidepool_log_syncs:{}\r\ntidepool_log_writable:{}\r\n\r\n",
+            f.fsync,
+            f.log_last_seq,
+            f.log_durable_seq,
+            f.log_syncs,
+            u8::from(f.log_writable)
+        ));
+    }
+    if want("stats") {
+        out.push_str(&format!(
+            "# Stats\r\ntotal_commands_processed:{}\r\n\r\n",
+            f.commands_processed
+        ));
+    }
+    if want("keyspace") {
+        out.push_str("# Keyspace\r\n");
+        if !ctx.db.is_empty() {
+            out.push_str(&format!(
+                "db0:keys={},expires={},avg_ttl=0\r\n",
+                ctx.db.len(),
+                ctx.db.expires_count()
+            ));
+        }
+    }
+    let mut text = out.trim_end_matches("\r\n").to_string();
+    text.push_str("\r\n");
+    Reply::Bulk(text.into_bytes())
 }

@@ -81,13 +81,13 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
     let mut gets: Vec<Vec<u8>> = Vec::new();
     // BY and GET patterns name keys no key check sees: as in Redis, only a user who may read
     // every key may use them.
-    let full_key_access = match &ctx.user {
+    let full_key_access = match ctx.user() {
         None => true,
         Some(name) => ctx
             .db
             .acl
             .users
-            .get(name.as_ref())
+            .get(name)
             .is_some_and(|u| u.key_allowed(b"*", true, false)),
     };
     let mut j = 2;

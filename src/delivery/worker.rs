@@ -1,15 +1,15 @@
 //! Outbound HTTP, outside the executor. The executor hands over due messages (never more than
 //! `DELIVERY_IN_FLIGHT_MAX` at once, which bounds this pool); each attempt runs as its own task
-//! and its result goes back to the executor queue as a job, where it becomes a logged event.
+//! and its result goes back on the pool's result channel, which the executor reads and turns
+//! into a logged event. The pool knows nothing of the executor.
 
 use super::model::{Message, Response};
 use super::ops::AttemptResult;
 use super::sign::{self, SigningKeys};
 use crate::clock;
 
-use crate::executor::{Job, Shared};
 use crate::msgpack::Bin;
-use std::sync::atomic::Ordering;
+use crate::wal::Progress;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -33,8 +33,9 @@ pub struct Dispatch {
 pub struct Workers {
     client: reqwest::Client,
     keys: Arc<RwLock<SigningKeys>>,
-    shared: Arc<Shared>,
+    log: Arc<Progress>,
     wait_for_sync: bool,
+    results: mpsc::Sender<AttemptResult>,
     /// A response body longer than this (the maximum message size) is cut.
     response_bytes_max: usize,
 }
@@ -42,9 +43,10 @@ pub struct Workers {
 impl Workers {
     pub fn new(
         keys: Arc<RwLock<SigningKeys>>,
-        shared: Arc<Shared>,
+        log: Arc<Progress>,
         wait_for_sync: bool,
         response_bytes_max: usize,
+        results: mpsc::Sender<AttemptResult>,
     ) -> Result<Workers, String> {
         // Follow 307/308 (method and body kept) a few times; any other 3xx is a failed attempt.
         let policy = reqwest::redirect::Policy::custom(|a| {
@@ -63,45 +65,32 @@ impl Workers {
         Ok(Workers {
             client,
             keys,
-            shared,
+            log,
             wait_for_sync,
             response_bytes_max,
+            results,
         })
     }
 
-    /// Starts one attempt; its result arrives on `jobs` as `Job::Attempted`.
-    pub fn start(&self, d: Dispatch, jobs: mpsc::Sender<Job>) {
+    /// Starts one attempt; its result arrives on the result channel.
+    pub fn start(&self, d: Dispatch) {
         let w = self.clone();
         tokio::spawn(async move {
             if w.wait_for_sync {
-                w.wait_durable(d.durable_after).await;
+                w.log.wait_durable(d.durable_after).await;
             }
             let started_ms = clock::wall_unix_ms();
             let response = w.attempt(&d).await;
-            let _ = jobs
-                .send(Job::Attempted(Box::new(AttemptResult {
+            let _ = w
+                .results
+                .send(AttemptResult {
                     id: d.msg.id.to_string(),
                     retried: d.retried,
                     started_ms,
                     response,
-                })))
+                })
                 .await;
         });
-    }
-
-    async fn wait_durable(&self, seq: u64) {
-        loop {
-            let notified = self.shared.synced.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.shared.durable_seq.load(Ordering::SeqCst) >= seq
-                || self.shared.fsync_failed.get().is_some()
-            {
-                return;
-            }
-            // A bounded wait, so a missed wake-up costs a moment and never a hang.
-            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
-        }
     }
 
     async fn attempt(&self, d: &Dispatch) -> Response {

@@ -3,8 +3,8 @@
 //! `everysec`, it syncs at most a second after a write. A failed sync is final: the log is
 //! poisoned, waiting replies get an error, and the executor refuses further writes.
 
-use super::Shared;
 use crate::config::{self, FsyncMode};
+use crate::wal::Progress;
 use std::fs::File;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -28,7 +28,7 @@ pub struct Flusher {
 }
 
 impl Flusher {
-    pub fn start(mode: FsyncMode, shared: Arc<Shared>) -> Flusher {
+    pub fn start(mode: FsyncMode, shared: Arc<Progress>) -> Flusher {
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("flusher".into())
@@ -59,11 +59,9 @@ impl Flusher {
     }
 }
 
-fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
+fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     if let Some(why) = shared.fsync_failed.get() {
-        return Some(format!(
-            "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
-        ));
+        return Some(crate::reply::errors::log_failed(why));
     }
     if seq <= shared.durable_seq.load(Ordering::SeqCst) {
         return None;
@@ -79,9 +77,7 @@ fn sync(shared: &Shared, file: &File, seq: u64) -> Option<String> {
             let why = format!("fdatasync failed: {e}");
             crate::log::line(&format!("error: {why}; the log now refuses writes"));
             let _ = shared.fsync_failed.set(why.clone());
-            Some(format!(
-                "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
-            ))
+            Some(crate::reply::errors::log_failed(&why))
         }
     }
 }
@@ -110,7 +106,7 @@ fn sync_data(file: &File) -> std::io::Result<()> {
     file.sync_data()
 }
 
-fn always(rx: mpsc::Receiver<FlushItem>, shared: &Shared) {
+fn always(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
     while let Ok(first) = rx.recv() {
         let mut items = vec![first];
         items.extend(rx.try_iter());
@@ -125,7 +121,7 @@ fn always(rx: mpsc::Receiver<FlushItem>, shared: &Shared) {
     }
 }
 
-fn every_second(rx: mpsc::Receiver<FlushItem>, shared: &Shared) {
+fn every_second(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
     let interval = Duration::from_millis(config::EVERYSEC_INTERVAL_MS);
     let mut latest: Option<(Arc<File>, u64)> = None;
     let mut last_sync = Instant::now();

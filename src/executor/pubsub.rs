@@ -4,9 +4,7 @@
 
 use super::sse_event;
 use crate::clock;
-use crate::command::CommandInfo;
 use crate::glob::glob_match;
-use crate::reply::Reply;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,55 +145,21 @@ impl PubSub {
         self.monitors.retain(|m| m.deliver(ev.clone()));
     }
 
-    pub fn command(&self, info: &CommandInfo, a: &[Vec<u8>]) -> Reply {
-        match info.name.as_str() {
-            "pubsub|channels" => {
-                let pat = a.get(2);
-                Reply::Array(
-                    self.channels
-                        .keys()
-                        .filter(|c| pat.is_none_or(|p| glob_match(p, c, false)))
-                        .map(|c| Reply::bulk(c.as_slice()))
-                        .collect(),
-                )
-            }
-            "pubsub|numsub" => Reply::Array(
-                a[2..]
-                    .iter()
-                    .flat_map(|c| {
-                        let n = self.channels.get(c).map(|v| v.len()).unwrap_or(0);
-                        [Reply::bulk(c.as_slice()), Reply::Int(n as i64)]
-                    })
-                    .collect(),
-            ),
-            "pubsub|numpat" => {
-                let mut pats: Vec<&Vec<u8>> = self.patterns.iter().map(|(p, _)| p).collect();
-                pats.sort();
-                pats.dedup();
-                Reply::Int(pats.len() as i64)
-            }
-            "pubsub|shardchannels" => Reply::Array(vec![]),
-            "pubsub|shardnumsub" => Reply::Array(
-                a[2..]
-                    .iter()
-                    .flat_map(|c| [Reply::bulk(c.as_slice()), Reply::Int(0)])
-                    .collect(),
-            ),
-            _ => Reply::Array(
-                [
-                    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                    "CHANNELS [<pattern>]",
-                    "NUMPAT",
-                    "NUMSUB [<channel> ...]",
-                    "SHARDCHANNELS [<pattern>]",
-                    "SHARDNUMSUB [<shardchannel> ...]",
-                    "HELP",
-                ]
-                .iter()
-                .map(|s| Reply::Status(s.to_string()))
-                .collect(),
-            ),
-        }
+    /// The channels with at least one subscriber.
+    pub fn channels(&self) -> Vec<Vec<u8>> {
+        self.channels.keys().cloned().collect()
+    }
+
+    pub fn subscribers_of(&self, channel: &[u8]) -> usize {
+        self.channels.get(channel).map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// Distinct patterns subscribed to.
+    pub fn pattern_count(&self) -> usize {
+        let mut pats: Vec<&Vec<u8>> = self.patterns.iter().map(|(p, _)| p).collect();
+        pats.sort();
+        pats.dedup();
+        pats.len()
     }
 }
 

@@ -225,7 +225,7 @@ fn json(status: StatusCode, body: Vec<u8>, sync_token: u64) -> Response<Body> {
 fn error(app: &App, status: StatusCode, text: &str) -> Response<Body> {
     let mut body = Vec::with_capacity(text.len() + 12);
     response::error_envelope(&mut body, text);
-    json(status, body, app.shared.last_seq.load(Ordering::SeqCst))
+    json(status, body, app.shared.log.last_seq.load(Ordering::SeqCst))
 }
 
 /// The token of an `Authorization: Bearer <token>` header (both services use it).
@@ -324,13 +324,13 @@ async fn execute(
     // SCRIPT KILL / FUNCTION KILL cannot wait behind the script they stop. Only the Standard
     // token (Redis's default user may run them); others queue as usual.
     let kill = match (&access, cmds.as_slice()) {
-        (Access::Full, [one]) if crate::executor::kill_command(one).is_some() => Some(one.clone()),
+        (Access::Full, [one]) if crate::lua::kill_command(one).is_some() => Some(one.clone()),
         _ => None,
     };
     let killed = |app: &App, one: &[Vec<u8>]| {
         app.shared.scripts.kill(one).map(|r| Answer {
             replies: Ok(vec![r]),
-            sync_token: app.shared.last_seq.load(Ordering::Acquire),
+            sync_token: app.shared.log.last_seq.load(Ordering::Acquire),
             unauthorized: false,
         })
     };
@@ -590,7 +590,7 @@ async fn batch(
         return json(
             StatusCode::OK,
             b"[]".to_vec(),
-            app.shared.last_seq.load(Ordering::SeqCst),
+            app.shared.log.last_seq.load(Ordering::SeqCst),
         );
     }
     let mode = if multi {
@@ -739,7 +739,7 @@ fn stream(app: &App, kind: StreamKind, access: Access) -> Response<Body> {
     h.insert("cache-control", HeaderValue::from_static("no-cache"));
     h.insert(
         "upstash-sync-token",
-        HeaderValue::from(app.shared.last_seq.load(Ordering::SeqCst)),
+        HeaderValue::from(app.shared.log.last_seq.load(Ordering::SeqCst)),
     );
     r
 }

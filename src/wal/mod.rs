@@ -13,8 +13,45 @@ pub mod writer;
 use reader::{Action, Damage};
 use std::fs::OpenOptions;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 pub use writer::WalWriter;
+
+/// How far the log has come, shared with those who wait on it: the HTTP side (the sync token),
+/// the flusher (which syncs), and delivery attempts (which wait until their message's record is
+/// durable).
+#[derive(Default)]
+pub struct Progress {
+    /// Sequence number of the last record written.
+    pub last_seq: AtomicU64,
+    /// Sequence number of the last record known to be on disk.
+    pub durable_seq: AtomicU64,
+    /// Successful syncs of the log (group commit: many records per sync).
+    pub syncs: AtomicU64,
+    /// Set once when a sync failed; the log takes no more writes after that.
+    pub fsync_failed: OnceLock<String>,
+    /// Woken after every successful sync.
+    pub synced: tokio::sync::Notify,
+}
+
+impl Progress {
+    /// Returns once record `seq` is on disk, or once the log failed (nothing will be synced
+    /// again, and waiting would hang).
+    pub async fn wait_durable(&self, seq: u64) {
+        loop {
+            let notified = self.synced.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.durable_seq.load(Ordering::SeqCst) >= seq || self.fsync_failed.get().is_some() {
+                return;
+            }
+            // A bounded wait, so a missed wake-up costs a moment and never a hang.
+            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+        }
+    }
+}
 
 /// What the writer frames: a kind byte and the payload bytes.
 pub trait Payload {

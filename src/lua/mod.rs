@@ -1,15 +1,15 @@
-//! Lua scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT LOAD/EXISTS/FLUSH/KILL, with
-//! Redis 7.0's Lua 5.1 (through `mlua`, vendored), `redis.call`/`pcall` and its reply
-//! conversions and error texts (checked against redis-server 7.0: `tests/scripting.rs`).
+//! The Lua engine: Redis 7.0's Lua 5.1 (through `mlua`, vendored) with its `redis` table,
+//! `cjson` and `bit` libraries, reply conversions, error texts, read-only globals, the script
+//! cache, function libraries, and the stop (time limit, SCRIPT KILL) that no `pcall` can catch.
+//! Checked against redis-server 7.0 by the scripting tests.
 //!
-//! A script runs inside one executor job, so it is atomic, and it is logged by its effects:
-//! every write it makes goes into the job's record in deterministic form, as Redis 7 replicates
-//! scripts. Replay never runs Lua, so a script's use of time or randomness cannot change what
-//! replay rebuilds. The script cache is not logged (Redis does not keep it across restarts
-//! either; clients answer NOSCRIPT with EVAL).
+//! The engine knows no command: `redis.call` and `redis.pcall` hand their arguments to the
+//! `call` function the caller gives (the command layer's one pipeline, `command::run_checked`),
+//! so a command from Lua is checked and run exactly as one from REST. What EVAL and FCALL mean
+//! (keys, logging by effects, SCRIPT and FUNCTION) is `command::scripting`'s.
 
-use super::{hdel_expired_fields, pubsub::PubSub, read_only_allows, Perm};
-use crate::command::{self, table, Ctx, Rng};
+mod libs;
+
 use crate::config::{
     LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
 };
@@ -20,6 +20,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What `redis.call` runs: a command's arguments and whether the script is read-only, to its
+/// reply.
+pub type Call<'a> = dyn FnMut(Vec<Vec<u8>>, bool) -> Reply + 'a;
+
+/// Runs `f`, which may take long (Lua: up to the script time limit), with this runtime
+/// thread's other tasks handed to another thread meanwhile, so that connections go on being
+/// accepted and answered (SCRIPT KILL among them) while the executor is busy.
+fn beside_the_runtime<R>(f: impl FnOnce() -> R) -> R {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
 
 /// What runs in Lua now, and whether it must stop. Shared with the HTTP side, which answers
 /// SCRIPT KILL and FUNCTION KILL while the executor is busy running the script.
@@ -332,6 +349,46 @@ fn shebang(body: &[u8]) -> Result<Option<(Vec<String>, usize)>, Reply> {
     Ok(Some((flags, end)))
 }
 
+/// `#!lua name=<library>` on the first line: the library's name and where its code starts (at
+/// the line feed, so line numbers stay the user's).
+pub fn library_header(code: &[u8]) -> Result<(String, usize), Reply> {
+    if !code.starts_with(b"#!") {
+        return Err(Reply::err("ERR Missing library metadata"));
+    }
+    let end = code.iter().position(|&b| b == b'\n').unwrap_or(code.len());
+    let line = String::from_utf8_lossy(&code[2..end]);
+    let mut parts = line.split(' ').filter(|p| !p.is_empty());
+    let engine = parts.next().unwrap_or("");
+    if engine != "lua" {
+        return Err(Reply::Error(format!("ERR Engine '{engine}' not found")));
+    }
+    let mut name = None;
+    for p in parts {
+        match p.strip_prefix("name=") {
+            Some(n) => name = Some(n.to_string()),
+            None => {
+                return Err(Reply::Error(format!(
+                    "ERR Invalid metadata value given: {p}"
+                )))
+            }
+        }
+    }
+    let Some(name) = name else {
+        return Err(Reply::err("ERR Library name was not given"));
+    };
+    if !valid_name(&name) {
+        return Err(Reply::err(
+            "ERR Library names can only contain letters, numbers, or underscores(_) and must be at least one character long",
+        ));
+    }
+    Ok((name, end))
+}
+
+/// Library and function names: letters, digits and `_`, at least one.
+pub fn valid_name(n: &str) -> bool {
+    !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 pub fn sha1hex(body: &[u8]) -> String {
     sha1_smol::Sha1::from(body).digest().to_string()
 }
@@ -353,7 +410,7 @@ impl Scripts {
             .create_function(|lua, s: mlua::LuaString| lua.create_string(sha1hex(&s.as_bytes())))
             .map_err(fail)?;
         bridge.set("sha1hex", sha).map_err(fail)?;
-        super::lua_libs::install(&lua, &bridge).map_err(fail)?;
+        libs::install(&lua, &bridge).map_err(fail)?;
         let watch = control.clone();
         let recheck = lua
             .create_function(move |_, results: MultiValue| match watch.stopped() {
@@ -443,7 +500,11 @@ impl Scripts {
     /// Runs a library's code (FUNCTION LOAD) with only the library API as globals: its name
     /// and the functions it registers, or Redis's error.
     pub fn check_library(&self, code: &[u8]) -> Result<(String, Vec<(String, FnDef)>), Reply> {
-        let (name, start) = crate::command::functions::library_header(code)?;
+        beside_the_runtime(|| self.check_library_here(code))
+    }
+
+    fn check_library_here(&self, code: &[u8]) -> Result<(String, Vec<(String, FnDef)>), Reply> {
+        let (name, start) = library_header(code)?;
         let chunk = self
             .lua
             .load(&code[start..])
@@ -566,18 +627,6 @@ fn error_text(v: Value, label: Option<&str>) -> String {
     }
 }
 
-/// What a running script's `redis.call` needs from the executor.
-pub struct ScriptEnv<'a> {
-    pub db: &'a mut Db,
-    pub rng: &'a mut Rng,
-    pub pubsub: &'a mut PubSub,
-    pub perm: &'a Perm,
-    pub ts: u64,
-    pub read_only: bool,
-    pub log_failed: Option<String>,
-    pub logged: &'a mut Vec<Vec<Vec<u8>>>,
-}
-
 fn err_table(lua: &Lua, msg: &str) -> mlua::Result<Value> {
     let t = lua.create_table()?;
     t.set("err", msg)?;
@@ -656,9 +705,14 @@ fn lua_to_reply_at(v: Value, depth: usize) -> Reply {
     }
 }
 
-/// `redis.call` / `redis.pcall`: runs one command for the script. `(true, reply)`, or
-/// `(false, {err = text})`.
-fn script_call(env: &mut ScriptEnv, lua: &Lua, args: MultiValue) -> mlua::Result<(bool, Value)> {
+/// `redis.call` / `redis.pcall`: converts the arguments as Redis does and runs them through
+/// `call`. `(true, reply)`, or `(false, {err = text})`.
+fn script_call(
+    call: &mut Call,
+    read_only: bool,
+    lua: &Lua,
+    args: MultiValue,
+) -> mlua::Result<(bool, Value)> {
     let fail = |msg: &str| -> mlua::Result<(bool, Value)> { Ok((false, err_table(lua, msg)?)) };
     if args.is_empty() {
         return fail("ERR Please specify at least one argument for this redis lib call");
@@ -676,65 +730,7 @@ fn script_call(env: &mut ScriptEnv, lua: &Lua, args: MultiValue) -> mlua::Result
             _ => return fail("ERR Lua redis lib command arguments must be strings or integers"),
         }
     }
-    let info = match table::global().lookup(&argv) {
-        table::Lookup::Found(i) => i,
-        _ => return fail("ERR Unknown Redis command called from script"),
-    };
-    if !command::arity_ok(info, argv.len()) {
-        return fail("ERR Wrong number of args calling Redis command from script");
-    }
-    if info.flags.iter().any(|f| f == "noscript") {
-        return fail("ERR This Redis command is not allowed from script");
-    }
-    if info.write && env.read_only {
-        return fail("ERR Write commands are not allowed from read-only scripts.");
-    }
-    if let Perm::ReadOnly = env.perm {
-        if !read_only_allows(info) {
-            return fail(&format!(
-                "NOPERM this user has no permissions to run the '{}' command or its subcommand",
-                info.name
-            ));
-        }
-    }
-    if let Err(Reply::Error(e)) = super::Executor::permitted(info, &argv, env.perm) {
-        // Inside a script Redis words an ACL refusal its own way (script.c).
-        let what = if e.contains("one of the keys") {
-            "can't access at least one of the keys mentioned in the command arguments"
-        } else if e.contains("one of the channels") {
-            "can't publish to the channel mentioned in the command"
-        } else {
-            "can't run this command or subcommand"
-        };
-        return fail(&format!("ERR The user executing the script {what}"));
-    }
-    if info.write {
-        if let Some(why) = &env.log_failed {
-            return fail(&format!(
-                "ERR the write-ahead log failed ({why}); writes are refused, reads still work"
-            ));
-        }
-    }
-    env.pubsub.feed_monitors("lua", &argv);
-    let reply = match info.name.as_str() {
-        "publish" | "spublish" => Reply::Int(env.pubsub.publish(&argv[1], &argv[2])),
-        _ => {
-            hdel_expired_fields(env.db, info, &argv, env.ts, env.logged);
-            let mut ctx = Ctx::new(env.db, env.ts, env.rng);
-            if let Perm::User(name, _) = env.perm {
-                ctx.user = Some(name.clone());
-            }
-            let reply = command::execute(&mut ctx, info, &argv);
-            if ctx.dirty {
-                match ctx.rewrite.take() {
-                    Some(rw) => env.logged.extend(rw),
-                    None => env.logged.push(argv),
-                }
-            }
-            reply
-        }
-    };
-    match reply {
+    match call(argv, read_only) {
         Reply::Error(e) => fail(&e),
         r => Ok((true, reply_to_lua(lua, r)?)),
     }
@@ -742,17 +738,28 @@ fn script_call(env: &mut ScriptEnv, lua: &Lua, args: MultiValue) -> mlua::Result
 
 impl Scripts {
     /// Runs the compiled script `sha` with KEYS and ARGV.
-    pub fn run(&self, sha: &str, keys: &[Vec<u8>], argv: &[Vec<u8>], env: &mut ScriptEnv) -> Reply {
+    /// `read_only`: run as EVAL_RO (a shebang's `no-writes` makes it so too). Every
+    /// `redis.call` goes through `call`.
+    pub fn run(
+        &self,
+        sha: &str,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        read_only: bool,
+        call: &mut Call,
+    ) -> Reply {
         let Some(compiled) = self.compiled.get(sha) else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
         // A script with a shebang declares whether it writes; without one it may (Redis 7).
-        match &compiled.flags {
-            Some(flags) if flags.iter().any(|f| f == "no-writes") => env.read_only = true,
-            Some(_) if env.read_only => return Reply::err(RO_WITH_WRITE_FLAG),
-            _ => {}
-        }
-        self.invoke(&compiled.function, sha, false, keys, argv, env)
+        let read_only = match &compiled.flags {
+            Some(flags) if flags.iter().any(|f| f == "no-writes") => true,
+            Some(_) if read_only => return Reply::err(RO_WITH_WRITE_FLAG),
+            _ => read_only,
+        };
+        beside_the_runtime(|| {
+            self.invoke(&compiled.function, sha, false, keys, argv, read_only, call)
+        })
     }
 
     /// Runs the library function `name` as FCALL does: `callback(keys, args)`.
@@ -761,22 +768,26 @@ impl Scripts {
         name: &str,
         keys: &[Vec<u8>],
         argv: &[Vec<u8>],
-        env: &mut ScriptEnv,
+        read_only: bool,
+        call: &mut Call,
     ) -> Reply {
         let Some(def) = self.functions.get(name) else {
             return Reply::err("ERR Function not found");
         };
-        if def.flags.iter().any(|f| f == "no-writes") {
-            env.read_only = true;
-        } else if env.read_only {
+        let read_only = if def.flags.iter().any(|f| f == "no-writes") {
+            true
+        } else if read_only {
             return Reply::err(RO_WITH_WRITE_FLAG);
-        }
-        self.invoke(&def.function, name, true, keys, argv, env)
+        } else {
+            false
+        };
+        beside_the_runtime(|| self.invoke(&def.function, name, true, keys, argv, read_only, call))
     }
 
     /// Runs `f` under the time limit with `redis.call`/`pcall` bound to `env`. A script gets
     /// KEYS and ARGV as globals; a library function gets them as its two arguments. `label`
     /// names it in error texts (the SHA-1, or the function's name).
+    #[allow(clippy::too_many_arguments)]
     fn invoke(
         &self,
         f: &Function,
@@ -784,9 +795,10 @@ impl Scripts {
         as_function: bool,
         keys: &[Vec<u8>],
         argv: &[Vec<u8>],
-        env: &mut ScriptEnv,
+        read_only: bool,
+        call: &mut Call,
     ) -> Reply {
-        let env = std::cell::RefCell::new(env);
+        let env = std::cell::RefCell::new(call);
         let result = self.lua.scope(|scope| {
             // redis.call and redis.pcall are Rust (C) functions, as in Redis: `return
             // redis.call(...)` is then no Lua tail call, and the script's frame (its line, for
@@ -794,7 +806,7 @@ impl Scripts {
             let bridge = self.bridge.clone();
             let env_call = &env;
             let call = scope.create_function(move |lua, args: MultiValue| {
-                let (ok, v) = script_call(&mut env_call.borrow_mut(), lua, args)?;
+                let (ok, v) = script_call(&mut **env_call.borrow_mut(), read_only, lua, args)?;
                 if ok {
                     return Ok(v);
                 }
@@ -814,7 +826,7 @@ impl Scripts {
             })?;
             let env_pcall = &env;
             let pcall = scope.create_function(move |lua, args: MultiValue| {
-                Ok(script_call(&mut env_pcall.borrow_mut(), lua, args)?.1)
+                Ok(script_call(&mut **env_pcall.borrow_mut(), read_only, lua, args)?.1)
             })?;
             let redis: Table = self.bridge.get("redis")?;
             redis.raw_set("call", call)?;

@@ -1,0 +1,465 @@
+//! The one way a command runs. Every caller goes through [`run_checked`]: a REST command, each
+//! command of a pipeline, a transaction (through [`run_request`]), `redis.call` and
+//! `redis.pcall` from Lua, and the RESP listener to come. It finds the command in the table,
+//! refuses what REST cannot carry, checks arity, the token's rights (Read Only profile, ACL
+//! commands, keys and channels), a read-only script's writes and the log's health, feeds the
+//! monitors, bounds the reply, removes due hash fields, dispatches, and collects what the
+//! command changed for the log. Only the wording of a refusal depends on where the command
+//! came from, as in Redis.
+
+use super::table::{self, CommandInfo};
+use super::Ctx;
+use crate::config;
+use crate::reply::{errors, Reply};
+use crate::state::acl::AclUser;
+use crate::state::Db;
+use std::sync::Arc;
+
+/// What a request may do, once its token is resolved.
+#[derive(Debug, Clone)]
+pub enum Perm {
+    /// The Standard token: the `default` user.
+    Full,
+    ReadOnly,
+    /// An ACL user's REST token: the user as it was when the request arrived.
+    User(Arc<str>, Box<AclUser>),
+}
+
+/// Where a command comes from: only the wording of refusals depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A client's request (REST, and the RESP listener to come).
+    Request,
+    /// `redis.call` or `redis.pcall` from a script or function; `read_only` for EVAL_RO,
+    /// FCALL_RO and `no-writes` code.
+    Script { read_only: bool },
+}
+
+/// How a list of commands is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// One command, or a pipeline: each command is checked and run on its own.
+    Each,
+    /// A transaction: checked as a whole first (any bad command discards all), then run
+    /// atomically.
+    Multi,
+}
+
+/// Facts about the server around the state that INFO and CONFIG GET report.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub listen_port: u16,
+    pub uptime_s: u64,
+    /// The fsync mode as tidepool names it, and as Redis's `appendfsync` would.
+    pub fsync: &'static str,
+    pub appendfsync: &'static str,
+    pub log_last_seq: u64,
+    pub log_durable_seq: u64,
+    pub log_syncs: u64,
+    pub log_writable: bool,
+    pub monitors: usize,
+    pub subscribers: usize,
+    pub commands_processed: u64,
+}
+
+/// What some commands need from the server around the state (the executor implements it):
+/// the log's health, monitor and pub/sub fan-out, and the facts INFO reports.
+pub trait Server {
+    /// Why the log refuses writes, if it does.
+    fn log_failure(&self) -> Option<String>;
+    /// A command is about to run: counted, and shown to monitors as sent by `client`.
+    fn command_starts(&mut self, client: &str, args: &[Vec<u8>]);
+    /// Sends a message to a channel's subscribers; how many received it.
+    fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
+    /// The channels with at least one subscriber.
+    fn channels(&self) -> Vec<Vec<u8>>;
+    /// How many streams subscribe to `channel`.
+    fn subscribers(&self, channel: &[u8]) -> usize;
+    /// How many distinct patterns are subscribed to.
+    fn patterns(&self) -> usize;
+    fn facts(&self) -> Facts;
+}
+
+/// The server while the log is replayed: no streams, no monitors, a healthy log.
+pub struct Replay;
+
+impl Server for Replay {
+    fn log_failure(&self) -> Option<String> {
+        None
+    }
+    fn command_starts(&mut self, _: &str, _: &[Vec<u8>]) {}
+    fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 {
+        0
+    }
+    fn channels(&self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    fn subscribers(&self, _: &[u8]) -> usize {
+        0
+    }
+    fn patterns(&self) -> usize {
+        0
+    }
+    fn facts(&self) -> Facts {
+        Facts::default()
+    }
+}
+
+/// Runs the commands of one request: a transaction is checked whole first and discarded
+/// whole (the `EXECABORT` text) when any command would be refused. The replies of one request
+/// together stay under the reply size limit: a reply that would cross it is replaced by an
+/// error (its command still ran, writes included).
+pub fn run_request(
+    ctx: &mut Ctx,
+    cmds: Vec<Vec<Vec<u8>>>,
+    mode: ExecMode,
+) -> Result<Vec<Reply>, String> {
+    if mode == ExecMode::Multi {
+        for args in &cmds {
+            if let Err(Reply::Error(e)) = check(args, ctx.perm, ctx.origin) {
+                return Err(format!("EXECABORT Transaction discarded because of: {e}"));
+            }
+        }
+    }
+    let mut replies = Vec::with_capacity(cmds.len());
+    let mut reply_bytes = 0usize;
+    for args in cmds {
+        let reply = run_checked(ctx, args);
+        let size = reply.wire_bytes();
+        if reply_bytes + size > config::REPLY_BYTES_MAX {
+            replies.push(Reply::err(errors::reply_too_large()));
+        } else {
+            reply_bytes += size;
+            replies.push(reply);
+        }
+    }
+    Ok(replies)
+}
+
+/// Checks and runs one command. What it changed is added to `ctx.logged` in deterministic
+/// form (after the HDELs of hash fields whose time passed).
+pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
+    let info = match check(&args, ctx.perm, ctx.origin) {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    if info.write || matches!(info.name.as_str(), "acl|setuser" | "acl|deluser") {
+        if let Some(why) = ctx.server.log_failure() {
+            return Reply::Error(errors::log_failed(&why));
+        }
+    }
+    let client = match ctx.origin {
+        Origin::Request => ctx.client,
+        Origin::Script { .. } => "lua",
+    };
+    ctx.server.command_starts(client, &args);
+    if !info.write && read_bytes(ctx.db, info, &args, ctx.now_ms) > config::REPLY_BYTES_MAX {
+        return Reply::err(errors::reply_too_large());
+    }
+    hdel_expired_fields(ctx, info, &args);
+    ctx.dirty = false;
+    ctx.rewrite = None;
+    let reply = super::dispatch::execute(ctx, info, &args);
+    if ctx.dirty {
+        match ctx.rewrite.take() {
+            Some(rw) => ctx.logged.extend(rw),
+            None => ctx.logged.push(args),
+        }
+    }
+    reply
+}
+
+impl Ctx<'_> {
+    /// Runs Lua code (`f`) whose `redis.call` goes through [`run_checked`] as a script's
+    /// command: under the same token, at the same time, monitored as `lua`. What the calls
+    /// change becomes this command's logged form (scripts are logged by their effects).
+    pub fn run_lua<R>(&mut self, f: impl FnOnce(&mut crate::lua::Call) -> R) -> R {
+        let mut logged = Vec::new();
+        let out = {
+            let mut call = |argv: Vec<Vec<u8>>, read_only: bool| {
+                let mut inner = Ctx {
+                    db: &mut *self.db,
+                    now_ms: self.now_ms,
+                    rng: &mut *self.rng,
+                    dirty: false,
+                    rewrite: None,
+                    perm: self.perm,
+                    origin: Origin::Script { read_only },
+                    client: self.client,
+                    server: &mut *self.server,
+                    scripts: None,
+                    logged: &mut logged,
+                };
+                run_checked(&mut inner, argv)
+            };
+            f(&mut call)
+        };
+        if !logged.is_empty() {
+            self.dirty = true;
+            self.rewrite.get_or_insert_with(Vec::new).extend(logged);
+        }
+        out
+    }
+}
+
+/// Finds `args` in the table and checks it for `perm` coming from `origin`.
+pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static CommandInfo, Reply> {
+    let script = matches!(origin, Origin::Script { .. });
+    let info = match table::global().lookup(args) {
+        table::Lookup::Found(i) => i,
+        _ if script => return Err(Reply::err("ERR Unknown Redis command called from script")),
+        table::Lookup::Unknown => return Err(unknown_command(args)),
+        table::Lookup::UnknownSubcommand(c) => {
+            return Err(Reply::Error(format!(
+                "ERR unknown subcommand '{}'. Try {} HELP.",
+                String::from_utf8_lossy(&args[1]),
+                c.name.to_ascii_uppercase()
+            )))
+        }
+    };
+    if script {
+        if !arity_ok(info, args.len()) {
+            return Err(Reply::err(
+                "ERR Wrong number of args calling Redis command from script",
+            ));
+        }
+        if info.flags.iter().any(|f| f == "noscript") {
+            return Err(Reply::err(
+                "ERR This Redis command is not allowed from script",
+            ));
+        }
+        if let Some(why) = unsupported(info, args) {
+            return Err(Reply::Error(why));
+        }
+        if info.write && origin == (Origin::Script { read_only: true }) {
+            return Err(Reply::err(
+                "ERR Write commands are not allowed from read-only scripts.",
+            ));
+        }
+    } else {
+        if let Some(why) = unsupported(info, args) {
+            return Err(Reply::Error(why));
+        }
+        if !arity_ok(info, args.len()) {
+            return Err(arity_error(info));
+        }
+    }
+    match (permitted(info, args, perm), origin) {
+        (Ok(()), _) => Ok(info),
+        // The Read Only token's refusal reads the same everywhere.
+        (Err(Denied::Command), _) if matches!(perm, Perm::ReadOnly) => Err(noperm_command(info)),
+        (Err(d), Origin::Request) => Err(match d {
+            Denied::Command => noperm_command(info),
+            Denied::Key => Reply::err(
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+            ),
+            Denied::Channel => Reply::err(
+                "NOPERM this user has no permissions to access one of the channels used as arguments",
+            ),
+        }),
+        // Inside a script Redis words an ACL refusal its own way (script.c).
+        (Err(d), Origin::Script { .. }) => Err(Reply::Error(format!(
+            "ERR The user executing the script {}",
+            match d {
+                Denied::Command => "can't run this command or subcommand",
+                Denied::Key =>
+                    "can't access at least one of the keys mentioned in the command arguments",
+                Denied::Channel => "can't publish to the channel mentioned in the command",
+            }
+        ))),
+    }
+}
+
+fn noperm_command(info: &CommandInfo) -> Reply {
+    Reply::Error(format!(
+        "NOPERM this user has no permissions to run the '{}' command or its subcommand",
+        info.name
+    ))
+}
+
+/// What a token may not touch.
+enum Denied {
+    Command,
+    Key,
+    Channel,
+}
+
+/// Whether the token may run this command on these keys and channels.
+fn permitted(info: &CommandInfo, args: &[Vec<u8>], perm: &Perm) -> Result<(), Denied> {
+    match perm {
+        Perm::Full => Ok(()),
+        Perm::ReadOnly if read_only_allows(info) => Ok(()),
+        Perm::ReadOnly => Err(Denied::Command),
+        Perm::User(_, u) => {
+            if !u.allows(&info.name, &info.categories) {
+                return Err(Denied::Command);
+            }
+            if info
+                .key_refs(args)
+                .iter()
+                .any(|k| !u.key_allowed(k.key, k.read, k.write))
+            {
+                return Err(Denied::Key);
+            }
+            let publishes = matches!(info.name.as_str(), "publish" | "spublish");
+            if publishes && !u.channel_allowed(&args[1], false) {
+                return Err(Denied::Channel);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The Read Only token's profile: the `@read` category minus `@dangerous`, minus the scan
+/// family and KEYS (the hosted service names SCAN and KEYS), plus PING, ECHO and TIME.
+fn read_only_allows(info: &CommandInfo) -> bool {
+    match info.name.as_str() {
+        "ping" | "echo" | "time" => true,
+        // The SDKs' read-only script helpers; a write inside one is refused.
+        "eval_ro" | "evalsha_ro" | "fcall_ro" => true,
+        "scan" | "hscan" | "sscan" | "zscan" | "keys" => false,
+        _ => info.category_read && !info.category_dangerous,
+    }
+}
+
+/// Commands refused over REST, with the reason.
+fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
+    let name = info.name.as_str();
+    let why = match (info.group.as_str(), name) {
+        (_, "ping" | "echo") => return None,
+        (_, "xread" | "xreadgroup") if args.iter().any(|a| a.eq_ignore_ascii_case(b"block")) => {
+            "the BLOCK option needs a connection that HTTP does not keep"
+        }
+        (_, "xread" | "xreadgroup") => return None,
+        (_, "multi" | "exec" | "discard" | "watch" | "unwatch") => {
+            "send the commands of a transaction together to /multi-exec"
+        }
+        (_, "monitor") => "open the /monitor event stream instead",
+        (
+            _,
+            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+            | "sunsubscribe",
+        ) => "open the /subscribe/<channel> or /psubscribe/<pattern> event stream instead",
+        ("cluster", _) => "tidepool is a single node, not a cluster",
+        ("connection", _) => {
+            "only PING and ECHO are supported over REST; a request has no connection state"
+        }
+        _ if info.blocking => "blocking commands need a connection that HTTP does not keep",
+        (_, "migrate") => "tidepool has no TCP peers to migrate keys to",
+        (_, "config|set" | "config|rewrite" | "config|resetstat") => {
+            "tidepool is configured by its command-line flags (CONFIG GET reads them)"
+        }
+        (_, "shutdown" | "debug" | "sync" | "psync" | "replicaof" | "slaveof" | "failover") => {
+            "it controls a Redis process, which tidepool is not"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "ERR '{}' is not supported over REST: {why}",
+        name.replace('|', " ").to_ascii_uppercase()
+    ))
+}
+
+/// The bytes of the string values a read names, counting a key each time it is named:
+/// `MGET big big big ...` would copy the value once per name into its reply, so it is
+/// refused before it runs when the copies would pass the reply size limit.
+fn read_bytes(db: &Db, info: &CommandInfo, args: &[Vec<u8>], ts: u64) -> usize {
+    // A command of one key copies its value once at most: the check after it bounds
+    // that, and GET and its like pay nothing here.
+    if args.len() < 3 {
+        return 0;
+    }
+    let keys = info.keys(args);
+    if keys.len() < 2 {
+        return 0;
+    }
+    keys.iter()
+        .map(|k| match db.get(k, ts).map(|e| &e.value) {
+            Some(crate::state::Value::Str(s)) => s.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Hash fields whose time has passed, in the keys a command names, go before the command by a
+/// logged HDEL, so the command (a read too) sees them gone and replay removes them at the same
+/// point.
+fn hdel_expired_fields(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) {
+    if !ctx.db.has_field_ttls() {
+        return;
+    }
+    for key in info.keys(args) {
+        let fields = ctx.db.expired_fields_of(key, ctx.now_ms);
+        if !fields.is_empty() {
+            ctx.db.remove_fields(key, &fields);
+            ctx.logged.push(hdel(key, fields));
+        }
+    }
+}
+
+/// `HDEL key field ...`: how a field whose time passed leaves the log.
+pub fn hdel(key: &[u8], fields: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut cmd = Vec::with_capacity(fields.len() + 2);
+    cmd.push(b"HDEL".to_vec());
+    cmd.push(key.to_vec());
+    cmd.extend(fields);
+    cmd
+}
+
+/// The error Redis gives for a command it does not know.
+pub fn unknown_command(args: &[Vec<u8>]) -> Reply {
+    let name = String::from_utf8_lossy(args.first().map(|a| a.as_slice()).unwrap_or(b""));
+    let mut msg = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        truncate(&name, 128)
+    );
+    for a in args.iter().skip(1) {
+        if msg.len() > 256 {
+            break;
+        }
+        msg.push_str(&format!(
+            "'{}' ",
+            truncate(&String::from_utf8_lossy(a), 128)
+        ));
+    }
+    Reply::Error(msg)
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Whether `args` has the arity `info` requires (negative arity: at least that many).
+pub fn arity_ok(info: &CommandInfo, argc: usize) -> bool {
+    let a = info.arity;
+    if a >= 0 {
+        argc == a as usize
+    } else {
+        argc >= (-a) as usize
+    }
+}
+
+pub fn arity_error(info: &CommandInfo) -> Reply {
+    Reply::Error(errors::wrong_arity(&info.name))
+}
+
+/// Applies one logged command during replay: it was checked when it ran, and it runs no Lua
+/// (scripts are logged by their effects). An error here means the log holds a command that
+/// changed nothing, which a correct log never does.
+pub fn replay(db: &mut Db, rng: &mut super::Rng, ts: u64, args: &[Vec<u8>]) -> Reply {
+    let info = match table::global().lookup(args) {
+        table::Lookup::Found(i) => i,
+        _ => return unknown_command(args),
+    };
+    let mut server = Replay;
+    let mut logged = Vec::new();
+    let ctx = &mut Ctx::new(db, ts, rng, &Perm::Full, "", &mut server, None, &mut logged);
+    super::dispatch::execute(ctx, info, args)
+}
