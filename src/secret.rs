@@ -26,18 +26,6 @@ pub fn random_token() -> Result<String, String> {
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random_bytes::<30>()?))
 }
 
-/// A signing key in the hosted shape: `sig_` and 28 base58 characters.
-pub fn random_signing_key() -> Result<String, String> {
-    const B58: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
-    let b = random_bytes::<28>()?;
-    Ok(format!(
-        "sig_{}",
-        b.iter()
-            .map(|x| B58[*x as usize % B58.len()] as char)
-            .collect::<String>()
-    ))
-}
-
 /// A delivery token in the format the workflow SDK decodes: base64 of
 /// `{"UserID":"...","Password":"..."}`.
 pub fn random_qstash_token() -> Result<String, String> {

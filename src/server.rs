@@ -2,10 +2,11 @@
 //! listener, and a clean stop on SIGTERM or SIGINT.
 
 use crate::config::Config;
+use crate::delivery::sign::new_key as random_signing_key;
 use crate::delivery::sign::SigningKeys;
 use crate::executor::{self, Job};
 use crate::http::{self, App};
-use crate::secret::{random_qstash_token, random_signing_key, random_token};
+use crate::secret::{random_qstash_token, random_token};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -215,7 +216,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         drop(out);
 
         let key_dir = dir.to_path_buf();
-        let qstash = crate::delivery::http::QstashAuth {
+        let qstash = crate::http::qstash::QstashAuth {
             token: creds.qstash_token.clone(),
             keys,
             save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),

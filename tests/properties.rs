@@ -128,7 +128,7 @@ proptest! {
     fn paths_and_queries_never_panic(s in "[%0-9a-fA-F+&=_/a-z]{0,100}") {
         let _ = request::percent_decode(&s, true);
         let _ = request::query_args(Some(&s));
-        let _ = request::query_token(Some(&s));
+        let _ = request::presented_token(&Default::default(), Some(&s), "_token");
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! - `Delivery` (here): the pure state. `apply(ts, event)` is the only way it changes; time comes
 //!   with the record. What is due is a question the executor asks it.
 //! - `ops`: API requests, turned into events plus a JSON answer, against the state.
-//! - `conf`, `retry`, `sign`, `cron`: configuration headers, backoff, JWT, schedules.
-//! - `worker`: outbound HTTP (reqwest) outside the executor; results come back as jobs and
-//!   become `Attempt` events.
-//! - `http`: the `/v2/...` routes.
+//! - `conf`, `retry`, `sign`, `cron`: configuration headers, backoff, signing keys and JWT,
+//!   schedules.
+//! - `worker`: outbound HTTP (reqwest) outside the executor; results come back on the pool's
+//!   own channel and become `Attempt` events.
+//!
+//! The `/v2/...` routes and request parsing are the HTTP side's (`http::qstash`).
 //!
 //! Which messages are in flight is the one piece of state that is not logged: after a restart
 //! every pending message is due again at its logged time, so an attempt that was running during
@@ -18,7 +20,6 @@
 pub mod conf;
 pub mod cron;
 pub mod flow;
-pub mod http;
 pub mod json;
 pub mod model;
 pub mod ops;

@@ -16,6 +16,28 @@ pub struct SigningKeys {
     pub next: String,
 }
 
+impl SigningKeys {
+    /// The keys after a rotation: `next` becomes `current`, and a new `next` is generated.
+    pub fn rotated(&self) -> Result<SigningKeys, String> {
+        Ok(SigningKeys {
+            current: self.next.clone(),
+            next: new_key()?,
+        })
+    }
+}
+
+/// A signing key in the hosted shape: `sig_` and 28 base58 characters.
+pub fn new_key() -> Result<String, String> {
+    const B58: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+    let b = crate::secret::random_bytes::<28>()?;
+    Ok(format!(
+        "sig_{}",
+        b.iter()
+            .map(|x| B58[*x as usize % B58.len()] as char)
+            .collect::<String>()
+    ))
+}
+
 /// Signs a delivery of `body` to `url` at `now_s`. `jti` makes the token unique.
 pub fn sign(key: &str, url: &str, body: &[u8], now_s: u64, jti: &str) -> String {
     let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);

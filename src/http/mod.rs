@@ -1,6 +1,8 @@
 //! The HTTP side: one hyper service that authenticates, turns each request form into commands,
 //! hands them to the executor, and writes the envelopes back.
 
+pub mod body;
+pub mod qstash;
 pub mod request;
 pub mod response;
 pub mod sse;
@@ -13,8 +15,8 @@ use crate::config::{
 use crate::executor::{Access, Answer, ExecMode, Job, Shared, SubKind, SubscriberHandle};
 use crate::reply::Reply;
 use crate::secret::ct_eq;
+use body::BodyError;
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
@@ -35,7 +37,7 @@ pub struct App {
     pub token: String,
     pub read_only_token: String,
     /// The delivery service's token and signing keys (`/v2/...`).
-    pub qstash: Option<crate::delivery::http::QstashAuth>,
+    pub qstash: Option<qstash::QstashAuth>,
     next_stream_id: AtomicU64,
 }
 
@@ -45,7 +47,7 @@ impl App {
         shared: Arc<Shared>,
         token: String,
         read_only_token: String,
-        qstash: Option<crate::delivery::http::QstashAuth>,
+        qstash: Option<qstash::QstashAuth>,
     ) -> App {
         App {
             tx,
@@ -228,21 +230,8 @@ fn error(app: &App, status: StatusCode, text: &str) -> Response<Body> {
     json(status, body, app.shared.log.last_seq.load(Ordering::SeqCst))
 }
 
-/// The token of an `Authorization: Bearer <token>` header (both services use it).
-pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
-        })
-}
-
 fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<Access> {
-    let presented = bearer_token(headers).or_else(|| request::query_token(query))?;
+    let presented = request::presented_token(headers, query, "_token")?;
     let full = ct_eq(presented.as_bytes(), app.token.as_bytes());
     let ro = ct_eq(presented.as_bytes(), app.read_only_token.as_bytes());
     if full {
@@ -264,54 +253,27 @@ enum Format {
 }
 
 async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
-    let mut read = std::pin::pin!(http_body_util::Limited::new(body, REQUEST_BYTES_MAX).collect());
-    // hyper hands a body over from the connection's own task, so its first poll is usually
-    // pending even when the bytes have arrived. A body that takes a few wake-ups, as a slow
-    // one does, gets the timer; the usual one is read without arming one.
-    let mut wakeups = 0;
-    let quick = std::future::poll_fn(|cx| match std::future::Future::poll(read.as_mut(), cx) {
-        Poll::Ready(r) => Poll::Ready(Some(r)),
-        Poll::Pending if wakeups < config::HTTP_BODY_WAKEUPS_BEFORE_TIMER => {
-            wakeups += 1;
-            Poll::Pending
-        }
-        Poll::Pending => Poll::Ready(None),
-    })
-    .await;
-    let collected = match quick {
-        Some(r) => r,
-        None => {
-            let timeout = std::time::Duration::from_millis(HTTP_BODY_READ_TIMEOUT_MS);
-            let Ok(r) = tokio::time::timeout(timeout, read).await else {
-                return Err(error(
-                    app,
-                    StatusCode::REQUEST_TIMEOUT,
-                    &format!(
-                        "ERR the request body did not arrive within {HTTP_BODY_READ_TIMEOUT_MS} ms"
-                    ),
-                ));
-            };
-            r
-        }
-    };
-    match collected {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(error(
+    body::read(body, REQUEST_BYTES_MAX)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooSlow => error(
+                app,
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "ERR the request body did not arrive within {HTTP_BODY_READ_TIMEOUT_MS} ms"
+                ),
+            ),
+            BodyError::TooLarge(_) => error(
                 app,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "ERR max request size exceeded",
-            ))
-        }
-        Err(e) => Err(error(
-            app,
-            StatusCode::BAD_REQUEST,
-            &format!("ERR could not read the request body: {e}"),
-        )),
-    }
+            ),
+            BodyError::Broken(e) => error(
+                app,
+                StatusCode::BAD_REQUEST,
+                &format!("ERR could not read the request body: {e}"),
+            ),
+        })
 }
 
 async fn execute(
@@ -391,7 +353,7 @@ async fn handle(
 ) -> Response<Body> {
     let p = req.uri().path();
     if p == "/v2" || p.starts_with("/v2/") {
-        return crate::delivery::http::handle(req, app, peer).await;
+        return qstash::handle(req, app, peer).await;
     }
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();

@@ -1,6 +1,7 @@
 //! Turning a request into command arguments: path segments, raw bodies, query pairs, and JSON
 //! arrays whose numbers keep their exact text.
 
+use hyper::HeaderMap;
 use serde_json::value::RawValue;
 
 /// Percent-decodes one path segment or query component into bytes. With `plus_space`, `+` is a
@@ -57,12 +58,25 @@ pub fn query_args(query: Option<&str>) -> Vec<Vec<u8>> {
     out
 }
 
-/// The `_token` query parameter, if present.
-pub fn query_token(query: Option<&str>) -> Option<String> {
-    query?
-        .split('&')
-        .find_map(|p| p.strip_prefix("_token="))
-        .map(|v| String::from_utf8_lossy(&percent_decode(v, true)).into_owned())
+/// The token a request presents: an `Authorization: Bearer <token>` header (both services), or
+/// else the query parameter `param` (`_token` for the key-value API, `qstash_token` for the
+/// delivery API).
+pub fn presented_token(headers: &HeaderMap, query: Option<&str>, param: &str) -> Option<String> {
+    let bearer = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_string())
+        });
+    bearer.or_else(|| {
+        query?.split('&').find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            (k == param).then(|| String::from_utf8_lossy(&percent_decode(v, true)).into_owned())
+        })
+    })
 }
 
 /// One JSON element as a command argument: strings as their UTF-8 bytes, numbers as their exact
@@ -152,6 +166,9 @@ mod tests {
                 b"a b".to_vec()
             ]
         );
-        assert_eq!(query_token(Some("x=1&_token=t%2B1")), Some("t+1".into()));
+        assert_eq!(
+            presented_token(&HeaderMap::new(), Some("x=1&_token=t%2B1"), "_token"),
+            Some("t+1".into())
+        );
     }
 }

@@ -1,0 +1,282 @@
+//! The delivery API (`/v2/...`, the QStash v2 dialect): authentication with the delivery
+//! token, the routes (`routes.rs`) and request parsing (`parse.rs`) that turn a request into
+//! one `Op` for the executor, and the JSON answers. The signing keys are configuration, not
+//! state: they are read and rotated here, beside the executor (`delivery::sign` holds them).
+
+mod parse;
+mod routes;
+
+use super::body::{self, BodyError};
+use super::{request, App, Body};
+use crate::config::{HTTP_BODY_READ_TIMEOUT_MS, REQUEST_BYTES_MAX};
+use crate::delivery::conf::canonical;
+use crate::delivery::ops::{Op, OpReply};
+use crate::delivery::sign::SigningKeys;
+use crate::executor::Job;
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use parse::{query_pairs, user_id};
+use request::percent_decode;
+use routes::Refusal;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use tokio::sync::oneshot;
+
+/// The delivery service's credentials.
+pub struct QstashAuth {
+    pub token: String,
+    pub keys: Arc<RwLock<SigningKeys>>,
+    /// Persists rotated keys (to the data directory's credentials file).
+    pub save_keys: SaveKeys,
+    /// The maximum message size: larger publish bodies answer 413.
+    pub max_message_bytes: usize,
+}
+
+/// Writes rotated keys where the next start finds them.
+pub type SaveKeys = Box<dyn Fn(&SigningKeys) -> Result<(), String> + Send + Sync>;
+
+/// One authorized request, read whole: what every route looks at.
+struct Req<'a> {
+    method: Method,
+    path: &'a str,
+    /// The resource: the path's first segment after `/v2/`.
+    head: &'a str,
+    /// The rest of the path after `head/`, raw, and split at `/`.
+    tail: &'a str,
+    segs: Vec<&'a str>,
+    query: Vec<(String, String)>,
+    headers: &'a HeaderMap,
+    content_type: Option<String>,
+    body: Bytes,
+    peer: SocketAddr,
+}
+
+impl Req<'_> {
+    /// Path segment `i` after the resource, percent-decoded; None when absent or empty.
+    fn name(&self, i: usize) -> Option<String> {
+        self.segs
+            .get(i)
+            .map(|s| String::from_utf8_lossy(&percent_decode(s, false)).into_owned())
+            .filter(|s| !s.is_empty())
+    }
+}
+
+fn reply(status: u16, body: &Value) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn err(status: u16, text: impl Into<String>) -> Response<Body> {
+    reply(status, &json!({ "error": text.into() }))
+}
+
+fn authorized(headers: &HeaderMap, query: Option<&str>, auth: &QstashAuth) -> bool {
+    request::presented_token(headers, query, "qstash_token")
+        .is_some_and(|p| crate::secret::ct_eq(p.as_bytes(), auth.token.as_bytes()))
+}
+
+async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Response<Body>> {
+    body::read(body, max).await.map_err(|e| match e {
+        BodyError::TooLarge(max) => {
+            err(413, format!("message too large: the limit is {max} bytes"))
+        }
+        BodyError::TooSlow => err(
+            408,
+            format!("the request body did not arrive within {HTTP_BODY_READ_TIMEOUT_MS} ms"),
+        ),
+        BodyError::Broken(e) => err(400, format!("could not read the request body: {e}")),
+    })
+}
+
+/// Hands an operation to the executor and waits for its answer (sent once durable).
+async fn ask(app: &App, op: Op) -> Result<OpReply, Response<Body>> {
+    let (tx, rx) = oneshot::channel();
+    let gone = || err(503, "the server is shutting down");
+    let job = Job::Delivery {
+        op: Box::new(op),
+        reply: tx,
+    };
+    if app.tx.send(job).await.is_err() {
+        return Err(gone());
+    }
+    rx.await.map_err(|_| gone())
+}
+
+/// Handles a request whose path starts with `/v2`.
+pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Response<Body> {
+    let Some(auth) = app.qstash.as_ref() else {
+        return err(404, "the delivery service is not enabled");
+    };
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path();
+    // Webhook calls come from third parties, without credentials: the URL is the secret.
+    if let Some(rest) = path.strip_prefix("/v2/workflows/hooks/") {
+        return webhook(app, auth, rest, &parts, body).await;
+    }
+    if !authorized(&parts.headers, parts.uri.query(), auth) {
+        return err(
+            401,
+            "unauthorized: use Authorization: Bearer <QSTASH_TOKEN>",
+        );
+    }
+    let rest = path.strip_prefix("/v2/").unwrap_or("");
+    let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let limit = if head == "batch" {
+        REQUEST_BYTES_MAX
+    } else {
+        auth.max_message_bytes
+    };
+    let body = match read_body(body, limit).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let r = Req {
+        method: parts.method.clone(),
+        path,
+        head,
+        tail,
+        segs: if tail.is_empty() {
+            Vec::new()
+        } else {
+            tail.split('/').collect()
+        },
+        query: query_pairs(parts.uri.query()),
+        headers: &parts.headers,
+        content_type: parts
+            .headers
+            .get(CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+        body,
+        peer,
+    };
+    let routed = match head {
+        "publish" | "enqueue" => routes::publish(&r),
+        "batch" => routes::batch(&r),
+        "messages" => routes::messages(&r),
+        "dlq" => routes::dlq(&r),
+        "topics" => routes::topics(&r),
+        "queues" => routes::queues(&r),
+        "schedules" => routes::schedules(&r),
+        "keys" => return keys(&r, auth),
+        "events" | "logs" => routes::logs(&r),
+        "wait" => routes::wait(&r),
+        "notify" => routes::notify(&r),
+        "waiters" => routes::waiters(&r),
+        "workflows" => routes::workflows(&r),
+        "flowControl" | "globalParallelism" => routes::flow_control(&r),
+        // The OpenAPI-only trigger route (the SDKs do not call it).
+        "trigger" => Err(Refusal(
+            501,
+            format!("{path} is not implemented by tidepool yet"),
+        )),
+        _ => Err(Refusal(404, format!("unknown route {path}"))),
+    };
+    let op = match routed {
+        Ok(op) => op,
+        Err(routes::Refusal(status, text)) => return err(status, text),
+    };
+    match ask(app, op).await {
+        Ok(OpReply { status, body }) => reply(status, &body),
+        Err(r) => r,
+    }
+}
+
+/// `GET /v2/keys` and `POST /v2/keys/rotate`.
+fn keys(r: &Req, auth: &QstashAuth) -> Response<Body> {
+    let mut guard = match auth.keys.write() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    match (&r.method, r.tail) {
+        (&Method::GET, "") => {}
+        (&Method::POST, "rotate") => {
+            let rotated = match guard.rotated() {
+                Ok(k) => k,
+                Err(e) => return err(500, e),
+            };
+            if let Err(e) = (auth.save_keys)(&rotated) {
+                return err(500, format!("cannot save the rotated keys: {e}"));
+            }
+            *guard = rotated;
+        }
+        _ => {
+            return err(
+                405,
+                format!("method {} is not allowed on {}", r.method, r.path),
+            )
+        }
+    }
+    reply(200, &json!({"current": guard.current, "next": guard.next}))
+}
+
+/// `ANY /v2/workflows/hooks/<userId>/<runId>/<eventId>`: the request itself becomes the event
+/// of a lookback notify for that run (`context.waitForWebhook` reads it back).
+async fn webhook(
+    app: &App,
+    auth: &QstashAuth,
+    rest: &str,
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+) -> Response<Body> {
+    let segs: Vec<String> = rest
+        .split('/')
+        .map(|s| String::from_utf8_lossy(&percent_decode(s, false)).into_owned())
+        .collect();
+    let [user, run_id, event_id] = segs.as_slice() else {
+        return err(
+            404,
+            "use /v2/workflows/hooks/<userId>/<workflowRunId>/<eventId>",
+        );
+    };
+    if user_id(&auth.token).as_deref() != Some(user.as_str())
+        || run_id.is_empty()
+        || event_id.is_empty()
+    {
+        return err(404, "unknown webhook");
+    }
+    let body = match read_body(body, auth.max_message_bytes).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    use base64::Engine;
+    let host = parts
+        .headers
+        .get(hyper::header::HOST)
+        .map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let mut header = serde_json::Map::new();
+    for (k, v) in &parts.headers {
+        let entry = header
+            .entry(canonical(k.as_str()))
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Value::Array(a) = entry {
+            a.push(Value::String(
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            ));
+        }
+    }
+    let event = json!({
+        "method": parts.method.as_str(),
+        "header": header,
+        "body": base64::engine::general_purpose::STANDARD.encode(&body),
+        "proto": "http",
+        "host": host,
+        "url": parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or(""),
+    });
+    let op = Op::Notify {
+        event_id: event_id.clone(),
+        body: event.to_string().into_bytes(),
+        run_id: Some(run_id.clone()),
+    };
+    match ask(app, op).await {
+        Ok(r) if r.status < 300 => reply(200, &json!({"ok": true})),
+        Ok(r) => reply(r.status, &r.body),
+        Err(r) => r,
+    }
+}

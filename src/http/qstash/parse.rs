@@ -1,0 +1,427 @@
+//! The delivery API's request parsing: destinations, configuration headers into a publish
+//! request, bulk filters, batch items, URL-group endpoints, queues, waits and flow-control
+//! actions. Pure functions of the request's parts; the routes (`routes.rs`) call them.
+
+use crate::delivery::conf::{self, canonical, check_url, valid_name, Extra};
+use crate::delivery::model::QueueConf;
+use crate::delivery::ops::{Filter, FlowAction, PublishReq, WaitReq};
+use crate::http::request::percent_decode;
+use hyper::HeaderMap;
+use serde_json::Value;
+use std::net::SocketAddr;
+
+/// Query pairs, percent-decoded, in order.
+pub(super) fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (
+                String::from_utf8_lossy(&percent_decode(k, true)).into_owned(),
+                String::from_utf8_lossy(&percent_decode(v, true)).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A destination taken from the raw path: repairs a slash-merged `https:/host`, and re-attaches
+/// the request's own query minus tidepool's parameters.
+pub(super) fn destination(raw: &str, query: &[(String, String)]) -> String {
+    let mut d = raw.to_string();
+    for scheme in ["https:", "http:"] {
+        if let Some(rest) = d.strip_prefix(scheme) {
+            if !rest.starts_with("//") {
+                d = format!("{scheme}//{}", rest.trim_start_matches('/'));
+            }
+            break;
+        }
+    }
+    if d.contains("://") {
+        let kept: Vec<String> = query
+            .iter()
+            .filter(|(k, _)| {
+                let k = k.to_ascii_lowercase();
+                k != "qstash_token" && !k.starts_with("upstash-")
+            })
+            .map(|(k, v)| {
+                if v.is_empty() {
+                    encode_component(k)
+                } else {
+                    format!("{}={}", encode_component(k), encode_component(v))
+                }
+            })
+            .collect();
+        if !kept.is_empty() {
+            d.push(if d.contains('?') { '&' } else { '?' });
+            d.push_str(&kept.join("&"));
+        }
+    }
+    d
+}
+
+pub(super) fn encode_component(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~:/,".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub(super) fn is_url(s: &str) -> bool {
+    s.starts_with("http://") || s.starts_with("https://")
+}
+
+/// Builds a publish request from headers (or batch-item headers), query, body and destination.
+pub(super) fn publish_req(
+    dest: String,
+    queue: Option<String>,
+    pairs: Vec<(String, String)>,
+    content_type: Option<String>,
+    all_headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    caller: &SocketAddr,
+) -> Result<(PublishReq, Extra), String> {
+    let mut extra = Extra::default();
+    let mut c = conf::parse(&pairs, &mut extra)?;
+    if let Some(ct) = content_type {
+        if !c.forward.iter().any(|(k, _)| k == "Content-Type") {
+            c.forward.insert(0, ("Content-Type".into(), ct));
+        }
+    }
+    if extra.header_forward {
+        for (k, v) in all_headers {
+            let lk = k.to_ascii_lowercase();
+            if lk.starts_with("upstash-")
+                || matches!(
+                    lk.as_str(),
+                    "authorization" | "host" | "content-length" | "content-type" | "connection"
+                )
+            {
+                continue;
+            }
+            c.forward.push((canonical(&k), v));
+        }
+    }
+    if is_url(&dest) {
+        check_url(&dest)?;
+    } else if !valid_name(&dest) {
+        return Err(format!(
+            "invalid destination '{dest}': use a URL (http:// or https://) or a URL group name"
+        ));
+    }
+    if let Some(q) = &queue {
+        if !valid_name(q) {
+            return Err(format!(
+                "invalid queue name '{q}': use letters, digits, '-', '_' and '.'"
+            ));
+        }
+        if c.delay_ms.is_some() || c.not_before_ms.is_some() {
+            return Err("delay and not-before are not supported for queues".into());
+        }
+    }
+    Ok((
+        PublishReq {
+            dest,
+            queue,
+            conf: c,
+            body,
+            caller_ip: Some(caller.ip().to_string()),
+        },
+        extra,
+    ))
+}
+
+pub(super) fn header_list(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Ids and filters of a bulk request: repeated or comma-separated query values, or a JSON body
+/// (`{"messageIds": [...]}` / `{"dlqIds": [...]}` from the Python SDK).
+pub(super) fn filter(
+    query: &[(String, String)],
+    body: &[u8],
+    ids_key: &str,
+) -> Result<Filter, String> {
+    let mut f = Filter::default();
+    for (k, v) in query {
+        match k.as_str() {
+            "count" => {
+                f.count = Some(
+                    v.parse()
+                        .map_err(|_| format!("invalid count '{v}': not a number"))?,
+                )
+            }
+            "cursor" => f.cursor = Some(v.clone()).filter(|c| !c.is_empty()),
+            "qstash_token" | "order" | "cancel" | "groupBy" => {}
+            k if k == ids_key => f.ids.extend(v.split(',').map(str::to_string)),
+            "messageIds" => f.ids.extend(v.split(',').map(str::to_string)),
+            _ => {
+                let vals: Vec<String> = if k == "url" {
+                    vec![v.clone()]
+                } else {
+                    v.split(',').map(str::to_string).collect()
+                };
+                match f.params.iter_mut().find(|(n, _)| n == k) {
+                    Some((_, existing)) => existing.extend(vals),
+                    None => f.params.push((k.clone(), vals)),
+                }
+            }
+        }
+    }
+    if !body.is_empty() {
+        let v: Value =
+            serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+        if let Some(ids) = v.get(ids_key).and_then(Value::as_array) {
+            f.ids
+                .extend(ids.iter().filter_map(|i| i.as_str().map(str::to_string)));
+        }
+    }
+    f.ids.retain(|i| !i.is_empty());
+    Ok(f)
+}
+
+pub(super) fn flow_action(action: &str, query: &[(String, String)]) -> Result<FlowAction, String> {
+    let q = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let num = |k: &str| -> Result<Option<u32>, String> {
+        q(k).filter(|v| !v.is_empty())
+            .map(|v| v.parse().map_err(|_| format!("invalid {k} '{v}'")))
+            .transpose()
+    };
+    Ok(match action {
+        "pause" => FlowAction::Pause,
+        "resume" => FlowAction::Resume,
+        "resetRate" => FlowAction::ResetRate,
+        "reset" => FlowAction::Reset,
+        "pin" => FlowAction::Pin {
+            parallelism: num("parallelism")?,
+            rate: num("rate")?,
+            period_s: q("period")
+                .filter(|v| !v.is_empty())
+                .map(|v| conf::duration_ms(v).map(|ms| (ms / 1000).max(1)))
+                .transpose()?,
+        },
+        "unpin" => FlowAction::Unpin {
+            parallelism: q("parallelism") == Some("true"),
+            rate: q("rate") == Some("true"),
+        },
+        other => return Err(format!("unknown flow control action '{other}'")),
+    })
+}
+
+/// The `UserID` inside a token (base64 of `{"UserID":...,"Password":...}`).
+pub(super) fn user_id(token: &str) -> Option<String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .ok()?;
+    let v: Value = serde_json::from_slice(&raw).ok()?;
+    v.get("UserID")?.as_str().map(str::to_string)
+}
+
+pub(super) fn batch(
+    body: &[u8],
+    peer: &SocketAddr,
+) -> Result<Vec<Result<PublishReq, String>>, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid batch body: {e}"))?;
+    let items = v
+        .as_array()
+        .ok_or("invalid batch body: expected a JSON array of messages")?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let Some(dest) = item.get("destination").and_then(Value::as_str) else {
+            out.push(Err("every batch item needs a destination".to_string()));
+            continue;
+        };
+        let mut pairs = Vec::new();
+        let mut content_type = None;
+        let mut all = Vec::new();
+        if let Some(h) = item.get("headers").and_then(Value::as_object) {
+            for (k, v) in h {
+                let val = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Array(a) => a
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    Value::Null => continue,
+                    other => other.to_string(),
+                };
+                let lk = k.to_ascii_lowercase();
+                if lk == "content-type" {
+                    content_type = Some(val.clone());
+                } else if let Some(rest) = lk.strip_prefix("upstash-") {
+                    pairs.push((rest.to_string(), val.clone()));
+                }
+                all.push((k.clone(), val));
+            }
+        }
+        let body = match item.get("body") {
+            Some(Value::String(s)) => s.clone().into_bytes(),
+            Some(Value::Null) | None => Vec::new(),
+            Some(other) => other.to_string().into_bytes(),
+        };
+        let queue = item
+            .get("queue")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let dest = destination(dest, &[]);
+        out.push(publish_req(dest, queue, pairs, content_type, all, body, peer).map(|(r, _)| r));
+    }
+    Ok(out)
+}
+
+#[allow(clippy::type_complexity)]
+pub(super) fn endpoints(body: &[u8]) -> Result<Vec<(Option<String>, Option<String>)>, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    let list = v
+        .get("endpoints")
+        .and_then(Value::as_array)
+        .ok_or("expected {\"endpoints\": [{\"url\": ..., \"name\": ...}]}")?;
+    Ok(list
+        .iter()
+        .map(|e| {
+            let s = |k: &str| {
+                e.get(k)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+            };
+            (s("url"), s("name"))
+        })
+        .collect())
+}
+
+pub(super) fn queue_upsert(body: &[u8]) -> Result<QueueConf, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    let name = v
+        .get("queueName")
+        .and_then(Value::as_str)
+        .ok_or("expected {\"queueName\": ..., \"parallelism\": n}")?;
+    if !valid_name(name) {
+        return Err(format!(
+            "invalid queue name '{name}': use letters, digits, '-', '_' and '.'"
+        ));
+    }
+    let parallelism = match v.get("parallelism") {
+        None | Some(Value::Null) => 1,
+        Some(p) => p
+            .as_u64()
+            .filter(|p| (1..=1000).contains(p))
+            .ok_or("parallelism must be a whole number from 1 to 1000")? as u32,
+    };
+    Ok(QueueConf {
+        name: name.to_string(),
+        parallelism,
+        paused: v.get("paused").and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+pub(super) fn header_map_pairs(v: Option<&Value>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(Value::Object(m)) = v {
+        for (k, val) in m {
+            match val {
+                Value::Array(a) => {
+                    for x in a.iter().filter_map(Value::as_str) {
+                        out.push((k.clone(), x.to_string()));
+                    }
+                }
+                Value::String(s) => out.push((k.clone(), s.clone())),
+                _ => {}
+            }
+        }
+    }
+    // The workflow SDK sends both RunId and Runid spellings; keep one of each name.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|(k, _)| {
+        seen.insert(k.to_ascii_lowercase()) || !k.eq_ignore_ascii_case("upstash-workflow-runid")
+    });
+    out
+}
+
+pub(super) fn wait_req(
+    event_id: String,
+    body: &[u8],
+    headers: &HeaderMap,
+) -> Result<WaitReq, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid wait body: {e}"))?;
+    let url = v
+        .get("url")
+        .and_then(Value::as_str)
+        .ok_or("the wait body needs a url")?
+        .to_string();
+    check_url(&url)?;
+    let timeout_ms = match v.get("timeout") {
+        None | Some(Value::Null) => 7 * 86_400_000,
+        Some(Value::Number(n)) => n.as_u64().ok_or("invalid timeout")?.saturating_mul(1000),
+        Some(Value::String(s)) => conf::duration_ms(s)?,
+        Some(_) => return Err("invalid timeout".into()),
+    };
+    let timeout_url = v
+        .get("timeoutUrl")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if let Some(u) = &timeout_url {
+        check_url(u)?;
+    }
+    let timeout_body = v.get("timeoutBody").and_then(|b| match b {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone().into_bytes()),
+        other => Some(other.to_string().into_bytes()),
+    });
+    let own: Vec<(String, String)> = headers
+        .iter()
+        .filter(|(k, _)| {
+            let k = k.as_str();
+            k.starts_with("upstash-") || k == "content-type"
+        })
+        .map(|(k, v)| {
+            (
+                canonical(k.as_str()),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    Ok(WaitReq {
+        event_id,
+        url,
+        timeout_ms,
+        timeout_url,
+        timeout_body,
+        timeout_headers: header_map_pairs(v.get("timeoutHeaders")),
+        headers: own,
+        step: v.get("step").cloned().unwrap_or(Value::Null),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destinations() {
+        let q = vec![
+            ("x".to_string(), "1".to_string()),
+            ("upstash-retries".to_string(), "2".to_string()),
+            ("qstash_token".to_string(), "t".to_string()),
+        ];
+        assert_eq!(destination("https://h/a", &q), "https://h/a?x=1");
+        assert_eq!(destination("https:/h/a", &[]), "https://h/a");
+        assert_eq!(destination("group", &q), "group");
+    }
+}
