@@ -2,7 +2,7 @@
 //! with `omitempty`); header maps have canonical keys and arrays of values.
 
 use super::model::*;
-use super::{LogEntry, Pending, Queue};
+use super::{Delivery, LogEntry, Pending, Queue};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -237,4 +237,136 @@ pub fn waiter(w: &Waiter) -> Value {
         m.insert("timeoutHeaders".into(), header_map(&w.timeout_headers));
     }
     Value::Object(m)
+}
+
+/// A DLQ entry as the API shows it; a workflow run's step also gets the fields the workflow
+/// SDK lists (`workflowRunId`, `workflowCreatedAt`, `workflowUrl`, the failure function's
+/// progress).
+pub fn dlq_entry(d: &Delivery, e: &DlqEntry) -> Value {
+    let mut v = dlq(e);
+    let (Some(run_id), Value::Object(m)) = (e.message.conf.run_id(), &mut v) else {
+        return v;
+    };
+    if !e.is_run_entry() {
+        return v;
+    }
+    m.insert("workflowRunId".into(), json!(run_id));
+    let created = d.runs.get(run_id).map(|r| r.created_ms);
+    m.insert(
+        "workflowCreatedAt".into(),
+        json!(created.unwrap_or(e.message.created_ms)),
+    );
+    m.insert("workflowUrl".into(), json!(d.run_url(&e.message)));
+    if let Some(l) = e.message.conf.labels.first() {
+        m.insert("label".into(), json!(l));
+    }
+    if let Some(fc) = &e.message.conf.failure_callback {
+        m.insert("failureCallback".into(), json!(fc.url));
+        if let Some(call) = d.failure_calls.get(&*e.message.id) {
+            let mut info = Map::new();
+            info.insert("state".into(), json!(call.state));
+            if let Some(r) = &call.response {
+                info.insert("responseStatus".into(), json!(r.status));
+                info.insert(
+                    "responseBody".into(),
+                    json!(String::from_utf8_lossy(&r.body.0).into_owned()),
+                );
+                info.insert("responseHeaders".into(), header_map(&r.headers));
+            }
+            m.insert("failureCallbackInfo".into(), Value::Object(info));
+        }
+    }
+    v
+}
+
+pub fn run_state(r: &Run) -> &str {
+    match (&r.ended, &r.failed_dlq_id) {
+        (Some(state), _) => state,
+        (None, Some(_)) => "RUN_FAILED",
+        (None, None) => "RUN_STARTED",
+    }
+}
+
+/// One run as the workflow SDK's `WorkflowRunLog`: the initial payload and each step message,
+/// with the step's own fields (stepId, stepName, stepType, out, ...) when its body is a step.
+pub fn run_log(d: &Delivery, r: &Run) -> Value {
+    let mut groups = Vec::new();
+    let mut next = Vec::new();
+    let failed = r.failed_dlq_id.as_ref().and_then(|id| d.dlq.get(id));
+    for (i, s) in r.steps.iter().enumerate() {
+        let pending = d.msgs.contains_key(s.message_id.as_str());
+        let mut step = Map::new();
+        if i == 0 {
+            step.insert("stepId".into(), json!(0));
+            step.insert("stepName".into(), json!("init"));
+            step.insert("stepType".into(), json!("Initial"));
+            step.insert(
+                "out".into(),
+                json!(String::from_utf8_lossy(&s.body.0).into_owned()),
+            );
+        } else if let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&s.body.0) {
+            for k in [
+                "stepId",
+                "stepName",
+                "stepType",
+                "out",
+                "concurrent",
+                "targetStep",
+            ] {
+                if let Some(v) = body.get(k) {
+                    step.insert(k.into(), v.clone());
+                }
+            }
+        }
+        step.insert("callType".into(), json!(s.call_type));
+        step.insert("messageId".into(), json!(s.message_id));
+        if failed.is_some_and(|e| *e.message.id == *s.message_id) {
+            step.insert("state".into(), json!("STEP_FAILED"));
+            groups.push(json!({"type": "sequential", "steps": [Value::Object(step)]}));
+        } else if pending && r.ended.is_none() {
+            step.insert("state".into(), json!("STEP_PROGRESS"));
+            next.push(Value::Object(step));
+        } else {
+            step.insert("state".into(), json!("STEP_SUCCESS"));
+            groups.push(json!({"type": "sequential", "steps": [Value::Object(step)]}));
+        }
+    }
+    if !next.is_empty() {
+        groups.push(json!({"type": "next", "steps": next}));
+    }
+    let mut m = Map::new();
+    m.insert("workflowRunId".into(), json!(r.id));
+    m.insert("workflowUrl".into(), json!(r.url));
+    m.insert("workflowState".into(), json!(run_state(r)));
+    m.insert("workflowRunCreatedAt".into(), json!(r.created_ms));
+    if let Some(t) = r.completed_ms {
+        m.insert("workflowRunCompletedAt".into(), json!(t));
+    }
+    if let Some(id) = &r.failed_dlq_id {
+        m.insert("dlqId".into(), json!(id));
+    }
+    if let Some(resp) = &r.response {
+        m.insert(
+            "workflowRunResponse".into(),
+            json!(String::from_utf8_lossy(resp).into_owned()),
+        );
+    }
+    m.insert("steps".into(), Value::Array(groups));
+    Value::Object(m)
+}
+
+pub fn flow_info(key: &str, f: &super::flow::Flow) -> Value {
+    json!({
+        "flowControlKey": key,
+        "waitListSize": f.waiting.len(),
+        "parallelismMax": f.parallelism_max().unwrap_or(0),
+        "parallelismCount": f.in_flight,
+        "rateMax": f.rate_max().unwrap_or(0),
+        "rateCount": f.window_count,
+        "ratePeriod": f.period_s(),
+        "ratePeriodStart": f.window_start_ms / 1000,
+        "isPaused": f.settings.paused,
+        "isPinnedParallelism": f.settings.pin_parallelism.is_some(),
+        "isPinnedRate": f.settings.pin_rate.is_some(),
+    })
 }

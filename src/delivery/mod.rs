@@ -765,3 +765,15 @@ impl Delivery {
         self.msgs.len()
     }
 }
+
+impl Delivery {
+    /// The workflow URL of the run a message belongs to (the message's own URL when none).
+    pub fn run_url<'d>(&'d self, m: &'d Message) -> &'d str {
+        m.conf
+            .run_id()
+            .and_then(|r| self.runs.get(r))
+            .map(|r| r.url.as_str())
+            .or_else(|| m.conf.workflow_value("Upstash-Workflow-Url"))
+            .unwrap_or(&m.url)
+    }
+}

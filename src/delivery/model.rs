@@ -466,3 +466,14 @@ impl Event {
         }
     }
 }
+
+impl DlqEntry {
+    /// A DLQ entry of a workflow run's own step (not of a callback).
+    pub fn is_run_entry(&self) -> bool {
+        self.message.conf.run_id().is_some()
+            && !matches!(
+                self.message.origin,
+                Origin::Callback | Origin::FailureCallback
+            )
+    }
+}

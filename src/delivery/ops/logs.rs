@@ -1,0 +1,58 @@
+//! `GET /v2/logs` (and `/v2/events`), with the filters the list and bulk operations share.
+
+use super::filter::*;
+use super::op::*;
+use crate::delivery::json;
+use crate::delivery::Delivery;
+use serde_json::{json, Map, Value};
+
+pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
+    let count = f.count.unwrap_or(100).clamp(1, 1000);
+    // Newest first; the cursor is how many matching entries were already returned.
+    let skip: usize = f
+        .cursor
+        .as_deref()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let mut events = Vec::new();
+    let mut seen = 0usize;
+    let mut more = false;
+    for l in d.logs.iter().rev() {
+        let time_ok = values(f, "fromDate")
+            .and_then(|v| v.first())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_none_or(|from| l.time_ms >= from)
+            && values(f, "toDate")
+                .and_then(|v| v.first())
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_none_or(|to| l.time_ms <= to);
+        let ids_ok = f.ids.is_empty() || f.ids.iter().any(|i| **i == *l.message_id);
+        if !(time_ok
+            && ids_ok
+            && any_eq(f, "messageId", Some(&l.message_id))
+            && any_eq(f, "state", Some(l.state))
+            && any_eq(f, "url", Some(&l.url))
+            && any_eq(f, "topicName", l.topic.as_deref())
+            && any_eq(f, "scheduleId", l.schedule_id.as_deref())
+            && any_eq(f, "queueName", l.queue.as_deref())
+            && values(f, "label").is_none_or(|vs| l.labels.iter().any(|x| vs.contains(x))))
+        {
+            continue;
+        }
+        seen += 1;
+        if seen <= skip {
+            continue;
+        }
+        if events.len() == count {
+            more = true;
+            break;
+        }
+        events.push(json::log(l));
+    }
+    let mut m = Map::new();
+    if more {
+        m.insert("cursor".into(), json!((skip + count).to_string()));
+    }
+    m.insert("events".into(), Value::Array(events));
+    ok(Value::Object(m))
+}

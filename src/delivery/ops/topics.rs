@@ -1,0 +1,67 @@
+//! URL groups (topics): endpoints added and removed, get, list, delete.
+
+use super::op::*;
+use super::tx::*;
+use crate::delivery::json;
+use crate::delivery::model::*;
+use serde_json::{json, Value};
+
+pub(super) fn add(tx: &mut Tx, name: String, endpoints: Vec<Endpoint>) -> OpReply {
+    let mut t = tx.d.topics.get(&name).cloned().unwrap_or(Topic {
+        name: name.clone(),
+        created_ms: tx.now_ms,
+        updated_ms: tx.now_ms,
+        endpoints: Vec::new(),
+    });
+    for e in endpoints {
+        t.endpoints
+            .retain(|x| !(x.url == e.url || (e.name.is_some() && x.name == e.name)));
+        t.endpoints.push(e);
+    }
+    t.updated_ms = tx.now_ms;
+    tx.emit(Event::Topic(t));
+    ok(json!({}))
+}
+
+pub(super) fn remove(
+    tx: &mut Tx,
+    name: String,
+    endpoints: Vec<(Option<String>, Option<String>)>,
+) -> OpReply {
+    let Some(mut t) = tx.d.topics.get(&name).cloned() else {
+        return not_found(&format!("topic {name} not found"));
+    };
+    t.endpoints.retain(|x| {
+        !endpoints.iter().any(|(url, n)| {
+            url.as_ref().is_some_and(|u| *u == x.url) || (n.is_some() && *n == x.name)
+        })
+    });
+    t.updated_ms = tx.now_ms;
+    if t.endpoints.is_empty() {
+        tx.emit(Event::TopicDelete { name });
+    } else {
+        tx.emit(Event::Topic(t));
+    }
+    ok(json!({}))
+}
+
+pub(super) fn get(tx: &mut Tx, name: String) -> OpReply {
+    match tx.d.topics.get(&name) {
+        Some(t) => ok(json::topic(t)),
+        None => not_found(&format!("topic {name} not found")),
+    }
+}
+
+pub(super) fn list(tx: &mut Tx) -> OpReply {
+    ok(Value::Array(
+        tx.d.topics.values().map(json::topic).collect(),
+    ))
+}
+
+pub(super) fn delete(tx: &mut Tx, name: String) -> OpReply {
+    if !tx.d.topics.contains_key(&name) {
+        return not_found(&format!("topic {name} not found"));
+    }
+    tx.emit(Event::TopicDelete { name });
+    ok(json!({}))
+}
