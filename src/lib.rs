@@ -40,6 +40,7 @@ pub mod num;
 pub mod rdb;
 pub mod record;
 pub mod reply;
+pub mod rng;
 pub mod secret;
 pub mod server;
 pub mod state;

@@ -957,7 +957,7 @@ mod tests {
     use crate::state::Db;
 
     fn run(db: &mut Db, f: fn(&mut Ctx, &[Vec<u8>]) -> Reply, args: &[&str]) -> Reply {
-        let mut rng = crate::command::Rng::new(1);
+        let mut rng = crate::rng::Rng::new(1);
         let (mut server, mut logged) = (crate::command::pipeline::Replay, Vec::new());
         let perm = crate::command::Perm::Full;
         let mut ctx = Ctx::new(

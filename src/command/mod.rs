@@ -35,35 +35,10 @@ pub mod typed;
 pub mod zsets;
 
 use crate::lua::Scripts;
+use crate::rng::Rng;
 use crate::state::Db;
 pub use pipeline::{run_checked, run_request, ExecMode, Origin, Perm, Server};
 pub use table::{CommandInfo, CommandTable};
-
-/// A small deterministic generator: the executor seeds it, the state machine never does.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        // xorshift64*
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next_u64() % n as u64) as usize
-        }
-    }
-}
 
 /// What a command runs against: the state, the time and randomness of its record, who sent it,
 /// the server around the state, and where its logged form goes.

@@ -4,8 +4,9 @@ use super::args::scan_opts;
 use super::args::tri;
 use super::lists::{positive, ranged};
 use super::typed;
-use super::{Ctx, Rng};
+use super::Ctx;
 use crate::reply::{errors, Reply};
+use crate::rng::Rng;
 use crate::state::scanmap::ScanMap;
 use crate::state::{Db, Value};
 

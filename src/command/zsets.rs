@@ -5,9 +5,10 @@ use super::args::tri;
 use super::args::{int_arg, is, scan_opts};
 use super::lists::{positive, ranged};
 use super::typed;
-use super::{Ctx, Rng};
+use super::Ctx;
 use crate::num::{fmt_g17, parse_double, strtod_full};
 use crate::reply::{errors, Reply};
+use crate::rng::Rng;
 use crate::state::zset::{LexBound, LexRange, ScoreRange, ZSet};
 use crate::state::Value;
 

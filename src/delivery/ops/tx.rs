@@ -3,13 +3,13 @@
 //! run's inherited settings) and merging configuration.
 
 use super::op::*;
-use crate::command::Rng;
 use crate::config::DELIVERY_DEFAULT_RETRIES;
 use crate::delivery::conf::canonical;
 use crate::delivery::json;
 use crate::delivery::model::*;
 use crate::delivery::Delivery;
 use crate::msgpack::Bin;
+use crate::rng::Rng;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
