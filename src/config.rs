@@ -31,7 +31,60 @@ pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
 /// Delivery attempts running at once (the worker pool's bound).
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;
 /// Retries of a message that sets no `Upstash-Retries` (so up to 4 attempts).
-pub const DELIVERY_DEFAULT_RETRIES: u32 = 3;
+pub const DELIVERY_RETRIES_DEFAULT: u32 = 3;
+/// Longest an attempt may take when the message sets no `Upstash-Timeout`.
+pub const DELIVERY_ATTEMPT_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1000;
+/// Longest wait before a retry: the default backoff's cap, and the most a destination's
+/// `Retry-After` or rate-limit reset header may ask for (beyond it the backoff applies).
+pub const DELIVERY_RETRY_WAIT_MS_MAX: u64 = 86_400_000;
+/// How long a workflow wait (`context.waitForEvent`) lasts when it names no timeout.
+pub const WORKFLOW_WAIT_TIMEOUT_MS_DEFAULT: u64 = 7 * 86_400_000;
+/// Longest flow-control rate period (`Upstash-Flow-Control-Value: period=...`).
+pub const FLOW_CONTROL_PERIOD_MS_MAX: u64 = 7 * 86_400_000;
+/// Largest queue parallelism (`POST /v2/queues`).
+pub const QUEUE_PARALLELISM_MAX: u64 = 1_000;
+/// DLQ entries one `GET /v2/dlq` page holds (its default and its most).
+pub const DLQ_PAGE_ENTRIES_MAX: usize = 100;
+/// Failed workflow runs one `GET /v2/workflows/dlq` page holds (its default and its most).
+pub const WORKFLOW_DLQ_PAGE_ENTRIES_MAX: usize = 50;
+/// Log entries one `GET /v2/logs` page holds by default, and at most.
+pub const LOG_PAGE_ENTRIES_DEFAULT: usize = 100;
+pub const LOG_PAGE_ENTRIES_MAX: usize = 1_000;
+/// Messages a filtered `DELETE /v2/messages` cancels when it names a count of none.
+pub const MESSAGES_CANCEL_ENTRIES_DEFAULT: usize = 100;
+
+/// Entries the dead-letter queue holds (`--dlq-max`): a message that fails when it is full
+/// pushes the oldest entry out, by a logged removal.
+pub const DLQ_ENTRIES_MAX_DEFAULT: usize = 100_000;
+/// Workflow waits open at once (`--waiters-max`); past it a wait is refused with 429.
+pub const WAITERS_MAX_DEFAULT: usize = 100_000;
+/// Lookback notifications kept for runs that do not wait yet (`--notifications-max`); past it
+/// such a notify is refused with 429.
+pub const NOTIFICATIONS_MAX_DEFAULT: usize = 100_000;
+/// Deduplication ids and content hashes inside their window (`--dedup-max`); past it a publish
+/// that would add one is refused with 429.
+pub const DEDUP_ENTRIES_MAX_DEFAULT: usize = 1_000_000;
+
+/// The bounds of the delivery state that grows with use. They are configuration, not state:
+/// every removal they cause is a logged event, so replay needs none of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryLimits {
+    pub dlq_entries_max: usize,
+    pub waiters_max: usize,
+    pub notifications_max: usize,
+    pub dedup_entries_max: usize,
+}
+
+impl Default for DeliveryLimits {
+    fn default() -> DeliveryLimits {
+        DeliveryLimits {
+            dlq_entries_max: DLQ_ENTRIES_MAX_DEFAULT,
+            waiters_max: WAITERS_MAX_DEFAULT,
+            notifications_max: NOTIFICATIONS_MAX_DEFAULT,
+            dedup_entries_max: DEDUP_ENTRIES_MAX_DEFAULT,
+        }
+    }
+}
 
 /// How long a deduplication id (or content hash) keeps a second publish out.
 pub const DELIVERY_DEDUP_WINDOW_MS: u64 = 10 * 60 * 1000;
@@ -172,6 +225,7 @@ pub struct Config {
     pub qstash_next_signing_key: Option<String>,
     /// Milliseconds per "second" of the default retry backoff: 1000, except in tests.
     pub retry_backoff_unit_ms: u64,
-    /// Maximum message size of the delivery service.
-    pub max_message_bytes: usize,
+    /// Maximum message size of the delivery service (`--max-message-bytes`).
+    pub message_bytes_max: usize,
+    pub delivery_limits: DeliveryLimits,
 }

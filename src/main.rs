@@ -5,12 +5,16 @@ use tidepool::config::{self, Config, FsyncMode};
 
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
                                             [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
-                      [--max-message-bytes B]
+                      [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
+                      [--dedup-max N]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
 TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY, TIDEPOOL_QSTASH_NEXT_SIGNING_KEY,
-TIDEPOOL_MAX_MESSAGE_BYTES (default 10 MiB). Defaults: 127.0.0.1:8079,
+TIDEPOOL_MAX_MESSAGE_BYTES (default 10 MiB), TIDEPOOL_DLQ_MAX (DLQ entries kept, oldest
+dropped first; default 100000), TIDEPOOL_WAITERS_MAX (open workflow waits; 100000),
+TIDEPOOL_NOTIFICATIONS_MAX (lookback notifications; 100000), TIDEPOOL_DEDUP_MAX
+(deduplication ids within their window; 1000000). Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
 
@@ -52,6 +56,10 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut qcurrent = env("TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY");
     let mut qnext = env("TIDEPOOL_QSTASH_NEXT_SIGNING_KEY");
     let mut max_msg = env("TIDEPOOL_MAX_MESSAGE_BYTES");
+    let mut dlq_max = env("TIDEPOOL_DLQ_MAX");
+    let mut waiters_max = env("TIDEPOOL_WAITERS_MAX");
+    let mut notifications_max = env("TIDEPOOL_NOTIFICATIONS_MAX");
+    let mut dedup_max = env("TIDEPOOL_DEDUP_MAX");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -68,6 +76,10 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--qstash-current-signing-key" => &mut qcurrent,
             "--qstash-next-signing-key" => &mut qnext,
             "--max-message-bytes" => &mut max_msg,
+            "--dlq-max" => &mut dlq_max,
+            "--waiters-max" => &mut waiters_max,
+            "--notifications-max" => &mut notifications_max,
+            "--dedup-max" => &mut dedup_max,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -100,7 +112,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             format!("TIDEPOOL_RETRY_BACKOFF_UNIT_MS '{u}' must be a number of milliseconds")
         })?,
     };
-    let max_message_bytes = match max_msg {
+    let message_bytes_max = match max_msg {
         None => config::DELIVERY_MESSAGE_BYTES_MAX_DEFAULT,
         Some(m) => m
             .parse()
@@ -108,8 +120,29 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             .filter(|n| *n > 0)
             .ok_or_else(|| format!("--max-message-bytes '{m}' must be a positive number"))?,
     };
+    let count = |flag: &str, v: Option<String>, default: usize| -> Result<usize, String> {
+        match v {
+            None => Ok(default),
+            Some(n) => n
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{flag} '{n}' must be a positive number")),
+        }
+    };
+    let delivery_limits = config::DeliveryLimits {
+        dlq_entries_max: count("--dlq-max", dlq_max, config::DLQ_ENTRIES_MAX_DEFAULT)?,
+        waiters_max: count("--waiters-max", waiters_max, config::WAITERS_MAX_DEFAULT)?,
+        notifications_max: count(
+            "--notifications-max",
+            notifications_max,
+            config::NOTIFICATIONS_MAX_DEFAULT,
+        )?,
+        dedup_entries_max: count("--dedup-max", dedup_max, config::DEDUP_ENTRIES_MAX_DEFAULT)?,
+    };
     Ok(Config {
-        max_message_bytes,
+        delivery_limits,
+        message_bytes_max,
         qstash_token: qtoken,
         qstash_current_signing_key: qcurrent,
         qstash_next_signing_key: qnext,

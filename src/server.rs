@@ -191,7 +191,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
             acl_secret: creds.acl_secret.clone(),
             keys: keys.clone(),
             backoff_unit_ms: cfg.retry_backoff_unit_ms,
-            max_message_bytes: cfg.max_message_bytes,
+            message_bytes_max: cfg.message_bytes_max,
+            delivery_limits: cfg.delivery_limits,
         };
         let ex = executor::start(&wal_dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {
@@ -220,7 +221,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             token: creds.qstash_token.clone(),
             keys,
             save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
-            max_message_bytes: cfg.max_message_bytes,
+            message_bytes_max: cfg.message_bytes_max,
         };
         let app = Arc::new(App::new(
             ex.tx.clone(),

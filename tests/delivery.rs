@@ -1496,3 +1496,107 @@ fn workflow_dlq_lists_resumes_restarts_and_calls_the_failure_function_again() {
     );
     assert_eq!(c.get("/v2/workflows/dlq").json()["messages"], json!([]));
 }
+
+/// Issue 15: the delivery state that grows with use has bounds. A full DLQ lets its oldest
+/// entry go (by a logged removal, so a restart agrees); waits, lookback notifications and
+/// deduplication ids past their bound are refused with 429 and a text that names the setting.
+#[test]
+fn the_delivery_state_is_bounded() {
+    let dir = TempDir::new("dl-bounds");
+    let sink = Sink::start();
+    let bounds = [
+        "--dlq-max",
+        "2",
+        "--waiters-max",
+        "1",
+        "--notifications-max",
+        "1",
+        "--dedup-max",
+        "1",
+    ];
+    let s = Server::start_delivery_with(dir.path(), &bounds);
+    let mut c = s.qstash();
+    // DLQ: three failures, two entries, the first one gone.
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = publish(
+            &mut c,
+            &sink.url("/status/500"),
+            &[("Upstash-Retries", "0")],
+            format!("fail {i}").as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.push(r.json()["messageId"].as_str().expect("id").to_string());
+        let want = i + 1;
+        poll(10, "the failure to reach the DLQ", || {
+            let all = c.get("/v2/dlq").json()["messages"].clone();
+            let listed: Vec<String> = all
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["messageId"].as_str().map(str::to_string))
+                .collect();
+            listed.contains(&ids[i]) && listed.len() == want.min(2)
+        });
+    }
+    let in_dlq = |c: &mut Http| -> Vec<String> {
+        let all = c.get("/v2/dlq").json()["messages"].clone();
+        let mut v: Vec<String> = all
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["messageId"].as_str().map(str::to_string))
+            .collect();
+        v.sort();
+        v
+    };
+    let mut newest = ids[1..].to_vec();
+    newest.sort();
+    assert_eq!(in_dlq(&mut c), newest, "the oldest entry left");
+
+    // Waits: one open at most.
+    let wait = |c: &mut Http, event: &str| {
+        let body = json!({"url": sink.url("/wf"), "timeout": "1h"}).to_string();
+        c.request("POST", &format!("/v2/wait/{event}"), &[], body.as_bytes())
+    };
+    assert_eq!(wait(&mut c, "a").status, 200);
+    let r = wait(&mut c, "b");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(
+        r.json()["error"],
+        "too many open waits: this server holds at most 1 (its --waiters-max setting)"
+    );
+
+    // Lookback notifications: one kept at most; the same one again replaces it.
+    assert_eq!(c.post("/v2/notify/wfr_1/e", b"1").status, 200);
+    assert_eq!(c.post("/v2/notify/wfr_1/e", b"2").status, 200);
+    let r = c.post("/v2/notify/wfr_2/e", b"3");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("--notifications-max")));
+
+    // Deduplication ids: one in its window at most; a repeat is still answered as such.
+    let dedup = |c: &mut Http, id: &str| {
+        publish(
+            c,
+            &sink.url("/ok"),
+            &[("Upstash-Deduplication-Id", id), ("Upstash-Delay", "1h")],
+            b"x",
+        )
+    };
+    assert_eq!(dedup(&mut c, "one").status, 200);
+    assert_eq!(dedup(&mut c, "one").status, 202, "a repeat is deduplicated");
+    let r = dedup(&mut c, "two");
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("--dedup-max")));
+
+    // The DLQ removal was logged: a restart (with the bounds lifted) shows the same entries.
+    drop(c);
+    s.terminate();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    assert_eq!(in_dlq(&mut c), newest, "replay keeps the removal");
+}

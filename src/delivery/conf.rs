@@ -226,7 +226,7 @@ fn flow_value(v: &str, c: &mut Conf) -> Result<(), String> {
             "rate" => c.rate = Some(num()?),
             "period" => {
                 let ms = duration_ms(val)?;
-                if ms > 7 * 86_400_000 {
+                if ms > crate::config::FLOW_CONTROL_PERIOD_MS_MAX {
                     return Err("flow control period is at most one week".into());
                 }
                 c.period_s = Some((ms / 1000).max(1));

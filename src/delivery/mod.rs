@@ -116,6 +116,8 @@ pub struct Delivery {
     /// The failure callback of each message in the DLQ that has one, by the failed message's
     /// id (the workflow DLQ shows it as `failureCallbackInfo`).
     pub failure_calls: HashMap<String, FailureCall>,
+    /// The bounds operations hold the state to (configuration, not logged).
+    pub limits: crate::config::DeliveryLimits,
 }
 
 /// A failure callback's progress.
@@ -149,6 +151,18 @@ impl Delivery {
             .get(key)
             .filter(|(_, until)| *until > now_ms)
             .map(|(id, _)| id.as_str())
+    }
+
+    /// Deduplication keys whose window is still open at `now_ms`.
+    pub fn dedup_live(&self, now_ms: u64) -> usize {
+        // Expired keys leave at the next publish; count them out only near the bound.
+        if self.dedup.len() < self.limits.dedup_entries_max {
+            return self.dedup.len();
+        }
+        self.dedup
+            .values()
+            .filter(|(_, until)| *until > now_ms)
+            .count()
     }
 
     fn log(&mut self, time_ms: u64, msg: &Message, id: &Arc<str>, state: &'static str) {

@@ -1,16 +1,15 @@
 //! When the next attempt happens: the default backoff, `Upstash-Retry-Delay` expressions, and
 //! the destination's own `Retry-After` / rate-limit reset headers.
 
-use crate::config::RETRY_DELAY_EXPRESSION_DEPTH_MAX;
+use crate::config::{DELIVERY_RETRY_WAIT_MS_MAX, RETRY_DELAY_EXPRESSION_DEPTH_MAX};
 use chrono::DateTime;
-
-/// Longest delay a destination's header may ask for; beyond it the backoff applies.
-const RETRY_AFTER_MS_MAX: u64 = 86_400_000;
 
 /// The default backoff before retry `n` (1 for the first retry): `min(86400, e^(2.5 n))`
 /// seconds, with `unit_ms` milliseconds per second (1000 in production; tests shrink it).
 pub fn default_backoff_ms(n: u32, unit_ms: u64) -> u64 {
-    let secs = (2.5 * n as f64).exp().min(86_400.0);
+    let secs = (2.5 * n as f64)
+        .exp()
+        .min((DELIVERY_RETRY_WAIT_MS_MAX / 1000) as f64);
     (secs * unit_ms as f64) as u64
 }
 
@@ -47,7 +46,7 @@ pub fn eval(expr: &str, retried: u32) -> Result<f64, String> {
 pub fn expression_delay_ms(expr: &str, retried: u32) -> Option<u64> {
     eval(expr, retried)
         .ok()
-        .map(|v| v.clamp(0.0, RETRY_AFTER_MS_MAX as f64 * 365.0) as u64)
+        .map(|v| v.clamp(0.0, DELIVERY_RETRY_WAIT_MS_MAX as f64 * 365.0) as u64)
 }
 
 struct Parser<'a> {
@@ -213,7 +212,7 @@ pub fn asked_delay_ms(headers: &[(String, String)], now_ms: u64) -> Option<u64> 
             go_duration_ms(v)
         };
         if let Some(ms) = ms {
-            return (ms <= RETRY_AFTER_MS_MAX).then_some(ms);
+            return (ms <= DELIVERY_RETRY_WAIT_MS_MAX).then_some(ms);
         }
     }
     None

@@ -14,9 +14,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Longest an attempt may take when the message sets no `Upstash-Timeout`.
-const ATTEMPT_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1000;
-
 /// One attempt to make.
 pub struct Dispatch {
     pub msg: Message,
@@ -100,7 +97,7 @@ impl Workers {
         let timeout = m
             .conf
             .timeout_ms
-            .unwrap_or(ATTEMPT_TIMEOUT_MS_DEFAULT)
+            .unwrap_or(crate::config::DELIVERY_ATTEMPT_TIMEOUT_MS_DEFAULT)
             .max(1);
         let now_s = clock::wall_unix_ms() / 1000;
         let key = match self.keys.read() {

@@ -130,7 +130,9 @@ pub struct Setup {
     /// Milliseconds per "second" of the default retry backoff (1000; tests shrink it).
     pub backoff_unit_ms: u64,
     /// Where a destination's response body is cut (the maximum message size).
-    pub max_message_bytes: usize,
+    pub message_bytes_max: usize,
+    /// The bounds of the delivery state.
+    pub delivery_limits: config::DeliveryLimits,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -164,6 +166,7 @@ pub fn start(
         crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
     db.acl.set_secret(setup.acl_secret);
+    delivery.limits = setup.delivery_limits;
     let shared = Arc::new(Shared::default());
     shared.log.last_seq.store(wal.last_seq(), Ordering::SeqCst);
     shared
@@ -181,7 +184,7 @@ pub fn start(
         setup.keys,
         shared.log.clone(),
         fsync == FsyncMode::Always,
-        setup.max_message_bytes,
+        setup.message_bytes_max,
         results_tx,
     )?;
     let mut ex = Executor {
@@ -395,6 +398,7 @@ impl Executor {
         self.delivery.applying_seq = self.wal.last_seq() + 1;
         let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
         let reply = ops::run(&mut tx, op);
+        tx.enforce_bounds();
         let events = std::mem::take(&mut tx.events);
         if !events.is_empty() {
             self.wal.append(ts, &Record::Delivery(events));
@@ -411,6 +415,7 @@ impl Executor {
         self.delivery.applying_seq = self.wal.last_seq() + 1;
         let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
         f(&mut tx, self.backoff_unit_ms);
+        tx.enforce_bounds();
         let events = std::mem::take(&mut tx.events);
         if !events.is_empty() {
             self.wal.append(ts, &Record::Delivery(events));

@@ -69,19 +69,22 @@ impl Server {
 
     /// Starts with the delivery test credentials and a millisecond retry backoff.
     pub fn start_delivery(data: &Path) -> Server {
-        Self::try_start_env(
-            data,
-            &[
-                "--qstash-token",
-                QSTASH_TOKEN,
-                "--qstash-current-signing-key",
-                QSTASH_CURRENT,
-                "--qstash-next-signing-key",
-                QSTASH_NEXT,
-            ],
-            &[("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", "1")],
-        )
-        .unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
+        Self::start_delivery_with(data, &[])
+    }
+
+    /// The same, with more flags.
+    pub fn start_delivery_with(data: &Path, extra: &[&str]) -> Server {
+        let mut args = vec![
+            "--qstash-token",
+            QSTASH_TOKEN,
+            "--qstash-current-signing-key",
+            QSTASH_CURRENT,
+            "--qstash-next-signing-key",
+            QSTASH_NEXT,
+        ];
+        args.extend_from_slice(extra);
+        Self::try_start_env(data, &args, &[("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", "1")])
+            .unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
     }
 
     /// A client that authenticates with the delivery token.

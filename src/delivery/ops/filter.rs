@@ -2,6 +2,7 @@
 //! the list, bulk-delete and bulk-cancel operations of every resource.
 
 use super::op::Filter;
+use crate::config::DLQ_PAGE_ENTRIES_MAX;
 use crate::delivery::model::*;
 use crate::delivery::Delivery;
 
@@ -66,7 +67,10 @@ pub(super) fn run_entry_matches(d: &Delivery, e: &DlqEntry, f: &Filter) -> bool 
 
 /// One page of DLQ ids in order, after the cursor; and the cursor of the next page.
 pub(super) fn dlq_page(d: &Delivery, f: &Filter) -> (Vec<String>, Option<String>) {
-    let count = f.count.unwrap_or(100).clamp(1, 100);
+    let count = f
+        .count
+        .unwrap_or(DLQ_PAGE_ENTRIES_MAX)
+        .clamp(1, DLQ_PAGE_ENTRIES_MAX);
     if !f.ids.is_empty() {
         return (
             f.ids

@@ -2,12 +2,16 @@
 
 use super::filter::*;
 use super::op::*;
+use crate::config::{LOG_PAGE_ENTRIES_DEFAULT, LOG_PAGE_ENTRIES_MAX};
 use crate::delivery::json;
 use crate::delivery::Delivery;
 use serde_json::{json, Map, Value};
 
 pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
-    let count = f.count.unwrap_or(100).clamp(1, 1000);
+    let count = f
+        .count
+        .unwrap_or(LOG_PAGE_ENTRIES_DEFAULT)
+        .clamp(1, LOG_PAGE_ENTRIES_MAX);
     // Newest first; the cursor is how many matching entries were already returned.
     let skip: usize = f
         .cursor

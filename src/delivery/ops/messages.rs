@@ -4,6 +4,7 @@
 use super::filter::*;
 use super::op::*;
 use super::tx::*;
+use crate::config::MESSAGES_CANCEL_ENTRIES_DEFAULT;
 use crate::delivery::json;
 use crate::delivery::model::*;
 use crate::delivery::retry;
@@ -75,7 +76,7 @@ pub(super) fn cancel_many(tx: &mut Tx, f: Filter) -> OpReply {
         let limit = if f.params.is_empty() && f.count.is_none() {
             usize::MAX
         } else {
-            f.count.unwrap_or(100)
+            f.count.unwrap_or(MESSAGES_CANCEL_ENTRIES_DEFAULT)
         };
         v.into_iter().take(limit).map(|(_, id)| id).collect()
     };

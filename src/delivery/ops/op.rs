@@ -194,6 +194,16 @@ pub(crate) fn not_found(what: &str) -> OpReply {
     }
 }
 
+/// A request refused because the state it would add to is at its bound (`flag` raises it).
+pub(crate) fn too_many(what: &str, max: usize, flag: &str) -> OpReply {
+    OpReply {
+        status: 429,
+        body: json!({
+            "error": format!("too many {what}: this server holds at most {max} (its {flag} setting)")
+        }),
+    }
+}
+
 pub(crate) fn bad(what: impl Into<String>) -> OpReply {
     OpReply {
         status: 400,

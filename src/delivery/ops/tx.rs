@@ -3,7 +3,7 @@
 //! run's inherited settings) and merging configuration.
 
 use super::op::*;
-use crate::config::DELIVERY_DEFAULT_RETRIES;
+use crate::config::DELIVERY_RETRIES_DEFAULT;
 use crate::delivery::conf::canonical;
 use crate::delivery::json;
 use crate::delivery::model::*;
@@ -117,6 +117,21 @@ impl<'a> Tx<'a> {
         }
     }
 
+    /// Holds the state to its bounds (`config::DeliveryLimits`) after an operation: a full
+    /// DLQ lets its oldest entries go, by a logged removal, as a retention would.
+    pub fn enforce_bounds(&mut self) {
+        let over = self
+            .d
+            .dlq
+            .len()
+            .saturating_sub(self.d.limits.dlq_entries_max);
+        if over > 0 {
+            // DLQ ids begin with the failure's time in milliseconds: the first are the oldest.
+            let ids: Vec<String> = self.d.dlq.keys().take(over).cloned().collect();
+            self.emit(Event::DlqRemove { ids });
+        }
+    }
+
     pub fn emit(&mut self, e: Event) {
         self.d.apply(self.now_ms, &e);
         self.events.push(e);
@@ -164,7 +179,7 @@ impl<'a> Tx<'a> {
             body: Bin(body),
             created_ms: self.now_ms,
             not_before_ms: not_before,
-            max_retries: conf.retries.unwrap_or(DELIVERY_DEFAULT_RETRIES),
+            max_retries: conf.retries.unwrap_or(DELIVERY_RETRIES_DEFAULT),
             conf: conf.clone(),
             origin,
             topic: topic.as_ref().map(|t| t.0.into()),
@@ -248,6 +263,14 @@ impl<'a> Tx<'a> {
                 if let Some(orig) = self.d.deduplicated(k, self.now_ms) {
                     items.push(json!({"messageId": orig, "url": url, "deduplicated": true}));
                     continue;
+                }
+                let max = self.d.limits.dedup_entries_max;
+                if self.d.dedup_live(self.now_ms) >= max {
+                    return Err(too_many(
+                        "deduplication ids in their window",
+                        max,
+                        "--dedup-max",
+                    ));
                 }
             }
             let mut m = self.message(

@@ -4,6 +4,7 @@
 use super::filter::*;
 use super::op::*;
 use super::tx::*;
+use crate::config::WORKFLOW_DLQ_PAGE_ENTRIES_MAX;
 use crate::delivery::conf;
 use crate::delivery::json;
 use crate::delivery::model::*;
@@ -21,7 +22,12 @@ pub(super) fn recover(
     overrides: Conf,
 ) -> OpReply {
     // At most 50 runs per request, as the hosted service pages them.
-    filter.count = Some(filter.count.unwrap_or(50).clamp(1, 50));
+    filter.count = Some(
+        filter
+            .count
+            .unwrap_or(WORKFLOW_DLQ_PAGE_ENTRIES_MAX)
+            .clamp(1, WORKFLOW_DLQ_PAGE_ENTRIES_MAX),
+    );
     for id in &filter.ids {
         match tx.d.dlq.get(id) {
             None => return not_found(&format!("dlq message {id} not found")),
@@ -131,24 +137,24 @@ pub(super) fn wait(tx: &mut Tx, w: WaitReq) -> OpReply {
             .get(&(r.clone(), w.event_id.clone()))
             .cloned()
     });
+    let mut waiter = Waiter {
+        id: String::new(),
+        event_id: w.event_id,
+        url: w.url,
+        headers: w.headers,
+        deadline_s: tx.now_ms.saturating_add(w.timeout_ms).div_ceil(1000),
+        timeout_url: w.timeout_url,
+        timeout_body: w.timeout_body.map(Bin),
+        timeout_headers: w.timeout_headers,
+        step: w.step.to_string(),
+        created_ms: tx.now_ms,
+    };
     if let (Some(run), Some(event)) = (run, stored) {
         // A lookback notification came first: wake at once instead of waiting.
-        let waiter = Waiter {
-            id: String::new(),
-            event_id: w.event_id.clone(),
-            url: w.url.clone(),
-            headers: w.headers.clone(),
-            deadline_s: 0,
-            timeout_url: None,
-            timeout_body: None,
-            timeout_headers: Vec::new(),
-            step: w.step.to_string(),
-            created_ms: tx.now_ms,
-        };
-        let c =
-            conf::parse(&header_pairs(&w.headers), &mut conf::Extra::default()).unwrap_or_default();
+        let c = conf::parse(&header_pairs(&waiter.headers), &mut conf::Extra::default())
+            .unwrap_or_default();
         let m = tx.message(
-            &w.url,
+            &waiter.url,
             &c,
             wake_body(&waiter, Some(&event.0)),
             Origin::Notify,
@@ -159,25 +165,17 @@ pub(super) fn wait(tx: &mut Tx, w: WaitReq) -> OpReply {
         );
         tx.emit(Event::NotificationRemove {
             run_id: run,
-            event_id: w.event_id,
+            event_id: waiter.event_id,
         });
         tx.emit(Event::Put(Box::new(m)));
         return ok(json!({}));
     }
-    let id = tx.random_id("wtr_", 20);
-    let deadline_s = tx.now_ms.saturating_add(w.timeout_ms).div_ceil(1000);
-    tx.emit(Event::Wait(Box::new(Waiter {
-        id,
-        event_id: w.event_id,
-        url: w.url,
-        headers: w.headers,
-        deadline_s,
-        timeout_url: w.timeout_url,
-        timeout_body: w.timeout_body.map(Bin),
-        timeout_headers: w.timeout_headers,
-        step: w.step.to_string(),
-        created_ms: tx.now_ms,
-    })));
+    let max = tx.d.limits.waiters_max;
+    if tx.d.waiters.len() >= max {
+        return too_many("open waits", max, "--waiters-max");
+    }
+    waiter.id = tx.random_id("wtr_", 20);
+    tx.emit(Event::Wait(Box::new(waiter)));
     ok(json!({}))
 }
 
@@ -463,6 +461,15 @@ pub(super) fn notify(tx: &mut Tx, event_id: &str, body: &[u8], only_run: Option<
             .collect();
     if let (Some(run), true) = (only_run, waiters.is_empty()) {
         // Lookback: nobody in the run waits yet; the run's next wait for this event gets it.
+        let max = tx.d.limits.notifications_max;
+        let key = (run.to_string(), event_id.to_string());
+        if tx.d.notifications.len() >= max && !tx.d.notifications.contains_key(&key) {
+            return too_many(
+                "notifications kept for later waits",
+                max,
+                "--notifications-max",
+            );
+        }
         tx.emit(Event::Notification {
             run_id: run.to_string(),
             event_id: event_id.to_string(),

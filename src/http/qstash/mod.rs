@@ -32,7 +32,7 @@ pub struct QstashAuth {
     /// Persists rotated keys (to the data directory's credentials file).
     pub save_keys: SaveKeys,
     /// The maximum message size: larger publish bodies answer 413.
-    pub max_message_bytes: usize,
+    pub message_bytes_max: usize,
 }
 
 /// Writes rotated keys where the next start finds them.
@@ -130,7 +130,7 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
     let limit = if head == "batch" {
         REQUEST_BYTES_MAX
     } else {
-        auth.max_message_bytes
+        auth.message_bytes_max
     };
     let body = match read_body(body, limit).await {
         Ok(b) => b,
@@ -240,7 +240,7 @@ async fn webhook(
     {
         return err(404, "unknown webhook");
     }
-    let body = match read_body(body, auth.max_message_bytes).await {
+    let body = match read_body(body, auth.message_bytes_max).await {
         Ok(b) => b,
         Err(r) => return r,
     };

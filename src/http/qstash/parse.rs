@@ -2,6 +2,7 @@
 //! request, bulk filters, batch items, URL-group endpoints, queues, waits and flow-control
 //! actions. Pure functions of the request's parts; the routes (`routes.rs`) call them.
 
+use crate::config::{QUEUE_PARALLELISM_MAX, WORKFLOW_WAIT_TIMEOUT_MS_DEFAULT};
 use crate::delivery::conf::{self, canonical, check_url, valid_name, Extra};
 use crate::delivery::model::QueueConf;
 use crate::delivery::ops::{Filter, FlowAction, PublishReq, WaitReq};
@@ -321,8 +322,10 @@ pub(super) fn queue_upsert(body: &[u8]) -> Result<QueueConf, String> {
         None | Some(Value::Null) => 1,
         Some(p) => p
             .as_u64()
-            .filter(|p| (1..=1000).contains(p))
-            .ok_or("parallelism must be a whole number from 1 to 1000")? as u32,
+            .filter(|p| (1..=QUEUE_PARALLELISM_MAX).contains(p))
+            .ok_or_else(|| {
+                format!("parallelism must be a whole number from 1 to {QUEUE_PARALLELISM_MAX}")
+            })? as u32,
     };
     Ok(QueueConf {
         name: name.to_string(),
@@ -367,7 +370,7 @@ pub(super) fn wait_req(
         .to_string();
     check_url(&url)?;
     let timeout_ms = match v.get("timeout") {
-        None | Some(Value::Null) => 7 * 86_400_000,
+        None | Some(Value::Null) => WORKFLOW_WAIT_TIMEOUT_MS_DEFAULT,
         Some(Value::Number(n)) => n.as_u64().ok_or("invalid timeout")?.saturating_mul(1000),
         Some(Value::String(s)) => conf::duration_ms(s)?,
         Some(_) => return Err("invalid timeout".into()),
