@@ -16,6 +16,16 @@ macro_rules! tri {
 }
 pub(crate) use tri;
 
+/// Redis's start/end arithmetic for a range of bytes or bits (GETRANGE, BITCOUNT, BITPOS):
+/// negative indexes count from the end, both ends are clamped into `0..len`, and the inclusive
+/// range is None when empty. (LRANGE's differs: an end before the start is empty there, not
+/// clamped to the first element; see `lists::range`.)
+pub fn clamp_range(len: i64, start: i64, end: i64) -> Option<(i64, i64)> {
+    let s = if start < 0 { start + len } else { start }.max(0);
+    let e = if end < 0 { end + len } else { end }.max(0).min(len - 1);
+    (s <= e).then_some((s, e))
+}
+
 /// An integer argument, or Redis's "not an integer" error.
 pub fn int_arg(b: &[u8]) -> Result<i64, Reply> {
     parse_i64(b).ok_or_else(|| Reply::err(errors::NOT_INTEGER))

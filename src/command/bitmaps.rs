@@ -2,7 +2,7 @@
 //! Redis 7.0's bitops.c (bit order, BYTE/BIT ranges, overflow arithmetic, error texts).
 
 use super::args::tri;
-use super::args::{int_arg, is};
+use super::args::{clamp_range, int_arg, is};
 use super::strings::read_str;
 use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
@@ -103,21 +103,7 @@ fn bit_range(len_bytes: usize, start: i64, end: i64, in_bits: bool) -> Option<(u
     } else {
         len_bytes as i64
     };
-    let (mut s, mut e) = (start, end);
-    if s < 0 {
-        s += total;
-    }
-    if e < 0 {
-        e += total;
-    }
-    s = s.max(0);
-    e = e.max(0);
-    if e >= total {
-        e = total - 1;
-    }
-    if s > e {
-        return None;
-    }
+    let (s, e) = clamp_range(total, start, end)?;
     Some(if in_bits {
         (s as u64, e as u64)
     } else {

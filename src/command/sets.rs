@@ -110,11 +110,7 @@ pub fn spop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let picked = {
         let rng = &mut *ctx.rng;
         let Some(s) = tri!(typed::read::<Set>(ctx.db, &a[1], now)) else {
-            return if count.is_some() {
-                Reply::Array(vec![])
-            } else {
-                Reply::Nil
-            };
+            return nothing_picked(count.is_some());
         };
         match count {
             Some(0) => return Reply::Array(vec![]),
@@ -138,6 +134,15 @@ pub fn spop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// SPOP's and SRANDMEMBER's answer on a missing key: an empty array with a count, else nil.
+fn nothing_picked(with_count: bool) -> Reply {
+    if with_count {
+        Reply::Array(vec![])
+    } else {
+        Reply::Nil
+    }
+}
+
 pub fn srandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if a.len() > 3 {
         return Reply::err(errors::SYNTAX);
@@ -154,11 +159,7 @@ pub fn srandmember(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
     let rng = &mut *ctx.rng;
     let Some(s) = tri!(typed::read::<Set>(ctx.db, &a[1], now)) else {
-        return if count.is_some() {
-            Reply::Array(vec![])
-        } else {
-            Reply::Nil
-        };
+        return nothing_picked(count.is_some());
     };
     match count {
         None => Reply::opt_bulk(pick_distinct(rng, s, 1).first().map(|m| m.as_slice())),

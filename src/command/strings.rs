@@ -1,6 +1,6 @@
 //! String commands, with Redis 7 grammar, replies and error texts.
 
-use super::args::{int_arg, is, tri};
+use super::args::{clamp_range, int_arg, is, tri};
 use super::longdouble;
 use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
@@ -411,28 +411,17 @@ pub fn incrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn getrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let mut start = tri!(int_arg(&a[2]));
-    let mut end = tri!(int_arg(&a[3]));
+    let start = tri!(int_arg(&a[2]));
+    let end = tri!(int_arg(&a[3]));
     let s = tri!(read_str(ctx.db, &a[1], ctx.now_ms)).unwrap_or(b"");
-    let len = s.len() as i64;
+    // Both from the end and crossed: empty, before clamping could make them meet.
     if start < 0 && end < 0 && start > end {
         return Reply::bulk(Vec::new());
     }
-    if start < 0 {
-        start += len;
+    match clamp_range(s.len() as i64, start, end) {
+        Some((from, to)) => Reply::bulk(&s[from as usize..=to as usize]),
+        None => Reply::bulk(Vec::new()),
     }
-    if end < 0 {
-        end += len;
-    }
-    start = start.max(0);
-    end = end.max(0);
-    if end >= len {
-        end = len - 1;
-    }
-    if start > end || len == 0 {
-        return Reply::bulk(Vec::new());
-    }
-    Reply::bulk(&s[start as usize..=end as usize])
 }
 
 pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {

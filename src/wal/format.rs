@@ -131,6 +131,13 @@ pub enum FrameRead<'a> {
     Frame(Frame<'a>),
     /// Exactly at the end of the data: nothing more to read.
     End,
+    /// Something that is not a whole, intact frame.
+    Damaged(FrameDamage),
+}
+
+/// How the bytes at an offset fail to be a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameDamage {
     /// Fewer bytes remain than the frame needs (header or declared payload).
     Incomplete { available: usize, needed: usize },
     /// The declared length is beyond any record this format allows.
@@ -143,6 +150,30 @@ pub enum FrameRead<'a> {
     },
 }
 
+impl std::fmt::Display for FrameDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameDamage::Incomplete { available, needed } => {
+                write!(
+                    f,
+                    "partial record: {available} bytes left, frame needs {needed}"
+                )
+            }
+            FrameDamage::TooLarge { declared } => {
+                write!(f, "record declares an impossible length {declared}")
+            }
+            FrameDamage::BadCrc {
+                stored, computed, ..
+            } => {
+                write!(
+                    f,
+                    "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+                )
+            }
+        }
+    }
+}
+
 /// Reads the frame at `offset` of `data` (a whole segment, header included).
 pub fn read_frame(data: &[u8], offset: usize) -> FrameRead<'_> {
     let rest = data.get(offset..).unwrap_or(&[]);
@@ -150,30 +181,30 @@ pub fn read_frame(data: &[u8], offset: usize) -> FrameRead<'_> {
         return FrameRead::End;
     }
     if rest.len() < FRAME_HEADER_BYTES {
-        return FrameRead::Incomplete {
+        return FrameRead::Damaged(FrameDamage::Incomplete {
             available: rest.len(),
             needed: FRAME_HEADER_BYTES,
-        };
+        });
     }
     let len = read_u32(&rest[0..4]);
     if len > RECORD_PAYLOAD_BYTES_MAX {
-        return FrameRead::TooLarge { declared: len };
+        return FrameRead::Damaged(FrameDamage::TooLarge { declared: len });
     }
     let frame_len = FRAME_HEADER_BYTES + len as usize;
     if rest.len() < frame_len {
-        return FrameRead::Incomplete {
+        return FrameRead::Damaged(FrameDamage::Incomplete {
             available: rest.len(),
             needed: frame_len,
-        };
+        });
     }
     let stored = read_u32(&rest[4..8]);
     let computed = crc32fast::hash(&rest[8..frame_len]);
     if stored != computed {
-        return FrameRead::BadCrc {
+        return FrameRead::Damaged(FrameDamage::BadCrc {
             stored,
             computed,
             frame_len,
-        };
+        });
     }
     FrameRead::Frame(Frame {
         seq: read_u64(&rest[8..16]),

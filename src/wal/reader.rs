@@ -2,7 +2,7 @@
 //! decision table applied. Reading never modifies a file; the caller decides what to do with a
 //! torn tail (the server cuts it with a warning, `tidepool-log repair` asks first).
 
-use super::format::{self, Frame, FrameRead, SegmentHeader, SEGMENT_HEADER_BYTES};
+use super::format::{self, Frame, FrameDamage, FrameRead, SegmentHeader, SEGMENT_HEADER_BYTES};
 use super::mmap::MappedFile;
 use std::fs::File;
 use std::io;
@@ -37,16 +37,8 @@ pub fn list_segments(dir: &Path) -> io::Result<Vec<SegmentFile>> {
 pub enum Finding {
     /// The segment header is missing or damaged.
     Header(String),
-    /// Fewer bytes remain than the frame at this offset needs.
-    Incomplete { available: usize, needed: usize },
-    /// The frame declares an impossible payload length.
-    TooLarge { declared: u32 },
-    /// A complete frame whose CRC does not match.
-    BadCrc {
-        stored: u32,
-        computed: u32,
-        frame_len: usize,
-    },
+    /// The bytes at this offset are not a whole, intact frame.
+    Frame(FrameDamage),
     /// The frame's sequence number does not follow the previous one.
     SequenceGap { expected: u64, found: u64 },
 }
@@ -55,23 +47,7 @@ impl std::fmt::Display for Finding {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Finding::Header(e) => write!(f, "{e}"),
-            Finding::Incomplete { available, needed } => {
-                write!(
-                    f,
-                    "partial record: {available} bytes left, frame needs {needed}"
-                )
-            }
-            Finding::TooLarge { declared } => {
-                write!(f, "record declares an impossible length {declared}")
-            }
-            Finding::BadCrc {
-                stored, computed, ..
-            } => {
-                write!(
-                    f,
-                    "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
-                )
-            }
+            Finding::Frame(d) => write!(f, "{d}"),
             Finding::SequenceGap { expected, found } => {
                 write!(f, "sequence number {found} where {expected} was expected")
             }
@@ -95,10 +71,10 @@ pub fn decide(finding: &Finding, in_newest: bool, nothing_after: bool) -> Action
     match (finding, in_newest, nothing_after) {
         (_, false, _) => Action::Refuse,
         (Finding::SequenceGap { .. }, _, _) => Action::Refuse,
-        (Finding::TooLarge { .. }, _, _) => Action::Refuse,
-        (Finding::Incomplete { .. }, true, true) => Action::CutTail,
+        (Finding::Frame(FrameDamage::TooLarge { .. }), _, _) => Action::Refuse,
+        (Finding::Frame(FrameDamage::Incomplete { .. }), true, true) => Action::CutTail,
         (Finding::Header(_), true, true) => Action::CutTail,
-        (Finding::BadCrc { .. }, true, true) => Action::CutTail,
+        (Finding::Frame(FrameDamage::BadCrc { .. }), true, true) => Action::CutTail,
         (_, true, false) => Action::Refuse,
     }
 }
@@ -121,8 +97,8 @@ pub fn torn_tail(data: &[u8], offset: usize, finding: &Finding, expected_seq: u6
         return false;
     }
     match finding {
-        Finding::Incomplete { .. } => true,
-        Finding::BadCrc { frame_len, .. } => {
+        Finding::Frame(FrameDamage::Incomplete { .. }) => true,
+        Finding::Frame(FrameDamage::BadCrc { frame_len, .. }) => {
             let end = offset + frame_len;
             data.get(end..).is_none_or(|r| r.iter().all(|&b| b == 0))
                 && !other_length_matches(data, offset, *frame_len)
@@ -345,19 +321,7 @@ where
                     offset += frame.encoded_len();
                     continue;
                 }
-                FrameRead::Incomplete { available, needed } => {
-                    Finding::Incomplete { available, needed }
-                }
-                FrameRead::TooLarge { declared } => Finding::TooLarge { declared },
-                FrameRead::BadCrc {
-                    stored,
-                    computed,
-                    frame_len,
-                } => Finding::BadCrc {
-                    stored,
-                    computed,
-                    frame_len,
-                },
+                FrameRead::Damaged(d) => Finding::Frame(d),
             };
             let expected = expected_seq.unwrap_or(header.first_seq);
             let nothing_after = torn_tail(data, offset, &finding, expected);
