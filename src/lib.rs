@@ -2,29 +2,49 @@
 //! message-delivery service (the QStash v2 dialect under `/v2/`), both built on one
 //! event-sourced write-ahead log and one executor.
 //!
-//! A request flows one way through the crate:
+//! A request flows one way through the crate, each layer importing only the ones below it:
 //!
 //! ```text
-//! http  ->  executor  ->  command  ->  state      (apply, reply)
-//!                     ->  wal                     (append, group commit)
+//! server -> http -> executor -+-> command ---> lua, rdb, state   (key-value)
+//!                             +-> delivery                       (messages)
+//!                             +-> record ----> what a log record holds
+//!                             +-> wal                            (append, sync)
+//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log
 //! ```
 //!
+//! A key-value command, from any door (REST path or body, pipeline, transaction, `redis.call`
+//! from Lua), passes through [`command::run_checked`], the one place it is checked and
+//! dispatched; the executor only batches, logs, applies and replies. A delivery request is
+//! routed by `http::qstash` to one `delivery::ops::Op`, run by `delivery::ops::run`.
+//!
 //! Module map:
-//! - [`config`]: every limit and default, units in the names.
-//! - [`http`]: hyper service, auth, the request forms (path, JSON body, pipeline, multi-exec),
-//!   envelopes, base64 and RESP2, server-sent event streams.
-//! - [`executor`]: the single task that owns the state: batches jobs, logs changes, replies
-//!   after group commit; monitor and pub/sub fan-out.
-//! - [`command`]: the command table (from Redis's own), the one dispatch on names, one file per
-//!   family; `command::typed` is the shared typed access to aggregate values.
+//! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
+//! - [`http`]: the hyper service: auth, the request forms (path, JSON body, pipeline,
+//!   multi-exec), envelopes, base64 and RESP2, server-sent event streams, per-connection
+//!   limits; `http::qstash` holds the delivery API's routes and request parsing.
+//! - [`executor`]: the single task that owns the state: batches jobs, runs them (commands
+//!   through `command::run_request`, delivery operations through `delivery::ops`), logs the
+//!   changes, replies after group commit; monitor and pub/sub fan-out; the flusher thread.
+//! - [`record`]: what one log record holds (key-value commands or delivery events) and its
+//!   MessagePack payload.
+//! - [`command`]: the command table (from Redis's own), the one pipeline (`pipeline`), the one
+//!   dispatch on names (`dispatch`), one file per family; commands that read the server around
+//!   the state reach it through `command::Server`, which the executor implements.
+//! - [`lua`]: the Lua engine (Redis 7.0's Lua 5.1 with its libraries); `redis.call` is a
+//!   callback into the pipeline, so the engine knows no command.
+//! - [`rdb`]: Redis's value serialization, for DUMP, RESTORE and FUNCTION DUMP/RESTORE.
 //! - [`state`]: the pure state machine: keyspace, values (streams with their node model), ACL
 //!   users, expiry. No clock, no I/O.
 //! - [`delivery`]: the message-delivery service: its events and pure state (`apply`), API
-//!   operations, configuration headers, retries, JWT signing, cron, the outbound worker pool,
-//!   and the `/v2` routes.
-//! - [`wal`]: the log format, reading with recovery, appending; `log-format.md` describes it.
-//! - [`log`]: operator lines on stderr that never panic.
-//! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
+//!   operations by resource (`ops`), configuration headers, retries, signing keys and JWT,
+//!   cron, and the outbound worker pool (which reports on a channel of its own).
+//! - [`wal`]: the log: framing, reading with recovery, appending, and its progress counters;
+//!   it frames payloads it does not read. `log-format.md` describes the bytes.
+//! - Leaves: [`config`] (every limit and default, units last in the names), [`reply`] (a
+//!   command's reply and Redis's error texts), [`num`] (numbers as Redis reads and prints
+//!   them), [`glob`] (Redis's patterns), [`rng`] (the deterministic random source), [`secret`]
+//!   (constant-time comparison, generated credentials), [`msgpack`] (byte strings as `bin`),
+//!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic).
 
 pub mod clock;
 pub mod command;

@@ -1,5 +1,5 @@
 //! The on-disk format, byte by byte. `log-format.md` is the prose version of this file and
-//! `tests/log_format_golden.rs` holds the two together: change one and the test fails until the
+//! `tests/it/log_format_golden.rs` holds the two together: change one and the test fails until the
 //! other follows.
 //!
 //! All integers are little-endian.

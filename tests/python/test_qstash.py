@@ -1,15 +1,9 @@
 """The official Python SDK (`qstash` on PyPI) against tidepool's delivery service, unchanged but
 for the base URL and the credentials. A local destination server in this process records what
 tidepool delivers, and the SDK's own `Receiver` verifies every signature.
-
-The server binary comes from TIDEPOOL_BIN (default: target/debug/tidepool)."""
+The server comes from the `server` fixture (conftest.py)."""
 
 import json
-import os
-import re
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,12 +13,14 @@ from qstash import QStash, Receiver
 from qstash.log import LogState
 from qstash.errors import QStashError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("TIDEPOOL_BIN", os.path.join(ROOT, "target", "debug", "tidepool"))
 # The public dev-server credentials of user 1: a dev-mode client accepts a server that has them.
 TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
 CURRENT = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r"
 NEXT = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs"
+# For the `server` fixture (conftest.py); retries back off in milliseconds, not seconds.
+TIDEPOOL_FLAGS = ["--qstash-token", TOKEN, "--qstash-current-signing-key", CURRENT,
+                  "--qstash-next-signing-key", NEXT]
+TIDEPOOL_ENV = {"TIDEPOOL_RETRY_BACKOFF_UNIT_MS": "1"}
 
 
 class Sink:
@@ -66,24 +62,6 @@ class Sink:
                 return hits
             time.sleep(0.02)
         raise AssertionError(f"sink: no {what}; got {[(g[0], g[1]) for g in self.got]}")
-
-
-@pytest.fixture(scope="module")
-def server():
-    data = tempfile.mkdtemp(prefix="tidepool-qstash-py-")
-    env = dict(os.environ, TIDEPOOL_RETRY_BACKOFF_UNIT_MS="1")
-    proc = subprocess.Popen(
-        [BIN, "serve", "--listen", "127.0.0.1:0", "--data", data,
-         "--qstash-token", TOKEN, "--qstash-current-signing-key", CURRENT,
-         "--qstash-next-signing-key", NEXT],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    line = proc.stdout.readline()
-    m = re.search(r"(http://\S+)", line)
-    assert m, f"no start line: {line!r}"
-    yield m.group(1)
-    proc.terminate()
-    assert proc.wait(timeout=20) == 0
-    shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

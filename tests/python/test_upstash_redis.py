@@ -1,40 +1,18 @@
 """The official Python SDK (`upstash-redis` on PyPI) against tidepool, unchanged but for the
 base URL and the token. Base64 mode is the SDK's default, so every reply here went through it.
-
-The server binary comes from TIDEPOOL_BIN (default: target/debug/tidepool)."""
+The server comes from the `server` fixture (conftest.py)."""
 
 import hashlib
-import os
-import re
-import shutil
-import subprocess
-import tempfile
 import time
 
 import pytest
 from upstash_redis import Redis
 from upstash_redis.errors import UpstashError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("TIDEPOOL_BIN", os.path.join(ROOT, "target", "debug", "tidepool"))
 TOKEN = "py-token"
 RO_TOKEN = "py-read-only"
-
-
-@pytest.fixture(scope="module")
-def server():
-    data = tempfile.mkdtemp(prefix="tidepool-py-")
-    proc = subprocess.Popen(
-        [BIN, "serve", "--listen", "127.0.0.1:0", "--data", data, "--token", TOKEN,
-         "--read-only-token", RO_TOKEN],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    m = re.search(r"(http://\S+)", line)
-    assert m, f"no start line: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-    yield m.group(1)
-    proc.terminate()
-    assert proc.wait(timeout=20) == 0
-    shutil.rmtree(data, ignore_errors=True)
+# For the `server` fixture (conftest.py).
+TIDEPOOL_FLAGS = ["--token", TOKEN, "--read-only-token", RO_TOKEN]
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@
 //! paths and replies of its multi-path and legacy-path tests), run through the real binary
 //! over HTTP. Error replies are checked by the fragment RedisJSON's tests check.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 enum Want {
     Exact(Canon),

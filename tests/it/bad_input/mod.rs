@@ -4,9 +4,6 @@
 //! Redis's own text where redis-server has the command) and a server that still answers.
 //! Where a parser is recursive, one case goes ten times past its depth limit.
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod commands;
 mod json;
 mod log;
@@ -15,7 +12,7 @@ mod qstash;
 mod rest;
 mod restore;
 
-use common::*;
+pub use crate::common::*;
 
 /// The server answers a plain command after a case.
 pub fn still_answers(server: &Server) {

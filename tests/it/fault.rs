@@ -3,16 +3,19 @@
 //! passes it); without the feature this file compiles to nothing.
 #![cfg(feature = "fault-injection")]
 
-mod common;
-use common::*;
+use crate::common::*;
 
 #[test]
 fn a_failed_fsync_poisons_the_log_but_reads_keep_working() {
     let dir = TempDir::new("fault");
     let data = dir.path().join("data");
-    std::env::set_var("TIDEPOOL_FAULT_FSYNC_FAIL_AFTER", "20");
-    let server = Server::start(&data, &["--fsync", "always"]);
-    std::env::remove_var("TIDEPOOL_FAULT_FSYNC_FAIL_AFTER");
+    // In the server's own environment: the other tests of this binary start servers too.
+    let server = Server::try_start_env(
+        &data,
+        &["--fsync", "always"],
+        &[("TIDEPOOL_FAULT_FSYNC_FAIL_AFTER", "20")],
+    )
+    .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
     let mut c = server.client();
     let mut acked = Vec::new();
     let mut first_error = None;

@@ -8,8 +8,7 @@
 //! hll, collections) runs one family alone; `TIDEPOOL_DIFF_HISTORY` sets how many of the last
 //! commands a failure shows.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const KEYS: &[&str] = &["k0", "k1", "k2", "k3", "k4", "h0", "h1"];
 const FIELDS: &[&str] = &["f0", "f1", "f2", "f3", "f4"];
@@ -153,7 +152,7 @@ fn gen_collections(r: &mut TestRng) -> Vec<String> {
         24 => vec!["SMISMEMBER".into(), k(r), e(r), e(r)],
         25 => {
             // SPOP removes random members, a different choice on each server: it has its own
-            // test (tests/collections.rs), not this one.
+            // test (tests/it/collections.rs), not this one.
             let mut c = vec!["SRANDMEMBER".to_string(), k(r)];
             if r.chance(60) {
                 c.push(r.pick(&["0", "1", "2", "10", "-2", "x"]).to_string());

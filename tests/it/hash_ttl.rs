@@ -3,8 +3,7 @@
 //! these tests hold tidepool to the replies and error texts of Redis's documentation and
 //! `t_hash.c`. Replay with field TTLs is covered by the differential test's replay workload.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn ints(v: &[i64]) -> Canon {
     Canon::Arr(v.iter().map(|n| Canon::Int(*n)).collect())

@@ -1,7 +1,6 @@
 //! Black-box tests of the REST surface: the real binary on port 0, raw HTTP.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 fn server() -> (TempDir, Server) {

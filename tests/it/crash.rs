@@ -1,8 +1,7 @@
 //! Crash and recovery: kill -9 under concurrent acknowledged writes, torn tails, a flipped byte
 //! in the middle, failures named by file and offset, and replay rebuilding the same state.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

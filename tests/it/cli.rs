@@ -1,8 +1,7 @@
 //! The command line: bad flags, unusable directories and ports fail with one clear line and a
 //! non-zero exit, never a panic; SIGTERM stops cleanly with exit 0.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {

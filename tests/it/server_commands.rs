@@ -2,8 +2,7 @@
 //! USAGE, compared with a real redis-server where the two can agree (tidepool's command table
 //! has no key specifications, tips or argument docs, so those parts are not compared).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn arr(c: Canon) -> Vec<Canon> {
     match c {
@@ -14,11 +13,10 @@ fn arr(c: Canon) -> Vec<Canon> {
 
 #[test]
 fn command_introspection_agrees_with_redis() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut r = Redis::connect(redis.port);
-    let dir = TempDir::new("introspect");
-    let s = Server::start(dir.path(), &[]);
-    let mut t = s.client();
+    let Some(mut both) = Both::start("introspect", &[]) else {
+        return;
+    };
+    let Both { t, r, .. } = &mut both;
 
     assert_eq!(
         t.cmd_str(&["COMMAND", "COUNT"]),

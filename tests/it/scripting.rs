@@ -3,8 +3,7 @@
 //! effects, so a restart rebuilds what it wrote without running Lua again, and function
 //! libraries are logged as loaded and come back after a restart.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// Scripts and commands whose replies must be Redis's exactly, in order, on one keyspace.
 const CASES: &[&[&str]] = &[
@@ -169,11 +168,10 @@ const FUNCTION_CASES: &[&[&str]] = &[
 
 #[test]
 fn scripts_answer_as_redis_does() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut r = Redis::connect(redis.port);
-    let dir = TempDir::new("scripting-diff");
-    let s = Server::start(dir.path(), &[]);
-    let mut t = s.client();
+    let Some(mut both) = Both::start("scripting-diff", &[]) else {
+        return;
+    };
+    let Both { t, r, .. } = &mut both;
     for c in CASES.iter().chain(FUNCTION_CASES) {
         assert_eq!(
             functions_sorted(t.cmd_str(c)),

@@ -2,8 +2,7 @@
 //! returns, and a restart must rebuild the same set (the log holds the effect, an SREM, not the
 //! random request).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn members(c: &mut Http, key: &str) -> Vec<Vec<u8>> {
     let Canon::Arr(items) = c.cmd_str(&["SMEMBERS", key]) else {

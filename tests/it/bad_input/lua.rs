@@ -84,11 +84,12 @@ fn strs(a: &[&str]) -> Vec<Vec<u8>> {
 
 #[test]
 fn bad_scripts_get_clear_errors() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut r = Redis::connect(redis.port);
-    let dir = TempDir::new("bad-lua");
-    let server = Server::start(dir.path(), &[]);
-    let mut c = server.client();
+    let Some(mut both) = Both::start("bad-lua", &[]) else {
+        return;
+    };
+    let Both {
+        t: c, r, server, ..
+    } = &mut both;
     r.cmd_str(&["SET", "s", "text"]);
     c.cmd_str(&["SET", "s", "text"]);
     for script in SAME_AS_REDIS {
@@ -97,7 +98,7 @@ fn bad_scripts_get_clear_errors() {
         let got = c.cmd(&args);
         assert!(got.is_err(), "{script}: {got:?}");
         assert_eq!(got, want, "{script}");
-        still_answers(&server);
+        still_answers(server);
     }
     for (script, words) in LIMITS {
         let got = c.cmd(&strs(&["EVAL", script, "0"]));
@@ -105,7 +106,7 @@ fn bad_scripts_get_clear_errors() {
             matches!(&got, Canon::Err(e) if e.contains(words)),
             "{script}: {got:?}"
         );
-        still_answers(&server);
+        still_answers(server);
     }
     // A reply nested ten times past the reply depth limit; a library that never finishes
     // loading; a shebang that is not Lua's; a function library with no functions.
@@ -134,6 +135,6 @@ fn bad_scripts_get_clear_errors() {
             matches!(&got, Canon::Err(e) if e.contains(words)),
             "{args:?}: {got:?}"
         );
-        still_answers(&server);
+        still_answers(server);
     }
 }

@@ -40,11 +40,12 @@ fn fix_crc(p: &mut [u8]) {
 
 #[test]
 fn damaged_restore_payloads_are_refused_or_restored_safely() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut r = Redis::connect(redis.port);
-    let dir = TempDir::new("bad-restore");
-    let server = Server::start(dir.path(), &[]);
-    let mut c = server.client();
+    let Some(mut both) = Both::start("bad-restore", &[]) else {
+        return;
+    };
+    let Both {
+        t: c, r, server, ..
+    } = &mut both;
     for (i, src) in SOURCES.iter().enumerate() {
         r.cmd_str(&["DEL", "src"]);
         r.cmd(
@@ -108,13 +109,13 @@ fn damaged_restore_payloads_are_refused_or_restored_safely() {
                     }
                 }
             }
-            still_answers(&server);
+            still_answers(server);
         }
     }
     // Plain garbage, an empty payload, and a payload for a type tidepool does not know.
     for p in [b"garbage".to_vec(), Vec::new(), vec![200; 40]] {
         let got = c.cmd(&[b"RESTORE".to_vec(), b"g".to_vec(), b"0".to_vec(), p]);
         assert!(got.is_err(), "{got:?}");
-        still_answers(&server);
+        still_answers(server);
     }
 }

@@ -776,6 +776,43 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// tidepool and a redis-server side by side, empty, with a client of each: what every
+/// differential test starts from.
+pub struct Both {
+    /// tidepool, over REST (JSON body, base64 replies).
+    pub t: Http,
+    /// redis-server, over RESP.
+    pub r: Redis,
+    pub server: Server,
+    pub redis: RedisServer,
+    _dir: TempDir,
+}
+
+impl Both {
+    /// Starts both (tidepool with `flags`); None when redis-server is missing and
+    /// TIDEPOOL_SKIP_REDIS=1 allows that (see [`redis_or_skip`]).
+    pub fn start(tag: &str, flags: &[&str]) -> Option<Both> {
+        let redis = redis_or_skip()?;
+        let r = Redis::connect(redis.port);
+        let dir = TempDir::new(tag);
+        let server = Server::start(dir.path(), flags);
+        Some(Both {
+            t: server.client(),
+            r,
+            server,
+            redis,
+            _dir: dir,
+        })
+    }
+
+    /// Sends `args` to both and requires the same reply; returns it.
+    pub fn same(&mut self, args: &[&str]) -> Canon {
+        let (mine, theirs) = (self.t.cmd_str(args), self.r.cmd_str(args));
+        assert_eq!(mine, theirs, "{args:?}");
+        mine
+    }
+}
+
 /// A redis-server for a differential test; missing redis-server fails the test unless
 /// TIDEPOOL_SKIP_REDIS=1 says the machine has none on purpose.
 pub fn redis_or_skip() -> Option<RedisServer> {

@@ -2,12 +2,10 @@
 //! (`common::sink`) on loopback, and the retry backoff shrunk to milliseconds per "second"
 //! (`TIDEPOOL_RETRY_BACKOFF_UNIT_MS=1`) so nothing waits minutes.
 
-mod common;
-
+use crate::common::sink::{Received, Sink};
+use crate::common::*;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
-use common::sink::{Received, Sink};
-use common::*;
 use hmac::{KeyInit, Mac};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

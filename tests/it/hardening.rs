@@ -2,8 +2,7 @@
 //! crash, hang or stall the server, or that it accepted when it should have refused them.
 //! Every test ends by checking that the server still answers.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::Duration;
 
 fn ro(server: &Server) -> Http {
@@ -449,7 +448,7 @@ fn long_command_names_work_in_the_path_form() {
 #[test]
 fn every_command_of_the_table_works_in_the_path_form() {
     let table: serde_json::Value =
-        serde_json::from_str(include_str!("../src/command/redis-7.0-commands.json"))
+        serde_json::from_str(include_str!("../../src/command/redis-7.0-commands.json"))
             .expect("table");
     let names: Vec<String> = table
         .as_object()

@@ -4,7 +4,7 @@
 //! past its depth limit.
 //!
 //! CI runs proptest's default budget (256 cases a property). A long run:
-//! `PROPTEST_CASES=100000 cargo test --release --test properties`.
+//! `PROPTEST_CASES=100000 cargo test --release --features fault-injection --test it properties::`.
 
 use proptest::prelude::*;
 use tidepool::command::{args, longdouble};

@@ -153,11 +153,12 @@ fn strs(a: &[&str]) -> Vec<Vec<u8>> {
 
 #[test]
 fn bad_arguments_get_redis_error_texts() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut r = Redis::connect(redis.port);
-    let dir = TempDir::new("bad-args");
-    let server = Server::start(dir.path(), &[]);
-    let mut c = server.client();
+    let Some(mut both) = Both::start("bad-args", &[]) else {
+        return;
+    };
+    let Both {
+        t: c, r, server, ..
+    } = &mut both;
     r.cmd_str(&["FLUSHALL"]);
     for s in SETUP {
         assert!(!c.cmd(&strs(s)).is_err(), "{s:?}");
@@ -174,6 +175,6 @@ fn bad_arguments_get_redis_error_texts() {
         let got = c.cmd_via(door, &args);
         // A script error names the script's SHA-1 and line the same way on both.
         assert_eq!(got, Canon::Err(want.clone()), "{case:?} through {door:?}");
-        still_answers(&server);
+        still_answers(server);
     }
 }

@@ -3,8 +3,7 @@
 //! pending), 1 deleted, 2 kept because a group still needs it (ACKED, and with no groups at
 //! all); KEEPREF leaves pending references, DELREF removes them everywhere.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn ints(v: &[i64]) -> Canon {
     Canon::Arr(v.iter().map(|n| Canon::Int(*n)).collect())

@@ -1,9 +1,7 @@
 //! ACL users and the REST tokens minted for them: the ACL commands compared with a real
 //! redis-server, then tokens checked for what they allow, across a restart and a password change.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn strs(args: &[&str]) -> Vec<Vec<u8>> {
     args.iter().map(|a| a.as_bytes().to_vec()).collect()
@@ -45,11 +43,10 @@ fn normalize(c: Canon) -> Canon {
 
 #[test]
 fn acl_commands_answer_as_redis_does() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut r = Redis::connect(redis.port);
-    let dir = TempDir::new("acl-diff");
-    let s = Server::start(dir.path(), &[]);
-    let mut t = s.client();
+    let Some(mut both) = Both::start("acl-diff", &[]) else {
+        return;
+    };
+    let Both { t, r, .. } = &mut both;
     let script: &[&[&str]] = &[
         &[
             "ACL", "SETUSER", "alice", "on", ">pw1", "~app:*", "+get", "+@hash", "-hdel",
@@ -312,7 +309,7 @@ fn every_command_of_the_table_gets_redis_acl_verdict_through_every_door() {
         sides.push((name.to_string(), http, r));
     }
     let table: serde_json::Value =
-        serde_json::from_str(include_str!("../src/command/redis-7.0-commands.json"))
+        serde_json::from_str(include_str!("../../src/command/redis-7.0-commands.json"))
             .expect("table");
     let mut walked = 0;
     let (mut refused, mut allowed) = (0, 0);

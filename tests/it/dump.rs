@@ -3,8 +3,7 @@
 //! tidepool, tidepool's restored in Redis) and read back equal, after any history; RESTORE's
 //! argument checks and error texts are Redis's; and a restored key survives a restart.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn b(s: &str) -> Vec<u8> {
     s.as_bytes().to_vec()
@@ -128,11 +127,12 @@ fn gen_redis_shaped(r: &mut TestRng, n: usize) -> Vec<Vec<Vec<u8>>> {
 
 #[test]
 fn payloads_are_redis_bytes() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut rd = Redis::connect(redis.port);
-    let dir = TempDir::new("dump-bytes");
-    let s = Server::start(dir.path(), &[]);
-    let mut t = s.client();
+    let Some(both) = Both::start("dump-bytes", &[]) else {
+        return;
+    };
+    let Both {
+        mut t, r: mut rd, ..
+    } = both;
     let mut r = TestRng(0x5eed_d00d);
     for n in 0..140 {
         let cmds = gen_redis_shaped(&mut r, n);
@@ -294,11 +294,12 @@ fn value_of(run: &mut dyn FnMut(&[&str]) -> Canon, k: &str) -> Vec<Canon> {
 
 #[test]
 fn payloads_cross_over_after_any_history() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut rd = Redis::connect(redis.port);
-    let dir = TempDir::new("dump-cross");
-    let s = Server::start(dir.path(), &[]);
-    let mut t = s.client();
+    let Some(both) = Both::start("dump-cross", &[]) else {
+        return;
+    };
+    let Both {
+        mut t, r: mut rd, ..
+    } = both;
     let keys = ["a", "b", "c", "d", "e", "f"];
     let mut r = TestRng(0xc0ff_ee11);
     let mut next_id = 0;
@@ -343,11 +344,12 @@ fn payloads_cross_over_after_any_history() {
 
 #[test]
 fn restore_checks_arguments_as_redis_does() {
-    let Some(redis) = redis_or_skip() else { return };
-    let mut rd = Redis::connect(redis.port);
-    let dir = TempDir::new("dump-errors");
-    let s = Server::start(dir.path(), &[]);
-    let mut t = s.client();
+    let Some(both) = Both::start("dump-errors", &[]) else {
+        return;
+    };
+    let Both {
+        mut t, r: mut rd, ..
+    } = both;
     for c in [cmd(&["SET", "src", "value"]), cmd(&["SET", "busy", "x"])] {
         assert_eq!(t.cmd(&c), rd.cmd(&c));
     }

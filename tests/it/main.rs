@@ -1,0 +1,30 @@
+//! Every integration test of tidepool, as one test binary with a module per subject (one
+//! build and one link instead of one per file). Most tests start the real `tidepool` binary
+//! on port 0 in a temporary directory (`common`); the differential ones run `redis-server`
+//! beside it (`common::Both`) and require the same answers. A test that guards a fixed bug
+//! says which in its name or its doc comment.
+//!
+//! Run one subject: `cargo test --features fault-injection --test it delivery::`.
+
+mod common;
+
+mod acl;
+mod bad_input;
+mod cli;
+mod collections;
+mod crash;
+mod delivery;
+mod differential;
+mod dump;
+mod fault;
+mod hardening;
+mod hash_ttl;
+mod http;
+mod json;
+mod log_format_golden;
+mod one_pipeline;
+mod properties;
+mod scripting;
+mod server_commands;
+mod stream_deletion;
+mod wal_corruption;
