@@ -25,6 +25,9 @@ pub const SSE_PING_INTERVAL_MS: u64 = 15_000;
 pub const EXPIRE_CYCLE_INTERVAL_MS: u64 = 100;
 /// Keys removed by one expiry cycle at most.
 pub const EXPIRE_CYCLE_KEYS_MAX: usize = 2048;
+/// How often a delivery attempt waiting for its record to be durable looks again, should a
+/// wake-up be missed.
+pub const DURABLE_WAIT_RECHECK_MS: u64 = 50;
 /// everysec: the longest an acknowledged write waits for its sync.
 pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
 
@@ -50,6 +53,15 @@ pub const WORKFLOW_DLQ_PAGE_ENTRIES_MAX: usize = 50;
 /// Log entries one `GET /v2/logs` page holds by default, and at most.
 pub const LOG_PAGE_ENTRIES_DEFAULT: usize = 100;
 pub const LOG_PAGE_ENTRIES_MAX: usize = 1_000;
+/// Runs one `GET /v2/workflows/logs` page holds by default, and at most.
+pub const WORKFLOW_LOG_PAGE_RUNS_DEFAULT: usize = 10;
+pub const WORKFLOW_LOG_PAGE_RUNS_MAX: usize = 1_000;
+/// Longest name of a URL group, queue or schedule id.
+pub const DELIVERY_NAME_BYTES_MAX: usize = 200;
+/// Redirects (307 and 308, method and body kept) a delivery attempt follows.
+pub const DELIVERY_REDIRECTS_MAX: usize = 5;
+/// Idle connections the delivery client keeps open to one destination host.
+pub const DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX: usize = 64;
 /// Messages a filtered `DELETE /v2/messages` cancels when it names a count of none.
 pub const MESSAGES_CANCEL_ENTRIES_DEFAULT: usize = 100;
 
@@ -148,6 +160,10 @@ pub const HTTP_WATCHDOG_INTERVAL_MS: u64 = 2_000;
 pub const HTTP_BODY_WAKEUPS_BEFORE_TIMER: u32 = 2;
 /// A request body that has not fully arrived after this long is answered 408.
 pub const HTTP_BODY_READ_TIMEOUT_MS: u64 = 60_000;
+/// After a failed accept (out of descriptors, say), how long the listener waits before the next.
+pub const HTTP_ACCEPT_RETRY_MS: u64 = 50;
+/// How long the 503 answer to a connection past the cap may take to write.
+pub const HTTP_REFUSAL_WRITE_TIMEOUT_MS: u64 = 1_000;
 /// Connections open at once; past it a new one is answered 503 and closed. Lowered at start
 /// to the descriptor limit less [`HTTP_DESCRIPTORS_RESERVED`].
 pub const HTTP_CONNECTIONS_MAX: usize = 10_000;

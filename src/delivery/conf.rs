@@ -284,7 +284,7 @@ pub fn pairs_from_request(
 /// Names that are valid for queues and schedule ids: letters, digits, `-`, `_`, `.`.
 pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 200
+        && s.len() <= crate::config::DELIVERY_NAME_BYTES_MAX
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }

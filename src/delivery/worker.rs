@@ -8,6 +8,7 @@ use super::ops::AttemptResult;
 use super::sign::{self, SigningKeys};
 use crate::clock;
 
+use crate::config::{DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX, DELIVERY_REDIRECTS_MAX};
 use crate::msgpack::Bin;
 use crate::wal::Progress;
 use std::sync::{Arc, RwLock};
@@ -47,7 +48,9 @@ impl Workers {
     ) -> Result<Workers, String> {
         // Follow 307/308 (method and body kept) a few times; any other 3xx is a failed attempt.
         let policy = reqwest::redirect::Policy::custom(|a| {
-            if a.previous().len() < 5 && matches!(a.status().as_u16(), 307 | 308) {
+            if a.previous().len() < DELIVERY_REDIRECTS_MAX
+                && matches!(a.status().as_u16(), 307 | 308)
+            {
                 a.follow()
             } else {
                 a.stop()
@@ -56,7 +59,7 @@ impl Workers {
         let client = reqwest::Client::builder()
             .redirect(policy)
             .user_agent("Upstash-QStash")
-            .pool_max_idle_per_host(64)
+            .pool_max_idle_per_host(DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX)
             .build()
             .map_err(|e| format!("cannot build the delivery HTTP client: {e}"))?;
         Ok(Workers {

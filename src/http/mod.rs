@@ -107,7 +107,7 @@ pub async fn serve(
                     // Out of file descriptors and the like: wait a moment rather than spin,
                     // then accept again (the idle timeout frees descriptors).
                     crate::log::line(&format!("warning: accept failed: {e}"));
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(config::HTTP_ACCEPT_RETRY_MS)).await;
                     continue;
                 }
             },
@@ -203,7 +203,8 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream, cap: usize) {
         stream.write_all(body.as_bytes()).await?;
         stream.shutdown().await
     };
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(1000), write).await;
+    let limit = std::time::Duration::from_millis(config::HTTP_REFUSAL_WRITE_TIMEOUT_MS);
+    let _ = tokio::time::timeout(limit, write).await;
 }
 
 fn respond(

@@ -48,7 +48,8 @@ impl Progress {
                 return;
             }
             // A bounded wait, so a missed wake-up costs a moment and never a hang.
-            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+            let recheck = Duration::from_millis(crate::config::DURABLE_WAIT_RECHECK_MS);
+            let _ = tokio::time::timeout(recheck, notified).await;
         }
     }
 }

@@ -4,7 +4,9 @@
 use super::filter::*;
 use super::op::*;
 use super::tx::*;
-use crate::config::WORKFLOW_DLQ_PAGE_ENTRIES_MAX;
+use crate::config::{
+    WORKFLOW_DLQ_PAGE_ENTRIES_MAX, WORKFLOW_LOG_PAGE_RUNS_DEFAULT, WORKFLOW_LOG_PAGE_RUNS_MAX,
+};
 use crate::delivery::conf;
 use crate::delivery::json;
 use crate::delivery::model::*;
@@ -379,7 +381,10 @@ pub(super) fn run_id(headers: &[(String, String)]) -> Option<String> {
 
 /// `GET /v2/workflows/events` (and `/logs`): runs newest first, each with its steps.
 pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
-    let count = f.count.unwrap_or(10).clamp(1, 1000);
+    let count = f
+        .count
+        .unwrap_or(WORKFLOW_LOG_PAGE_RUNS_DEFAULT)
+        .clamp(1, WORKFLOW_LOG_PAGE_RUNS_MAX);
     let skip: usize = f
         .cursor
         .as_deref()
