@@ -268,15 +268,21 @@ impl Executor {
                 let full = self.delivery.in_flight >= config::DELIVERY_IN_FLIGHT_MAX;
                 self.delivery.next_wake_ms(!full)
             };
-            let first = match wake {
-                None => tokio::select! {
+            // No attempt in flight means no result can arrive: then the job queue alone is
+            // awaited, as cheaply as before the workers had a channel of their own (the
+            // key-value hot path). Jobs are polled first; results wait at most one batch.
+            let first = match (wake, self.delivery.in_flight) {
+                (None, 0) => rx.recv().await,
+                (None, _) => tokio::select! {
+                    biased;
                     j = rx.recv() => j,
                     Some(r) = results.recv() => Some(attempted(r)),
                 },
-                Some(at) => {
+                (Some(at), _) => {
                     let now = clock::wall_unix_ms();
                     let sleep = std::time::Duration::from_millis(at.saturating_sub(now));
                     tokio::select! {
+                        biased;
                         j = rx.recv() => j,
                         Some(r) = results.recv() => Some(attempted(r)),
                         _ = tokio::time::sleep(sleep) => Some(Job::Tick),

@@ -202,7 +202,7 @@ G.redis = readonly(redis)
 G.string = readonly(G.string)
 G.math = readonly(G.math)
 G.table = readonly(G.table)
--- Redis's bundled cjson and bit libraries (src/executor/lua_libs.rs).
+-- Redis's bundled cjson and bit libraries (src/lua/libs.rs).
 G.cjson = readonly(bridge.cjson)
 G.bit = readonly(bridge.bit)
 -- A stop (time limit, SCRIPT KILL) is raised again by every protected call that returns, so
