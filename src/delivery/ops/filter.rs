@@ -6,6 +6,18 @@ use crate::config::DLQ_PAGE_ENTRIES_MAX;
 use crate::delivery::model::*;
 use crate::delivery::Delivery;
 
+/// A numbered page of a list that is walked newest first: how many items it holds (`count`,
+/// or `default`, at most `max`) and how many come before it (the cursor is that number).
+pub(super) fn page(f: &Filter, default: usize, max: usize) -> (usize, usize) {
+    let count = f.count.unwrap_or(default).clamp(1, max);
+    let skip = f
+        .cursor
+        .as_deref()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (count, skip)
+}
+
 pub(super) fn values<'f>(f: &'f Filter, name: &str) -> Option<&'f [String]> {
     f.params
         .iter()

@@ -8,16 +8,8 @@ use crate::delivery::Delivery;
 use serde_json::{json, Map, Value};
 
 pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
-    let count = f
-        .count
-        .unwrap_or(LOG_PAGE_ENTRIES_DEFAULT)
-        .clamp(1, LOG_PAGE_ENTRIES_MAX);
     // Newest first; the cursor is how many matching entries were already returned.
-    let skip: usize = f
-        .cursor
-        .as_deref()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
+    let (count, skip) = page(f, LOG_PAGE_ENTRIES_DEFAULT, LOG_PAGE_ENTRIES_MAX);
     let mut events = Vec::new();
     let mut seen = 0usize;
     let mut more = false;

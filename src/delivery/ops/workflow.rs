@@ -381,15 +381,11 @@ pub(super) fn run_id(headers: &[(String, String)]) -> Option<String> {
 
 /// `GET /v2/workflows/events` (and `/logs`): runs newest first, each with its steps.
 pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
-    let count = f
-        .count
-        .unwrap_or(WORKFLOW_LOG_PAGE_RUNS_DEFAULT)
-        .clamp(1, WORKFLOW_LOG_PAGE_RUNS_MAX);
-    let skip: usize = f
-        .cursor
-        .as_deref()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
+    let (count, skip) = page(
+        f,
+        WORKFLOW_LOG_PAGE_RUNS_DEFAULT,
+        WORKFLOW_LOG_PAGE_RUNS_MAX,
+    );
     let mut runs: Vec<&Run> = d
         .runs
         .values()
