@@ -9,15 +9,27 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
+use tidepool::command::table;
 use tidepool::record::Record;
 use tidepool::wal::reader::{self, Action, Damage};
 
 const USAGE: &str = "usage: tidepool-log <command> DIR
   verify DIR          check every segment and record; exit 1 and name file and offset on damage
-  dump [--json] DIR   print every record (--json: one JSON object per line)
+  dump [--json] [--from P] [--to P] [--key PATTERN] [--kind KIND] DIR
+                      print the records (--json: one JSON object per line); --from and --to
+                      bound them (inclusive), --key keeps records with a command on a matching
+                      key (a glob, as KEYS takes), --kind keeps kv-commands or delivery-events
   stats DIR           counts of records, segments, bytes, kinds and commands
+  history [--from P] [--to P] [--values] DIR KEY
+                      every record that changed KEY: sequence, time, the command as logged;
+                      --values adds the value after each change
+  replay --to P --out NEWDIR DIR
+                      a new data directory holding the state as of P (the log up to the last
+                      record at or before it, and the credentials): `tidepool serve --data NEWDIR`
   repair [--yes] DIR  cut the log at the first damage, after confirmation
-DIR is a data directory (its wal/ is used) or a wal directory itself.";
+DIR is a data directory (its wal/ is used) or a wal directory itself. A point P is a sequence
+number, or a time: RFC 3339 (2026-11-24T14:05:00Z) or Unix milliseconds (any number from
+100000000000 on is read as a time).";
 
 enum Failure {
     /// Damage or a declined repair: exit 1, message already printed.
@@ -42,6 +54,133 @@ fn main() {
     std::process::exit(code);
 }
 
+/// The command line after the command's name: positional arguments, boolean flags, and flags
+/// with a value.
+struct Args {
+    positional: Vec<String>,
+    switches: Vec<String>,
+    values: BTreeMap<String, String>,
+}
+
+/// Flags that take a value.
+const VALUE_FLAGS: &[&str] = &["--from", "--to", "--key", "--kind", "--out"];
+
+fn parse_args(raw: &[String]) -> Result<Args, Failure> {
+    let mut a = Args {
+        positional: Vec::new(),
+        switches: Vec::new(),
+        values: BTreeMap::new(),
+    };
+    let mut it = raw.iter();
+    while let Some(arg) = it.next() {
+        if !arg.starts_with("--") {
+            a.positional.push(arg.clone());
+            continue;
+        }
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (arg.clone(), None),
+        };
+        if VALUE_FLAGS.contains(&name.as_str()) {
+            let v = match inline {
+                Some(v) => v,
+                None => it
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| Failure::Usage(format!("flag {name} needs a value")))?,
+            };
+            a.values.insert(name, v);
+        } else {
+            a.switches.push(name);
+        }
+    }
+    Ok(a)
+}
+
+impl Args {
+    /// Refuses a flag the command does not take.
+    fn only(&self, allowed: &[&str]) -> Result<(), Failure> {
+        self.switches
+            .iter()
+            .chain(self.values.keys())
+            .find(|f| !allowed.contains(&f.as_str()))
+            .map_or(Ok(()), |f| Err(Failure::Usage(format!("unknown flag {f}"))))
+    }
+    fn has(&self, flag: &str) -> bool {
+        self.switches.iter().any(|s| s == flag)
+    }
+    fn point(&self, flag: &str) -> Result<Option<Point>, Failure> {
+        self.values
+            .get(flag)
+            .map(|v| Point::parse(flag, v))
+            .transpose()
+    }
+}
+
+/// A position in the log: a record's sequence number, or a time (Unix milliseconds).
+#[derive(Debug, Clone, Copy)]
+enum Point {
+    Seq(u64),
+    TimeMs(u64),
+}
+
+/// Numbers from here on are times in Unix milliseconds (1973-03-03), not sequence numbers.
+const TIME_MS_FROM: u64 = 100_000_000_000;
+
+impl Point {
+    fn parse(flag: &str, v: &str) -> Result<Point, Failure> {
+        if let Ok(n) = v.parse::<u64>() {
+            return Ok(if n >= TIME_MS_FROM {
+                Point::TimeMs(n)
+            } else {
+                Point::Seq(n)
+            });
+        }
+        chrono::DateTime::parse_from_rfc3339(v)
+            .ok()
+            .and_then(|t| u64::try_from(t.timestamp_millis()).ok())
+            .map(Point::TimeMs)
+            .ok_or_else(|| {
+                Failure::Usage(format!(
+                    "{flag} '{v}' is neither a sequence number, nor Unix milliseconds, nor an RFC 3339 time"
+                ))
+            })
+    }
+    /// Whether a record at `seq` and `ts` lies at or before this point.
+    fn at_or_before(&self, seq: u64, ts: u64) -> bool {
+        match *self {
+            Point::Seq(s) => seq <= s,
+            Point::TimeMs(t) => ts <= t,
+        }
+    }
+    /// Whether a record at `seq` and `ts` lies at or after this point.
+    fn at_or_after(&self, seq: u64, ts: u64) -> bool {
+        match *self {
+            Point::Seq(s) => seq >= s,
+            Point::TimeMs(t) => ts >= t,
+        }
+    }
+}
+
+/// The records between two optional points, both ends included.
+struct Window {
+    from: Option<Point>,
+    to: Option<Point>,
+}
+
+impl Window {
+    fn of(a: &Args) -> Result<Window, Failure> {
+        Ok(Window {
+            from: a.point("--from")?,
+            to: a.point("--to")?,
+        })
+    }
+    fn holds(&self, seq: u64, ts: u64) -> bool {
+        self.from.is_none_or(|p| p.at_or_after(seq, ts))
+            && self.to.is_none_or(|p| p.at_or_before(seq, ts))
+    }
+}
+
 fn run() -> Result<(), Failure> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cmd = args
@@ -51,42 +190,63 @@ fn run() -> Result<(), Failure> {
         println!("{USAGE}");
         return Ok(());
     }
-    let flags: Vec<&str> = args[1..]
-        .iter()
-        .filter(|a| a.starts_with("--"))
-        .map(String::as_str)
-        .collect();
-    let dirs: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with("--")).collect();
-    let [dir] = dirs.as_slice() else {
-        return Err(Failure::Usage("expected exactly one DIR".into()));
+    let a = parse_args(&args[1..])?;
+    let (dir, rest) = match (cmd.as_str(), a.positional.as_slice()) {
+        ("history", [dir, key]) => (dir, Some(key)),
+        ("history", _) => return Err(Failure::Usage("expected DIR and KEY".into())),
+        (_, [dir]) => (dir, None),
+        _ => return Err(Failure::Usage("expected exactly one DIR".into())),
     };
     let wal = wal_dir(Path::new(dir));
     if !wal.is_dir() {
         return Err(Failure::Io(format!("{} is not a directory", wal.display())));
     }
     refuse_if_live(Path::new(dir))?;
-    let known = |allowed: &[&str]| {
-        flags
-            .iter()
-            .find(|f| !allowed.contains(f))
-            .map_or(Ok(()), |f| Err(Failure::Usage(format!("unknown flag {f}"))))
-    };
     match cmd.as_str() {
         "verify" => {
-            known(&[])?;
+            a.only(&[])?;
             verify(&wal)
         }
         "dump" => {
-            known(&["--json"])?;
-            dump(&wal, flags.contains(&"--json"))
+            a.only(&["--json", "--from", "--to", "--key", "--kind"])?;
+            let kind = a.values.get("--kind").map(String::as_str);
+            if let Some(k) = kind {
+                if !matches!(k, "kv-commands" | "delivery-events") {
+                    return Err(Failure::Usage(format!(
+                        "--kind '{k}': use kv-commands or delivery-events"
+                    )));
+                }
+            }
+            let filter = DumpFilter {
+                window: Window::of(&a)?,
+                key: a.values.get("--key").map(|k| k.as_bytes().to_vec()),
+                kind,
+            };
+            dump(&wal, a.has("--json"), &filter)
         }
         "stats" => {
-            known(&[])?;
+            a.only(&[])?;
             stats(&wal)
         }
+        "history" => {
+            a.only(&["--from", "--to", "--values"])?;
+            let key = rest.map(|k| k.as_bytes().to_vec()).unwrap_or_default();
+            history(&wal, &key, &Window::of(&a)?, a.has("--values"))
+        }
+        "replay" => {
+            a.only(&["--to", "--out"])?;
+            let to = a
+                .point("--to")?
+                .ok_or_else(|| Failure::Usage("replay needs --to SEQ|TIME".into()))?;
+            let out_dir = a
+                .values
+                .get("--out")
+                .ok_or_else(|| Failure::Usage("replay needs --out NEWDIR".into()))?;
+            replay(Path::new(dir), &wal, to, Path::new(out_dir))
+        }
         "repair" => {
-            known(&["--yes"])?;
-            repair(&wal, flags.contains(&"--yes"))
+            a.only(&["--yes"])?;
+            repair(&wal, a.has("--yes"))
         }
         other => Err(Failure::Usage(format!("unknown command '{other}'"))),
     }
@@ -179,8 +339,47 @@ fn json_arg(arg: &[u8]) -> serde_json::Value {
     }
 }
 
-fn dump(wal: &Path, json: bool) -> Result<(), Failure> {
+/// What `dump` keeps.
+struct DumpFilter<'a> {
+    window: Window,
+    /// A glob over the keys a record's commands name.
+    key: Option<Vec<u8>>,
+    kind: Option<&'a str>,
+}
+
+impl DumpFilter<'_> {
+    fn keeps(&self, seq: u64, ts: u64, kind: u8, record: &Record) -> bool {
+        if !self.window.holds(seq, ts) {
+            return false;
+        }
+        if self.kind.is_some_and(|k| k != Record::kind_name(kind)) {
+            return false;
+        }
+        let Some(pattern) = &self.key else {
+            return true;
+        };
+        let Record::KvCommands(cmds) = record else {
+            return false;
+        };
+        cmds.iter()
+            .flat_map(|c| keys_of(c))
+            .any(|k| tidepool::glob::glob_match(pattern, k, false))
+    }
+}
+
+/// The keys a logged command names, found as the server's own key checks find them.
+fn keys_of(cmd: &[Vec<u8>]) -> Vec<&[u8]> {
+    match table::global().lookup(cmd) {
+        table::Lookup::Found(info) => info.keys(cmd),
+        _ => Vec::new(),
+    }
+}
+
+fn dump(wal: &Path, json: bool, filter: &DumpFilter) -> Result<(), Failure> {
     let s = scan_decoding(wal, |path, offset, seq, ts, kind, record| {
+        if !filter.keeps(seq, ts, kind, &record) {
+            return;
+        }
         let file = path
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
@@ -368,5 +567,184 @@ fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
     }
     tidepool::wal::cut_tail(&d).map_err(|e| Failure::Io(format!("{}: {e}", d.path.display())))?;
     out("repaired: run `tidepool-log verify` to check, then start the server");
+    Ok(())
+}
+
+/// The time of a record as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+fn rfc3339(ts: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ts as i64)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_else(|| ts.to_string())
+}
+
+/// A reply as one readable line (strings quoted as MONITOR quotes them).
+fn reply_text(r: &tidepool::reply::Reply) -> String {
+    use tidepool::reply::Reply;
+    match r {
+        Reply::Status(s) => s.clone(),
+        Reply::Error(e) => format!("(error) {e}"),
+        Reply::Bulk(b) => quoted(b),
+        Reply::Nil | Reply::NilArray => "(nil)".into(),
+        Reply::Int(n) => n.to_string(),
+        Reply::Array(items) => format!(
+            "[{}]",
+            items.iter().map(reply_text).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// The state the log builds, record by record, to read values from (`history --values`).
+struct Replayed {
+    db: tidepool::state::Db,
+    delivery: tidepool::delivery::Delivery,
+    rng: tidepool::rng::Rng,
+}
+
+impl Replayed {
+    fn new() -> Replayed {
+        Replayed {
+            db: tidepool::state::Db::new(),
+            delivery: tidepool::delivery::Delivery::new(),
+            // Replay draws nothing: every random choice is in the log as it was made.
+            rng: tidepool::rng::Rng::new(1),
+        }
+    }
+    fn apply(&mut self, seq: u64, ts: u64, record: &Record) {
+        self.delivery.applying_seq = seq;
+        tidepool::executor::apply_record(
+            &mut self.db,
+            &mut self.delivery,
+            &mut self.rng,
+            ts,
+            record,
+        );
+    }
+    /// Runs a read at `ts` (a command's read of the state, unchecked: this is the tool's own).
+    fn read(&mut self, ts: u64, args: &[&[u8]]) -> tidepool::reply::Reply {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+        tidepool::command::pipeline::replay(&mut self.db, &mut self.rng, ts, &args)
+    }
+    /// The value of `key` at `ts`, by its type, as one line.
+    fn value(&mut self, key: &[u8], ts: u64) -> String {
+        let ty = match self.read(ts, &[b"TYPE", key]) {
+            tidepool::reply::Reply::Status(s) => s,
+            other => return reply_text(&other),
+        };
+        let read: &[&[u8]] = match ty.as_str() {
+            "none" => return "(no key)".into(),
+            "string" => &[b"GET", key],
+            "hash" => &[b"HGETALL", key],
+            "list" => &[b"LRANGE", key, b"0", b"-1"],
+            "set" => &[b"SORT", key, b"ALPHA"],
+            "zset" => &[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"],
+            "stream" => &[b"XRANGE", key, b"-", b"+"],
+            _ => &[b"JSON.GET", key],
+        };
+        format!("{ty} {}", reply_text(&self.read(ts, read)))
+    }
+}
+
+fn history(wal: &Path, key: &[u8], window: &Window, values: bool) -> Result<(), Failure> {
+    let mut state = values.then(Replayed::new);
+    let s = scan_decoding(wal, |_, _, seq, ts, _, record| {
+        if let Some(st) = state.as_mut() {
+            st.apply(seq, ts, &record);
+        }
+        if !window.holds(seq, ts) {
+            return;
+        }
+        let Record::KvCommands(cmds) = &record else {
+            return;
+        };
+        let touching: Vec<&Vec<Vec<u8>>> =
+            cmds.iter().filter(|c| keys_of(c).contains(&key)).collect();
+        if touching.is_empty() {
+            return;
+        }
+        out(&format!("#{seq} {}", rfc3339(ts)));
+        for c in touching {
+            out(&format!(
+                "    {}",
+                c.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
+            ));
+        }
+        if let Some(st) = state.as_mut() {
+            out(&format!("    = {}", st.value(key, ts)));
+        }
+    })?;
+    if let Some(d) = &s.damage {
+        eprintln!("DAMAGE: {}", describe(d));
+        return Err(Failure::Found);
+    }
+    Ok(())
+}
+
+/// Copies the log up to the last record at or before `to` (and the credentials) into a new
+/// data directory: the server opens it at that state. Nothing is written into `dir`.
+fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failure> {
+    let io = |what: &Path, e: io::Error| Failure::Io(format!("{}: {e}", what.display()));
+    if out_dir.exists()
+        && fs::read_dir(out_dir)
+            .map_err(|e| io(out_dir, e))?
+            .next()
+            .is_some()
+    {
+        return Err(Failure::Io(format!(
+            "{} is not empty: replay writes a new data directory",
+            out_dir.display()
+        )));
+    }
+    // The last record at or before `to`: its segment, where it ends, its sequence and time.
+    let mut last: Option<(PathBuf, u64, u64, u64)> = None;
+    let mut records = 0u64;
+    let s = reader::scan(wal, |path, offset, frame| {
+        if to.at_or_before(frame.seq, frame.timestamp_unix_ms) {
+            let end = offset + frame.encoded_len() as u64;
+            last = Some((path.to_path_buf(), end, frame.seq, frame.timestamp_unix_ms));
+            records += 1;
+        }
+        Ok(())
+    })
+    .map_err(|e| Failure::Io(e.to_string()))?;
+    if let Some(d) = &s.damage {
+        if d.action == Action::Refuse {
+            eprintln!("DAMAGE: {}", describe(d));
+            return Err(Failure::Found);
+        }
+    }
+    let Some((last_path, end, seq, ts)) = last else {
+        return Err(Failure::Io(format!(
+            "no record at or before {to:?}: the log begins later"
+        )));
+    };
+    let new_wal = out_dir.join("wal");
+    fs::create_dir_all(&new_wal).map_err(|e| io(&new_wal, e))?;
+    let creds = dir.join("credentials.json");
+    if creds.is_file() {
+        let to = out_dir.join("credentials.json");
+        fs::copy(&creds, &to).map_err(|e| io(&to, e))?;
+    }
+    let segments = reader::list_segments(wal).map_err(|e| io(wal, e))?;
+    for seg in segments.iter().filter(|seg| seg.path <= last_path) {
+        let name = seg.path.file_name().unwrap_or_default();
+        let copy = new_wal.join(name);
+        fs::copy(&seg.path, &copy).map_err(|e| io(&copy, e))?;
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&copy)
+            .map_err(|e| io(&copy, e))?;
+        if seg.path == last_path {
+            f.set_len(end).map_err(|e| io(&copy, e))?;
+        }
+        f.sync_all().map_err(|e| io(&copy, e))?;
+    }
+    tidepool::wal::writer::sync_dir(&new_wal).map_err(|e| io(&new_wal, e))?;
+    tidepool::wal::writer::sync_dir(out_dir).map_err(|e| io(out_dir, e))?;
+    out(&format!(
+        "wrote {}: the state as of record #{seq} ({}), {records} records; open it with `tidepool serve --data {}`",
+        out_dir.display(),
+        rfc3339(ts),
+        out_dir.display()
+    ));
     Ok(())
 }

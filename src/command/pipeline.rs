@@ -452,7 +452,8 @@ pub fn arity_error(info: &CommandInfo) -> Reply {
 
 /// Applies one logged command during replay: it was checked when it ran, and it runs no Lua
 /// (scripts are logged by their effects). An error here means the log holds a command that
-/// changed nothing, which a correct log never does.
+/// changed nothing, which a correct log never does. The log tool also reads replayed state
+/// through it (`tidepool-log history --values`).
 pub fn replay(db: &mut Db, rng: &mut crate::rng::Rng, ts: u64, args: &[Vec<u8>]) -> Reply {
     let info = match table::global().lookup(args) {
         table::Lookup::Found(i) => i,

@@ -24,6 +24,7 @@ mod json;
 mod log_format_golden;
 mod one_pipeline;
 mod properties;
+mod replay;
 mod scripting;
 mod server_commands;
 mod stream_deletion;

@@ -1,0 +1,141 @@
+//! Replay for debugging (issue 16, first part): `tidepool-log history` shows every record that
+//! changed a key, `dump` takes a window and key and kind filters, and `replay --to --out`
+//! writes a data directory holding the state of a past point, which the server opens.
+
+use crate::common::*;
+
+/// A log of four records, one a request: SET k v1 (#1), SET k v2 (#2), SET other x (#3),
+/// DEL k (#4). Returns the data directory and each record's time.
+fn four_records(dir: &TempDir) -> (std::path::PathBuf, Vec<u64>) {
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    for cmd in [
+        &["SET", "k", "v1"][..],
+        &["SET", "k", "v2"],
+        &["SET", "other", "x"],
+        &["DEL", "k"],
+    ] {
+        assert!(!c.cmd_str(cmd).is_err(), "{cmd:?}");
+        // Distinct record times, so a time point falls between two records.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    let (code, json) = log_tool(&["dump", "--json", data.to_str().expect("path")]);
+    assert_eq!(code, 0, "{json}");
+    let times = json
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json")["timestamp_ms"]
+                .as_u64()
+                .expect("ts")
+        })
+        .collect();
+    (data, times)
+}
+
+#[test]
+fn history_lists_every_record_that_changed_a_key_with_its_value() {
+    let dir = TempDir::new("history");
+    let (data, _) = four_records(&dir);
+    let d = data.to_str().expect("path");
+    let (code, out) = log_tool(&["history", d, "k"]);
+    assert_eq!(code, 0, "{out}");
+    let seqs: Vec<&str> = out.lines().filter(|l| l.starts_with('#')).collect();
+    assert_eq!(seqs.len(), 3, "{out}");
+    assert!(seqs[0].starts_with("#1 ") && seqs[1].starts_with("#2 ") && seqs[2].starts_with("#4 "));
+    assert!(out.contains("\"SET\" \"k\" \"v2\""), "{out}");
+    assert!(
+        !out.contains("other"),
+        "a record on another key is left out: {out}"
+    );
+    let (code, out) = log_tool(&["history", "--values", d, "k"]);
+    assert_eq!(code, 0, "{out}");
+    let values: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("= "))
+        .collect();
+    assert_eq!(
+        values,
+        ["string \"v1\"", "string \"v2\"", "(no key)"],
+        "{out}"
+    );
+    let (code, out) = log_tool(&["history", "--from", "2", "--to", "3", d, "k"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with('#')).count(),
+        1,
+        "{out}"
+    );
+}
+
+#[test]
+fn dump_takes_a_window_a_key_pattern_and_a_kind() {
+    let dir = TempDir::new("dumpfilter");
+    let (data, times) = four_records(&dir);
+    let d = data.to_str().expect("path");
+    let seqs = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with('#'))
+            .map(|l| l.split(' ').next().unwrap_or("").to_string())
+            .collect()
+    };
+    let (_, out) = log_tool(&["dump", "--from", "2", "--to", "3", d]);
+    assert_eq!(seqs(&out), ["#2", "#3"], "{out}");
+    let (_, out) = log_tool(&["dump", "--key", "oth*", d]);
+    assert_eq!(seqs(&out), ["#3"], "{out}");
+    let (_, out) = log_tool(&["dump", "--kind", "delivery-events", d]);
+    assert!(seqs(&out).is_empty(), "{out}");
+    // A time point: Unix milliseconds, and RFC 3339.
+    let (_, out) = log_tool(&["dump", "--to", &times[1].to_string(), d]);
+    assert_eq!(seqs(&out), ["#1", "#2"], "{out}");
+    let at = chrono::DateTime::from_timestamp_millis(times[2] as i64)
+        .expect("time")
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let (_, out) = log_tool(&["dump", "--from", &at, d]);
+    assert_eq!(seqs(&out), ["#3", "#4"], "{out}");
+    let (code, out) = log_tool(&["dump", "--from", "yesterday", d]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("RFC 3339"), "{out}");
+}
+
+#[test]
+fn replay_writes_a_data_directory_at_a_past_point_that_the_server_opens() {
+    let dir = TempDir::new("replayto");
+    let (data, times) = four_records(&dir);
+    let d = data.to_str().expect("path");
+    let past = dir.path().join("at-2");
+    let (code, out) = log_tool(&["replay", "--to", "2", "--out", past.to_str().expect("p"), d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("record #2"), "{out}");
+    let server = Server::start(&past, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v2"));
+    assert_eq!(c.cmd_str(&["GET", "other"]), Canon::Nil);
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    // By time, and the original directory untouched (all four records still there).
+    let at3 = dir.path().join("at-3");
+    let (code, out) = log_tool(&[
+        "replay",
+        "--to",
+        &times[2].to_string(),
+        "--out",
+        at3.to_str().expect("p"),
+        d,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let server = Server::start(&at3, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v2"));
+    assert_eq!(c.cmd_str(&["GET", "other"]), Canon::s("x"));
+    drop(c);
+    server.terminate();
+    let (_, all) = log_tool(&["dump", d]);
+    assert_eq!(all.lines().filter(|l| l.starts_with('#')).count(), 4);
+    // A directory that is not empty is refused.
+    let (code, out) = log_tool(&["replay", "--to", "1", "--out", past.to_str().expect("p"), d]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("not empty"), "{out}");
+}
