@@ -244,4 +244,6 @@ pub struct Config {
     /// Maximum message size of the delivery service (`--max-message-bytes`).
     pub message_bytes_max: usize,
     pub delivery_limits: DeliveryLimits,
+    /// Open the data directory at this past point of its log, read-only (`--at`).
+    pub at: Option<crate::wal::point::Point>,
 }

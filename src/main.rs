@@ -6,7 +6,7 @@ use tidepool::config::{self, Config, FsyncMode};
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
                                             [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
-                      [--dedup-max N]
+                      [--dedup-max N] [--at SEQ|TIME]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
@@ -14,7 +14,9 @@ TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY, TIDEPOOL_QSTASH_NEXT_SIGNING_KEY,
 TIDEPOOL_MAX_MESSAGE_BYTES (default 10 MiB), TIDEPOOL_DLQ_MAX (DLQ entries kept, oldest
 dropped first; default 100000), TIDEPOOL_WAITERS_MAX (open workflow waits; 100000),
 TIDEPOOL_NOTIFICATIONS_MAX (lookback notifications; 100000), TIDEPOOL_DEDUP_MAX
-(deduplication ids within their window; 1000000). Defaults: 127.0.0.1:8079,
+(deduplication ids within their window; 1000000), TIDEPOOL_AT (open DIR as it was at a record's
+sequence number or a time, RFC 3339 or Unix milliseconds, read-only: writes are refused and
+nothing is written into DIR). Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
 
@@ -60,6 +62,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut waiters_max = env("TIDEPOOL_WAITERS_MAX");
     let mut notifications_max = env("TIDEPOOL_NOTIFICATIONS_MAX");
     let mut dedup_max = env("TIDEPOOL_DEDUP_MAX");
+    let mut at = env("TIDEPOOL_AT");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -80,6 +83,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--waiters-max" => &mut waiters_max,
             "--notifications-max" => &mut notifications_max,
             "--dedup-max" => &mut dedup_max,
+            "--at" => &mut at,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -140,7 +144,11 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         )?,
         dedup_entries_max: count("--dedup-max", dedup_max, config::DEDUP_ENTRIES_MAX_DEFAULT)?,
     };
+    let at = at
+        .map(|p| tidepool::wal::Point::parse(&p).map_err(|e| format!("--at {e}")))
+        .transpose()?;
     Ok(Config {
+        at,
         delivery_limits,
         message_bytes_max,
         qstash_token: qtoken,

@@ -65,7 +65,8 @@ fn read_credentials(dir: &Path) -> Result<Option<Credentials>, String> {
 
 /// The tokens: from the flags when given, otherwise from `DIR/credentials.json`, generated and
 /// written there on first start. An existing file that cannot be read is an error, never a
-/// reason to generate new tokens.
+/// reason to generate new tokens. A server opened at a past point (`--at`) writes nothing: what
+/// is missing is generated for this run only.
 fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
     let mut stored = match read_credentials(dir)? {
         Some(c) => c,
@@ -94,7 +95,8 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
         stored.acl_token_secret = Some(random_token()?);
     }
     let exists = dir.join("credentials.json").exists();
-    if !exists || before != serde_json::to_vec(&stored).map_err(|e| e.to_string())? {
+    let changed = before != serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
+    if cfg.at.is_none() && (!exists || changed) {
         write_credentials(dir, &stored)?;
     }
     let stored_q = stored.clone();
@@ -147,17 +149,35 @@ fn save_keys(dir: &Path, keys: &SigningKeys) -> Result<(), String> {
 /// Runs the server until SIGTERM or SIGINT. Errors are one line for the user.
 pub fn run(cfg: Config) -> Result<(), String> {
     let dir = &cfg.data_dir;
-    fs::create_dir_all(dir)
-        .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
     let lock_path = dir.join("LOCK");
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("cannot use the data directory {}: {e}", dir.display()))?;
-    match lock.try_lock() {
+    let lock = match cfg.at {
+        None => {
+            fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+        }
+        // A past point is read from an existing directory, and nothing is created in it.
+        Some(_) => File::open(&lock_path),
+    }
+    .map_err(|e| format!("cannot use the data directory {}: {e}", dir.display()))?;
+    // Servers at a past point share the directory with each other, never with a server that
+    // writes into it.
+    let locked = match cfg.at {
+        None => lock.try_lock(),
+        Some(_) => lock.try_lock_shared(),
+    };
+    match locked {
         Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) if cfg.at.is_some() => {
+            return Err(format!(
+                "the data directory {} is in use by a running tidepool: stop it, or copy the state out with `tidepool-log replay --to P --out NEWDIR` and open that",
+                dir.display()
+            ))
+        }
         Err(fs::TryLockError::WouldBlock) => {
             return Err(format!(
                 "the data directory {} is in use by another tidepool process",
@@ -172,8 +192,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let (token, ro_token) = (creds.token.clone(), creds.read_only_token.clone());
     let keys = Arc::new(RwLock::new(creds.keys.clone()));
     let wal_dir = dir.join("wal");
-    fs::create_dir_all(&wal_dir)
-        .map_err(|e| format!("cannot create {}: {e}", wal_dir.display()))?;
+    if cfg.at.is_none() {
+        fs::create_dir_all(&wal_dir)
+            .map_err(|e| format!("cannot create {}: {e}", wal_dir.display()))?;
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.http_threads)
@@ -193,6 +215,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             backoff_unit_ms: cfg.retry_backoff_unit_ms,
             message_bytes_max: cfg.message_bytes_max,
             delivery_limits: cfg.delivery_limits,
+            at: cfg.at,
         };
         let ex = executor::start(&wal_dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {
@@ -201,13 +224,22 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let url = format!("http://{addr}");
         // The banner goes out with errors ignored: a closed stdout (`tidepool serve | head -1`)
         // must not take the server down, and println! would panic on EPIPE.
+        let state = match cfg.at {
+            None => format!(
+                "fsync {}; replayed {} records from {} segments",
+                cfg.fsync.name(),
+                ex.report.records,
+                ex.report.segments
+            ),
+            Some(p) => format!(
+                "read-only, as of {p}: record #{} of {} segments",
+                ex.report.last_seq, ex.report.segments
+            ),
+        };
         let banner = format!(
-            "tidepool {} listening on {url}\n  data: {} (fsync {}; replayed {} records from {} segments)\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n",
+            "tidepool {} listening on {url}\n  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n",
             env!("CARGO_PKG_VERSION"),
             dir.display(),
-            cfg.fsync.name(),
-            ex.report.records,
-            ex.report.segments,
             creds.qstash_token,
             creds.keys.current,
             creds.keys.next,
@@ -220,7 +252,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let qstash = crate::http::qstash::QstashAuth {
             token: creds.qstash_token.clone(),
             keys,
-            save_keys: Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
+            save_keys: match cfg.at {
+                None => Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
+                Some(_) => Box::new(|_: &SigningKeys| {
+                    Err("this server shows a past point of its log, read-only (--at)".into())
+                }),
+            },
             message_bytes_max: cfg.message_bytes_max,
         };
         let app = Arc::new(App::new(

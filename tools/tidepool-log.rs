@@ -11,7 +11,9 @@ use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use tidepool::command::table;
 use tidepool::record::Record;
+use tidepool::wal::point::rfc3339;
 use tidepool::wal::reader::{self, Action, Damage};
+use tidepool::wal::Point;
 
 const USAGE: &str = "usage: tidepool-log <command> DIR
   verify DIR          check every segment and record; exit 1 and name file and offset on damage
@@ -112,53 +114,8 @@ impl Args {
     fn point(&self, flag: &str) -> Result<Option<Point>, Failure> {
         self.values
             .get(flag)
-            .map(|v| Point::parse(flag, v))
+            .map(|v| Point::parse(v).map_err(|e| Failure::Usage(format!("{flag} {e}"))))
             .transpose()
-    }
-}
-
-/// A position in the log: a record's sequence number, or a time (Unix milliseconds).
-#[derive(Debug, Clone, Copy)]
-enum Point {
-    Seq(u64),
-    TimeMs(u64),
-}
-
-/// Numbers from here on are times in Unix milliseconds (1973-03-03), not sequence numbers.
-const TIME_MS_FROM: u64 = 100_000_000_000;
-
-impl Point {
-    fn parse(flag: &str, v: &str) -> Result<Point, Failure> {
-        if let Ok(n) = v.parse::<u64>() {
-            return Ok(if n >= TIME_MS_FROM {
-                Point::TimeMs(n)
-            } else {
-                Point::Seq(n)
-            });
-        }
-        chrono::DateTime::parse_from_rfc3339(v)
-            .ok()
-            .and_then(|t| u64::try_from(t.timestamp_millis()).ok())
-            .map(Point::TimeMs)
-            .ok_or_else(|| {
-                Failure::Usage(format!(
-                    "{flag} '{v}' is neither a sequence number, nor Unix milliseconds, nor an RFC 3339 time"
-                ))
-            })
-    }
-    /// Whether a record at `seq` and `ts` lies at or before this point.
-    fn at_or_before(&self, seq: u64, ts: u64) -> bool {
-        match *self {
-            Point::Seq(s) => seq <= s,
-            Point::TimeMs(t) => ts <= t,
-        }
-    }
-    /// Whether a record at `seq` and `ts` lies at or after this point.
-    fn at_or_after(&self, seq: u64, ts: u64) -> bool {
-        match *self {
-            Point::Seq(s) => seq >= s,
-            Point::TimeMs(t) => ts >= t,
-        }
     }
 }
 
@@ -570,13 +527,6 @@ fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The time of a record as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-fn rfc3339(ts: u64) -> String {
-    chrono::DateTime::from_timestamp_millis(ts as i64)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_else(|| ts.to_string())
-}
-
 /// A reply as one readable line (strings quoted as MONITOR quotes them).
 fn reply_text(r: &tidepool::reply::Reply) -> String {
     use tidepool::reply::Reply;
@@ -714,7 +664,7 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
     }
     let Some((last_path, end, seq, ts)) = last else {
         return Err(Failure::Io(format!(
-            "no record at or before {to:?}: the log begins later"
+            "no record at or before {to}: the log begins later"
         )));
     };
     let new_wal = out_dir.join("wal");

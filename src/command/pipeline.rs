@@ -65,8 +65,9 @@ pub struct Facts {
 /// What some commands need from the server around the state (the executor implements it):
 /// the log's health, monitor and pub/sub fan-out, and the facts INFO reports.
 pub trait Server {
-    /// Why the log refuses writes, if it does.
-    fn log_failure(&self) -> Option<String>;
+    /// The error a write gets when the server takes none (the log failed, or the server shows
+    /// a past point of its log), if it does.
+    fn writes_refused(&self) -> Option<String>;
     /// A command is about to run: counted, and shown to monitors as sent by `client`.
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>]);
     /// Sends a message to a channel's subscribers; how many received it.
@@ -84,7 +85,7 @@ pub trait Server {
 pub struct Replay;
 
 impl Server for Replay {
-    fn log_failure(&self) -> Option<String> {
+    fn writes_refused(&self) -> Option<String> {
         None
     }
     fn command_starts(&mut self, _: &str, _: &[Vec<u8>]) {}
@@ -144,8 +145,8 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         Err(r) => return r,
     };
     if info.write || matches!(info.name.as_str(), "acl|setuser" | "acl|deluser") {
-        if let Some(why) = ctx.server.log_failure() {
-            return Reply::Error(errors::log_failed(&why));
+        if let Some(refusal) = ctx.server.writes_refused() {
+            return Reply::Error(refusal);
         }
     }
     let client = match ctx.origin {

@@ -120,6 +120,10 @@ pub struct Executor {
     workers: Workers,
     backoff_unit_ms: u64,
     scripts: Scripts,
+    /// Why writes are refused when the server shows a past point of its log (`--at`).
+    read_only: Option<String>,
+    /// The time of that point: every job runs at it.
+    frozen_ms: Option<u64>,
 }
 
 /// What the executor needs at start besides the log: the delivery service's settings and the
@@ -133,6 +137,8 @@ pub struct Setup {
     pub message_bytes_max: usize,
     /// The bounds of the delivery state.
     pub delivery_limits: config::DeliveryLimits,
+    /// Open the log at this past point, read-only (`tidepool serve --at`).
+    pub at: Option<wal::Point>,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -156,12 +162,21 @@ pub fn start(
     let mut delivery = Delivery::new();
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
-    let (wal, report) = wal::recover(dir, config::SEGMENT_BYTES_MAX, |seq, ts, kind, payload| {
+    let mut apply = |seq, ts, kind, payload: &[u8]| {
         let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
         delivery.applying_seq = seq;
         replay_errors += apply_record(&mut db, &mut delivery, &mut rng, ts, &record);
         Ok(())
-    })?;
+    };
+    let read_only = setup.at.map(|p| {
+        format!(
+            "this server shows its log as of {p}, read-only (--at): it answers reads, not writes"
+        )
+    });
+    let (mut wal, report) = match (setup.at, &read_only) {
+        (Some(point), Some(why)) => wal::replay_to(dir, point, why.clone(), &mut apply)?,
+        _ => wal::recover(dir, config::SEGMENT_BYTES_MAX, &mut apply)?,
+    };
     if replay_errors > 0 {
         crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
@@ -173,7 +188,15 @@ pub fn start(
         .log
         .durable_seq
         .store(wal.last_seq(), Ordering::SeqCst);
+    // A point given as a time is that time; a record's, the record's time.
+    let frozen_ms = match setup.at {
+        Some(wal::Point::TimeMs(t)) => Some(t),
+        Some(wal::Point::Seq(_)) => Some(wal.next_timestamp(0)),
+        None => None,
+    };
     let flusher = match fsync {
+        // Read-only at a past point: nothing is ever written, so nothing is synced.
+        _ if read_only.is_some() => None,
         FsyncMode::Never => None,
         mode => Some(Flusher::start(mode, shared.log.clone())),
     };
@@ -202,6 +225,8 @@ pub fn start(
         workers,
         backoff_unit_ms: setup.backoff_unit_ms,
         scripts: Scripts::new(shared.scripts.clone())?,
+        read_only,
+        frozen_ms,
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -244,8 +269,27 @@ pub fn apply_record(
 }
 
 impl Executor {
+    /// The time a job runs at: wall-clock time, never below the last record's; or, for a
+    /// server showing a past point of its log, that point's time, so that what had not
+    /// expired then has not expired now.
+    fn now(&mut self) -> u64 {
+        match self.frozen_ms {
+            Some(t) => t,
+            None => self.wal.next_timestamp(clock::wall_unix_ms()),
+        }
+    }
+
+    /// The error a key-value write gets when writes are refused: the server shows a past point
+    /// of its log (`--at`), or the log failed.
+    fn write_refusal(&self) -> Option<String> {
+        match &self.read_only {
+            Some(why) => Some(format!("ERR {why}")),
+            None => self.poisoned().map(|why| errors::log_failed(&why)),
+        }
+    }
+
     /// Why the log refuses writes, if it does: a failed write here or a failed sync in the
-    /// flusher.
+    /// flusher, or a server opened read-only at a past point (its writer starts poisoned).
     fn poisoned(&self) -> Option<String> {
         self.wal
             .poisoned()
@@ -391,6 +435,12 @@ impl Executor {
     /// Runs a delivery API operation; its events become one record.
     fn delivery_op(&mut self, op: Op) -> OpReply {
         if op.writes() {
+            if let Some(why) = &self.read_only {
+                return OpReply {
+                    status: 403,
+                    body: serde_json::json!({ "error": why }),
+                };
+            }
             if let Some(why) = self.poisoned() {
                 return OpReply {
                     status: 500,
@@ -400,7 +450,7 @@ impl Executor {
                 };
             }
         }
-        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let ts = self.now();
         self.delivery.applying_seq = self.wal.last_seq() + 1;
         let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
         let reply = ops::run(&mut tx, op);
@@ -417,7 +467,7 @@ impl Executor {
         if self.poisoned().is_some() {
             return;
         }
-        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let ts = self.now();
         self.delivery.applying_seq = self.wal.last_seq() + 1;
         let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
         f(&mut tx, self.backoff_unit_ms);
@@ -531,9 +581,9 @@ impl Executor {
         perm: &Perm,
         client: &str,
     ) -> Result<Vec<Reply>, String> {
-        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let ts = self.now();
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
-        let poisoned = self.poisoned();
+        let refusal = self.write_refusal();
         let Executor {
             db,
             rng,
@@ -555,7 +605,7 @@ impl Executor {
             started_ms: *started_ms,
             listen_port: *listen_port,
             commands_processed,
-            poisoned,
+            refusal,
         };
         let mut ctx = Ctx::new(
             db,
@@ -568,7 +618,9 @@ impl Executor {
             &mut logged,
         );
         let replies = pipeline::run_request(&mut ctx, cmds, mode);
-        if !logged.is_empty() {
+        // At a past point only reads run; what they change (hash fields whose time has passed
+        // leave before a read sees them) is a view of that moment, not a record.
+        if !logged.is_empty() && self.read_only.is_none() {
             self.wal.append(ts, &Record::KvCommands(logged));
         }
         replies
@@ -580,7 +632,7 @@ impl Executor {
         if self.poisoned().is_some() {
             return;
         }
-        let ts = self.wal.next_timestamp(clock::wall_unix_ms());
+        let ts = self.now();
         let mut cmds = Vec::new();
         let keys = self.db.expired_keys(ts, config::EXPIRE_CYCLE_KEYS_MAX);
         if !keys.is_empty() {
@@ -615,12 +667,13 @@ struct Around<'a> {
     started_ms: u64,
     listen_port: u16,
     commands_processed: &'a mut u64,
-    poisoned: Option<String>,
+    /// The error writes get, when they are refused.
+    refusal: Option<String>,
 }
 
 impl Server for Around<'_> {
-    fn log_failure(&self) -> Option<String> {
-        self.poisoned.clone()
+    fn writes_refused(&self) -> Option<String> {
+        self.refusal.clone()
     }
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>]) {
         *self.commands_processed += 1;
@@ -647,7 +700,7 @@ impl Server for Around<'_> {
             log_last_seq: self.wal.last_seq(),
             log_durable_seq: self.shared.log.durable_seq.load(Ordering::SeqCst),
             log_syncs: self.shared.log.syncs.load(Ordering::Relaxed),
-            log_writable: self.poisoned.is_none(),
+            log_writable: self.refusal.is_none(),
             monitors: self.pubsub.monitor_count(),
             subscribers: self.pubsub.subscriber_count(),
             commands_processed: *self.commands_processed,

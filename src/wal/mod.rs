@@ -7,6 +7,7 @@
 
 pub mod format;
 pub mod mmap;
+pub mod point;
 pub mod reader;
 pub mod writer;
 
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+pub use point::Point;
 pub use writer::WalWriter;
 
 /// How far the log has come, shared with those who wait on it: the HTTP side (the sync token),
@@ -130,6 +132,57 @@ where
     let last_ts = summary.last_timestamp_unix_ms.unwrap_or(0);
     let writer = WalWriter::open(dir, newest, next_seq, last_ts, segment_bytes_max)
         .map_err(|e| format!("cannot open the log in {} for writing: {e}", dir.display()))?;
+    Ok((writer, report))
+}
+
+/// Replays the log in `dir` up to `point` (the last record at or before it) through `apply`,
+/// and returns a writer that refuses every write with `why`: the log is read as it is, never
+/// cut, never written. Damage before the point is refused as at start-up; a torn tail after it
+/// is left alone.
+pub fn replay_to<F>(
+    dir: &Path,
+    point: Point,
+    why: String,
+    mut apply: F,
+) -> Result<(WalWriter, RecoveryReport), String>
+where
+    F: FnMut(u64, u64, u8, &[u8]) -> Result<(), String>,
+{
+    let mut last: Option<(u64, u64)> = None;
+    let mut records = 0;
+    let summary = reader::scan(dir, |_, _, frame| {
+        if !point.at_or_before(frame.seq, frame.timestamp_unix_ms) {
+            return Ok(());
+        }
+        records += 1;
+        last = Some((frame.seq, frame.timestamp_unix_ms));
+        apply(
+            frame.seq,
+            frame.timestamp_unix_ms,
+            frame.kind,
+            frame.payload,
+        )
+    })
+    .map_err(|e| format!("the log cannot be replayed: {e}"))?;
+    if let Some(damage) = &summary.damage {
+        if damage.action == Action::Refuse {
+            return Err(refusal(dir, damage));
+        }
+    }
+    let Some((last_seq, last_ts)) = last else {
+        return Err(format!(
+            "the log in {} holds no record at or before {point}",
+            dir.display()
+        ));
+    };
+    let report = RecoveryReport {
+        records,
+        segments: summary.segments,
+        last_seq,
+        cut_tail: None,
+    };
+    let writer = WalWriter::read_only(dir, last_seq + 1, last_ts, why)
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
     Ok((writer, report))
 }
 

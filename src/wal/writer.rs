@@ -70,6 +70,30 @@ impl WalWriter {
         })
     }
 
+    /// A writer that takes no record: every write is refused with `why` (a server opened at a
+    /// past point of its log). In place of a segment it holds the directory open read-only;
+    /// nothing is ever written or synced through it, since the writer starts poisoned.
+    pub fn read_only(
+        dir: &Path,
+        next_seq: u64,
+        last_timestamp_unix_ms: u64,
+        why: String,
+    ) -> io::Result<WalWriter> {
+        Ok(WalWriter {
+            dir: dir.to_path_buf(),
+            file: Arc::new(File::open(dir)?),
+            segment_bytes: 0,
+            zeroed_until: 0,
+            segment_bytes_max: 0,
+            next_seq,
+            last_timestamp_unix_ms,
+            buf: Vec::new(),
+            payload: Vec::new(),
+            last_write: (0, 0),
+            poisoned: Some(why),
+        })
+    }
+
     /// The sequence number of the last appended record (0 before the first).
     pub fn last_seq(&self) -> u64 {
         self.next_seq - 1

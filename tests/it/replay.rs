@@ -139,3 +139,73 @@ fn replay_writes_a_data_directory_at_a_past_point_that_the_server_opens() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("not empty"), "{out}");
 }
+
+/// Every file of a data directory with its bytes: what `--at` must leave as it found it.
+fn snapshot_of(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn serve_at_a_past_point_answers_reads_refuses_writes_and_writes_nothing() {
+    let dir = TempDir::new("serveat");
+    let (data, times) = four_records(&dir);
+    let before = snapshot_of(&data);
+    let server = Server::start_delivery_with(&data, &["--at", "2"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v2"));
+    assert_eq!(c.cmd_str(&["EXISTS", "other"]), Canon::Int(0));
+    let Canon::Err(e) = c.cmd_str(&["SET", "k", "v3"]) else {
+        panic!("a write must be refused");
+    };
+    assert!(
+        e.starts_with("ERR this server shows its log as of record #2"),
+        "{e}"
+    );
+    assert_eq!(
+        c.cmd_str(&["GET", "k"]),
+        Canon::s("v2"),
+        "the refused write changed nothing"
+    );
+    // A script that writes is refused at its write; the delivery API refuses publishing.
+    let Canon::Err(e) = c.cmd_str(&["EVAL", "return redis.call('SET','k','x')", "0"]) else {
+        panic!("a script's write must be refused");
+    };
+    assert!(e.contains("read-only (--at)"), "{e}");
+    let mut q = server.qstash();
+    let r = q.request("POST", "/v2/publish/https://example.com/x", &[], b"x");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("--at")));
+    // A live server cannot open the directory meanwhile, and a second --at can.
+    let second = Server::try_start(&data, &["--at", &times[2].to_string()]).expect("a second --at");
+    let mut c2 = second.client();
+    assert_eq!(c2.cmd_str(&["GET", "other"]), Canon::s("x"));
+    let busy = Server::try_start(&data, &[]);
+    assert!(
+        busy.is_err(),
+        "a writing server must not share the directory"
+    );
+    drop((c, c2, q));
+    second.terminate();
+    assert_eq!(server.terminate(), Some(0));
+    assert_eq!(snapshot_of(&data), before, "--at wrote into the directory");
+    // The directory still opens normally, with all four records.
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::Nil);
+    assert_eq!(c.cmd_str(&["GET", "other"]), Canon::s("x"));
+}
