@@ -28,6 +28,9 @@ const USAGE: &str = "usage: tidepool-log <command> DIR
   replay --to P --out NEWDIR DIR
                       a new data directory holding the state as of P (the log up to the last
                       record at or before it, and the credentials): `tidepool serve --data NEWDIR`
+  tail [--follow] DIR print the newest segment's last 10 records, as dump does; --follow (-f)
+                      then prints each new record as it is written, until interrupted; both
+                      work beside a running server
   repair [--yes] DIR  cut the log at the first damage, after confirmation
 DIR is a data directory (its wal/ is used) or a wal directory itself. A point P is a sequence
 number, or a time: RFC 3339 (2026-11-24T14:05:00Z) or Unix milliseconds (any number from
@@ -147,7 +150,18 @@ fn run() -> Result<(), Failure> {
         println!("{USAGE}");
         return Ok(());
     }
-    let a = parse_args(&args[1..])?;
+    // `tail -f`, as the shell's tail takes it.
+    let raw: Vec<String> = args[1..]
+        .iter()
+        .map(|a| {
+            if a == "-f" {
+                "--follow".into()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    let a = parse_args(&raw)?;
     let (dir, rest) = match (cmd.as_str(), a.positional.as_slice()) {
         ("history", [dir, key]) => (dir, Some(key)),
         ("history", _) => return Err(Failure::Usage("expected DIR and KEY".into())),
@@ -157,6 +171,11 @@ fn run() -> Result<(), Failure> {
     let wal = wal_dir(Path::new(dir));
     if !wal.is_dir() {
         return Err(Failure::Io(format!("{} is not a directory", wal.display())));
+    }
+    if cmd == "tail" {
+        // Reads with pread, never through a map, so a running server may write meanwhile.
+        a.only(&["--follow"])?;
+        return tail(&wal, a.has("--follow"));
     }
     refuse_if_live(Path::new(dir))?;
     match cmd.as_str() {
@@ -337,52 +356,65 @@ fn dump(wal: &Path, json: bool, filter: &DumpFilter) -> Result<(), Failure> {
         if !filter.keeps(seq, ts, kind, &record) {
             return;
         }
-        let file = path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let cmds: &[Vec<Vec<u8>>] = match &record {
-            Record::KvCommands(c) => c,
-            Record::Delivery(_) => &[],
-        };
-        let events: Vec<String> = match &record {
-            Record::Delivery(es) => es.iter().map(|e| e.summary()).collect(),
-            Record::KvCommands(_) => Vec::new(),
-        };
-        if json {
-            let cmds: Vec<Vec<serde_json::Value>> = cmds
-                .iter()
-                .map(|c| c.iter().map(|a| json_arg(a)).collect())
-                .collect();
-            let v = serde_json::json!({
-                "seq": seq, "timestamp_ms": ts, "kind": kind, "kind_name": Record::kind_name(kind),
-                "file": file, "offset": offset, "commands": cmds, "events": events,
-            });
-            out(&v.to_string());
-        } else {
-            let secs = ts / 1000;
-            out(&format!(
-                "#{seq} {}.{:03} {} {file}@{offset}",
-                secs,
-                ts % 1000,
-                Record::kind_name(kind)
-            ));
-            for c in cmds {
-                out(&format!(
-                    "    {}",
-                    c.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
-                ));
-            }
-            for e in &events {
-                out(&format!("    {e}"));
-            }
-        }
+        print_record(path, offset, seq, ts, kind, &record, json);
     })?;
     if let Some(d) = &s.damage {
         eprintln!("DAMAGE: {}", describe(d));
         return Err(Failure::Found);
     }
     Ok(())
+}
+
+/// One record as `dump` prints it: a header line and its commands or events, or one JSON object.
+fn print_record(
+    path: &Path,
+    offset: u64,
+    seq: u64,
+    ts: u64,
+    kind: u8,
+    record: &Record,
+    json: bool,
+) {
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let cmds: &[Vec<Vec<u8>>] = match record {
+        Record::KvCommands(c) => c,
+        Record::Delivery(_) => &[],
+    };
+    let events: Vec<String> = match record {
+        Record::Delivery(es) => es.iter().map(|e| e.summary()).collect(),
+        Record::KvCommands(_) => Vec::new(),
+    };
+    if json {
+        let cmds: Vec<Vec<serde_json::Value>> = cmds
+            .iter()
+            .map(|c| c.iter().map(|a| json_arg(a)).collect())
+            .collect();
+        let v = serde_json::json!({
+            "seq": seq, "timestamp_ms": ts, "kind": kind, "kind_name": Record::kind_name(kind),
+            "file": file, "offset": offset, "commands": cmds, "events": events,
+        });
+        out(&v.to_string());
+    } else {
+        let secs = ts / 1000;
+        out(&format!(
+            "#{seq} {}.{:03} {} {file}@{offset}",
+            secs,
+            ts % 1000,
+            Record::kind_name(kind)
+        ));
+        for c in cmds {
+            out(&format!(
+                "    {}",
+                c.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
+            ));
+        }
+        for e in &events {
+            out(&format!("    {e}"));
+        }
+    }
 }
 
 fn stats(wal: &Path) -> Result<(), Failure> {
@@ -697,4 +729,107 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
         out_dir.display()
     ));
     Ok(())
+}
+
+/// How often `tail --follow` looks for new records.
+const TAIL_POLL_MS: u64 = 100;
+/// Bytes `tail` reads at once.
+const TAIL_READ_BYTES: usize = 4 << 20;
+
+/// A record `tail` holds back: offset, sequence, time, kind, payload.
+type Kept = (u64, u64, u64, u8, Record);
+
+/// Records `tail` shows before it follows.
+const TAIL_RECORDS: usize = 10;
+
+/// Prints the newest segment's last records, then (with `follow`, until interrupted) each new
+/// one. It reads with `pread` from where it got to: a frame still being written (a partial
+/// one, or the zeros ahead of the writer) is waited for, and a new segment is moved to once
+/// the current one holds nothing more.
+fn tail(wal: &Path, follow: bool) -> Result<(), Failure> {
+    use std::os::unix::fs::FileExt;
+    use tidepool::wal::format::{self, FrameRead, SEGMENT_HEADER_BYTES};
+    let newer = |than: &Path| -> Result<Option<PathBuf>, Failure> {
+        let segs = reader::list_segments(wal).map_err(|e| Failure::Io(e.to_string()))?;
+        Ok(segs
+            .into_iter()
+            .map(|s| s.path)
+            .find(|p| p.as_path() > than))
+    };
+    let last_segment = || -> Result<Option<PathBuf>, Failure> {
+        let segs = reader::list_segments(wal).map_err(|e| Failure::Io(e.to_string()))?;
+        Ok(segs.into_iter().map(|s| s.path).next_back())
+    };
+    let Some(mut seg) = last_segment()? else {
+        return Err(Failure::Io(format!(
+            "{} holds no log segment",
+            wal.display()
+        )));
+    };
+    let mut offset = SEGMENT_HEADER_BYTES as u64;
+    // The first pass keeps the last few records; later ones print as they come.
+    let mut first: Option<std::collections::VecDeque<Kept>> = Some(Default::default());
+    let mut buf = vec![0u8; TAIL_READ_BYTES];
+    loop {
+        let file =
+            fs::File::open(&seg).map_err(|e| Failure::Io(format!("{}: {e}", seg.display())))?;
+        let n = file
+            .read_at(&mut buf, offset)
+            .map_err(|e| Failure::Io(format!("{}: {e}", seg.display())))?;
+        let data = &buf[..n];
+        let mut at = 0usize;
+        let mut progressed = false;
+        while let FrameRead::Frame(frame) = format::read_frame(data, at) {
+            if let Ok(record) = Record::decode(frame.kind, frame.payload) {
+                let at_offset = offset + at as u64;
+                match first.as_mut() {
+                    Some(kept) => {
+                        if kept.len() == TAIL_RECORDS {
+                            kept.pop_front();
+                        }
+                        kept.push_back((
+                            at_offset,
+                            frame.seq,
+                            frame.timestamp_unix_ms,
+                            frame.kind,
+                            record,
+                        ));
+                    }
+                    None => print_record(
+                        &seg,
+                        at_offset,
+                        frame.seq,
+                        frame.timestamp_unix_ms,
+                        frame.kind,
+                        &record,
+                        false,
+                    ),
+                }
+            }
+            at += frame.encoded_len();
+            progressed = true;
+        }
+        offset += at as u64;
+        if progressed && n == buf.len() {
+            // The read was cut short by the buffer: read on at once.
+            continue;
+        }
+        if let Some(kept) = first.take() {
+            for (o, seq, ts, kind, record) in kept {
+                print_record(&seg, o, seq, ts, kind, &record, false);
+            }
+        }
+        // Nothing more in this segment for now: a newer segment means it is closed.
+        if let Some(next) = newer(&seg)? {
+            if !progressed {
+                seg = next;
+                offset = SEGMENT_HEADER_BYTES as u64;
+                continue;
+            }
+        }
+        if !follow {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(TAIL_POLL_MS));
+    }
 }

@@ -209,3 +209,61 @@ fn serve_at_a_past_point_answers_reads_refuses_writes_and_writes_nothing() {
     assert_eq!(c.cmd_str(&["GET", "k"]), Canon::Nil);
     assert_eq!(c.cmd_str(&["GET", "other"]), Canon::s("x"));
 }
+
+/// `tail` works beside a running server: the newest records, then (`-f`) each new one.
+#[test]
+fn tail_follows_a_running_server() {
+    use std::io::BufRead;
+    let dir = TempDir::new("tail");
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    for i in 1..=12 {
+        c.cmd_str(&["SET", &format!("k{i}"), "v"]);
+    }
+    let d = data.to_str().expect("path");
+    let (code, out) = log_tool(&["tail", d]);
+    assert_eq!(code, 0, "{out}");
+    let seqs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .collect();
+    let want: Vec<String> = (3..=12).map(|i| format!("#{i}")).collect();
+    assert_eq!(seqs, want, "{out}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool-log"))
+        .args(["tail", "-f", d])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tail -f");
+    // Should a line never come, the follower is killed and the read below fails instead of
+    // hanging the suite.
+    let pid = child.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status();
+    });
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    // The ten it starts with, then what is written while it follows.
+    let mut seen = Vec::new();
+    while seen.len() < 10 {
+        let l = lines.next().expect("a line").expect("utf-8");
+        if l.starts_with('#') {
+            seen.push(l);
+        }
+    }
+    c.cmd_str(&["SET", "later", "1"]);
+    let got = loop {
+        let l = lines.next().expect("a line").expect("utf-8");
+        if l.starts_with('#') {
+            break l;
+        }
+    };
+    assert!(got.starts_with("#13 "), "{got}");
+    let cmd = lines.next().expect("a line").expect("utf-8");
+    assert!(cmd.contains("\"later\""), "{cmd}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
