@@ -178,6 +178,12 @@ fn run() -> Result<(), Failure> {
         return tail(&wal, a.has("--follow"));
     }
     refuse_if_live(Path::new(dir))?;
+    {
+        use std::io::IsTerminal;
+        let summary = matches!(cmd.as_str(), "verify" | "stats" | "replay");
+        let show = io::stderr().is_terminal() && (summary || !io::stdout().is_terminal());
+        PROGRESS.store(show, std::sync::atomic::Ordering::Relaxed);
+    }
     match cmd.as_str() {
         "verify" => {
             a.only(&[])?;
@@ -253,11 +259,62 @@ fn describe(d: &Damage) -> String {
     format!("{d} ({} bytes in the file)\n  this is {what}", d.file_len)
 }
 
+/// A progress bar over the bytes of the log, on stderr, for the long walks (verify, stats,
+/// history, replay): shown only on a terminal, and only when what the command prints does not
+/// go to that terminal too; quiet when piped.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    /// Each segment's first byte within the whole log.
+    starts: BTreeMap<PathBuf, u64>,
+}
+
+/// Whether the command's own output leaves the terminal free for a bar (set once in `run`).
+static PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Progress {
+    fn over(wal: &Path, what: &str) -> Progress {
+        let mut starts = BTreeMap::new();
+        let mut total = 0u64;
+        for seg in reader::list_segments(wal).unwrap_or_default() {
+            starts.insert(seg.path.clone(), total);
+            total += fs::metadata(&seg.path).map(|m| m.len()).unwrap_or(0);
+        }
+        let bar = PROGRESS
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .then(|| {
+                let style = indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta} left)",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> ");
+                indicatif::ProgressBar::new(total)
+                    .with_style(style)
+                    .with_message(what.to_string())
+            });
+        Progress { bar, starts }
+    }
+    fn at(&self, path: &Path, offset: u64) {
+        if let Some(b) = &self.bar {
+            b.set_position(self.starts.get(path).copied().unwrap_or(0) + offset);
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
 fn scan_decoding<F>(wal: &Path, mut each: F) -> Result<reader::ScanSummary, Failure>
 where
     F: FnMut(&Path, u64, u64, u64, u8, Record),
 {
+    let progress = Progress::over(wal, "reading the log");
     reader::scan(wal, |path, offset, frame| {
+        progress.at(path, offset);
         let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
         each(
             path,
@@ -679,7 +736,9 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
     // The last record at or before `to`: its segment, where it ends, its sequence and time.
     let mut last: Option<(PathBuf, u64, u64, u64)> = None;
     let mut records = 0u64;
+    let progress = Progress::over(wal, "finding the point");
     let s = reader::scan(wal, |path, offset, frame| {
+        progress.at(path, offset);
         if to.at_or_before(frame.seq, frame.timestamp_unix_ms) {
             let end = offset + frame.encoded_len() as u64;
             last = Some((path.to_path_buf(), end, frame.seq, frame.timestamp_unix_ms));
