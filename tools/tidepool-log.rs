@@ -6,7 +6,7 @@
 
 use base64::Engine;
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use tidepool::command::table;
@@ -32,7 +32,8 @@ const USAGE: &str = "usage: tidepool-log <command> DIR
                       then prints each new record as it is written, until interrupted; both
                       work beside a running server
   repair [--yes] DIR  cut the log at the first damage, after confirmation
-DIR is a data directory (its wal/ is used) or a wal directory itself. A point P is a sequence
+DIR is a data directory (its wal/ is used) or a wal directory itself. Every command but verify
+and repair also reads the directory of a running server (with ordinary reads, never a map). A point P is a sequence
 number, or a time: RFC 3339 (2026-11-24T14:05:00Z) or Unix milliseconds (any number from
 100000000000 on is read as a time).";
 
@@ -177,7 +178,13 @@ fn run() -> Result<(), Failure> {
         a.only(&["--follow"])?;
         return tail(&wal, a.has("--follow"));
     }
-    refuse_if_live(Path::new(dir))?;
+    match cmd.as_str() {
+        "verify" | "repair" => refuse_if_live(Path::new(dir))?,
+        _ => LIVE.store(
+            is_live(Path::new(dir)),
+            std::sync::atomic::Ordering::Relaxed,
+        ),
+    }
     {
         use std::io::IsTerminal;
         let summary = matches!(cmd.as_str(), "verify" | "stats" | "replay");
@@ -313,7 +320,7 @@ where
     F: FnMut(&Path, u64, u64, u64, u8, Record),
 {
     let progress = Progress::over(wal, "reading the log");
-    reader::scan(wal, |path, offset, frame| {
+    reader::scan_with(wal, read_mode(), |path, offset, frame| {
         progress.at(path, offset);
         let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
         each(
@@ -326,6 +333,7 @@ where
         );
         Ok(())
     })
+    .map(settled)
     .map_err(|e| match e {
         reader::ScanError::Io { .. } => Failure::Io(e.to_string()),
         reader::ScanError::Callback { .. } => {
@@ -527,8 +535,45 @@ fn stats(wal: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A running server writes into its newest segment (over preallocated zeros), so reading it
-/// through a memory map, let alone cutting it, is only safe when no server holds the lock.
+/// Whether a running server holds the directory (it writes into its newest segment, over
+/// preallocated zeros, meanwhile).
+fn is_live(dir: &Path) -> bool {
+    let data_dir = if dir.join("wal").is_dir() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    File::open(data_dir.join("LOCK"))
+        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock)))
+}
+
+/// Set when the directory is a running server's: the log is then read with ordinary reads (a
+/// copy, never a map), and a torn tail of the newest segment is the record being written, not
+/// damage.
+static LIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn read_mode() -> reader::ReadMode {
+    if LIVE.load(std::sync::atomic::Ordering::Relaxed) {
+        reader::ReadMode::Copied
+    } else {
+        reader::ReadMode::Mapped
+    }
+}
+
+/// A scan's summary, with a live server's torn tail taken for the record it is writing.
+fn settled(mut s: reader::ScanSummary) -> reader::ScanSummary {
+    let live = LIVE.load(std::sync::atomic::Ordering::Relaxed);
+    if live
+        && s.damage
+            .as_ref()
+            .is_some_and(|d| d.action == Action::CutTail)
+    {
+        s.damage = None;
+    }
+    s
+}
+
+/// Judging damage (verify) or cutting it (repair) needs a log that nobody writes.
 fn refuse_if_live(dir: &Path) -> Result<(), Failure> {
     let data_dir = if dir.join("wal").is_dir() {
         dir.to_path_buf()
@@ -737,7 +782,7 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
     let mut last: Option<(PathBuf, u64, u64, u64)> = None;
     let mut records = 0u64;
     let progress = Progress::over(wal, "finding the point");
-    let s = reader::scan(wal, |path, offset, frame| {
+    let s = reader::scan_with(wal, read_mode(), |path, offset, frame| {
         progress.at(path, offset);
         if to.at_or_before(frame.seq, frame.timestamp_unix_ms) {
             let end = offset + frame.encoded_len() as u64;
@@ -746,6 +791,7 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
         }
         Ok(())
     })
+    .map(settled)
     .map_err(|e| Failure::Io(e.to_string()))?;
     if let Some(d) = &s.damage {
         if d.action == Action::Refuse {

@@ -19,7 +19,7 @@ impl MappedFile {
         // bytes rewritten (a live server writes records over the zeros it preallocated). Nothing
         // writes a segment while it is mapped: the server maps segments only at start-up,
         // before it writes, and holds the data directory's lock from then on; `tidepool-log`
-        // refuses to run on a directory whose lock a server holds.
+        // reads a directory whose lock a server holds with `ReadMode::Copied`, never mapped.
         let map = unsafe { memmap2::Mmap::map(file)? };
         Ok(MappedFile { map: Some(map) })
     }

@@ -220,9 +220,28 @@ impl std::fmt::Display for ScanError {
     }
 }
 
+/// How a scan reads a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Through a memory map: for a log no process writes meanwhile (the server at start-up,
+    /// the log tool on a stopped server's directory).
+    Mapped,
+    /// Copied into memory with ordinary reads, so that a running server may go on writing.
+    /// What a copy catches of a record still being written reads as a torn tail.
+    Copied,
+}
+
 /// Walks every frame of every segment in order, calling `on_frame(path, offset, frame)`.
 /// Stops at the first damage and reports it with its decided action.
-pub fn scan<F>(dir: &Path, mut on_frame: F) -> Result<ScanSummary, ScanError>
+pub fn scan<F>(dir: &Path, on_frame: F) -> Result<ScanSummary, ScanError>
+where
+    F: FnMut(&Path, u64, &Frame<'_>) -> Result<(), String>,
+{
+    scan_with(dir, ReadMode::Mapped, on_frame)
+}
+
+/// [`scan`], reading the segments as `mode` says.
+pub fn scan_with<F>(dir: &Path, mode: ReadMode, mut on_frame: F) -> Result<ScanSummary, ScanError>
 where
     F: FnMut(&Path, u64, &Frame<'_>) -> Result<(), String>,
 {
@@ -241,9 +260,14 @@ where
             path: seg.path.clone(),
             error,
         };
-        let file = File::open(&seg.path).map_err(io_err)?;
-        let map = MappedFile::open(&file).map_err(io_err)?;
-        let data = map.bytes();
+        let (map, copy) = match mode {
+            ReadMode::Mapped => {
+                let file = File::open(&seg.path).map_err(io_err)?;
+                (Some(MappedFile::open(&file).map_err(io_err)?), Vec::new())
+            }
+            ReadMode::Copied => (None, std::fs::read(&seg.path).map_err(io_err)?),
+        };
+        let data = map.as_ref().map_or(copy.as_slice(), |m| m.bytes());
         summary.bytes += data.len() as u64;
         let damage = |offset: usize, finding: Finding, nothing_after: bool| Damage {
             path: seg.path.clone(),

@@ -210,7 +210,7 @@ fn torn_tail_is_cut_with_a_warning() {
         good_len,
         "the tail was cut at the last good record"
     );
-    // The inspection tool will not map a log a live server is writing.
+    // The inspection tool will not judge damage in a log a live server is writing.
     let (code, out) = log_tool(&["verify", data.to_str().unwrap()]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("in use by a running tidepool"), "{out}");
