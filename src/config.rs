@@ -245,5 +245,5 @@ pub struct Config {
     pub message_bytes_max: usize,
     pub delivery_limits: DeliveryLimits,
     /// Open the data directory at this past point of its log, read-only (`--at`).
-    pub at: Option<crate::wal::point::Point>,
+    pub at: Option<crate::point::Point>,
 }

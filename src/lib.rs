@@ -9,7 +9,7 @@
 //!                             +-> delivery                       (messages)
 //!                             +-> record ----> what a log record holds
 //!                             +-> wal                            (append, sync)
-//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log
+//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log, point
 //! ```
 //!
 //! A key-value command, from any door (REST path or body, pipeline, transaction, `redis.call`
@@ -44,7 +44,8 @@
 //!   command's reply and Redis's error texts), [`num`] (numbers as Redis reads and prints
 //!   them), [`glob`] (Redis's patterns), [`rng`] (the deterministic random source), [`secret`]
 //!   (constant-time comparison, generated credentials), [`msgpack`] (byte strings as `bin`),
-//!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic).
+//!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic),
+//!   [`point`] (a position in the log: a sequence number or a time).
 
 pub mod clock;
 pub mod command;
@@ -57,6 +58,7 @@ pub mod log;
 pub mod lua;
 pub mod msgpack;
 pub mod num;
+pub mod point;
 pub mod rdb;
 pub mod record;
 pub mod reply;

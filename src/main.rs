@@ -145,7 +145,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         dedup_entries_max: count("--dedup-max", dedup_max, config::DEDUP_ENTRIES_MAX_DEFAULT)?,
     };
     let at = at
-        .map(|p| tidepool::wal::Point::parse(&p).map_err(|e| format!("--at {e}")))
+        .map(|p| tidepool::point::Point::parse(&p).map_err(|e| format!("--at {e}")))
         .transpose()?;
     Ok(Config {
         at,

@@ -10,10 +10,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use tidepool::command::table;
+use tidepool::point::{rfc3339, Point};
 use tidepool::record::Record;
-use tidepool::wal::point::rfc3339;
 use tidepool::wal::reader::{self, Action, Damage};
-use tidepool::wal::Point;
 
 const USAGE: &str = "usage: tidepool-log <command> DIR
   verify DIR          check every segment and record; exit 1 and name file and offset on damage

@@ -26,6 +26,7 @@ use crate::delivery::sign::SigningKeys;
 use crate::delivery::worker::{Dispatch, Workers};
 use crate::delivery::Delivery;
 use crate::lua::{ScriptControl, Scripts};
+use crate::point::Point;
 use crate::record::Record;
 use crate::reply::{errors, Reply};
 use crate::rng::Rng;
@@ -138,7 +139,7 @@ pub struct Setup {
     /// The bounds of the delivery state.
     pub delivery_limits: config::DeliveryLimits,
     /// Open the log at this past point, read-only (`tidepool serve --at`).
-    pub at: Option<wal::Point>,
+    pub at: Option<Point>,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -190,8 +191,8 @@ pub fn start(
         .store(wal.last_seq(), Ordering::SeqCst);
     // A point given as a time is that time; a record's, the record's time.
     let frozen_ms = match setup.at {
-        Some(wal::Point::TimeMs(t)) => Some(t),
-        Some(wal::Point::Seq(_)) => Some(wal.next_timestamp(0)),
+        Some(Point::TimeMs(t)) => Some(t),
+        Some(Point::Seq(_)) => Some(wal.next_timestamp(0)),
         None => None,
     };
     let flusher = match fsync {

@@ -7,10 +7,10 @@
 
 pub mod format;
 pub mod mmap;
-pub mod point;
 pub mod reader;
 pub mod writer;
 
+use crate::point::Point;
 use reader::{Action, Damage};
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-pub use point::Point;
 pub use writer::WalWriter;
 
 /// How far the log has come, shared with those who wait on it: the HTTP side (the sync token),

@@ -1,5 +1,5 @@
 //! A position in the log: a record's sequence number, or a time. `tidepool serve --at` and the
-//! log tool's `--from`, `--to` take one.
+//! log tool's `--from`, `--to` take one. A leaf.
 
 /// Numbers from here on are times in Unix milliseconds (1973-03-03), not sequence numbers.
 pub const TIME_MS_FROM: u64 = 100_000_000_000;
