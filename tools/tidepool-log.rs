@@ -913,6 +913,16 @@ fn tail(wal: &Path, follow: bool) -> Result<(), Failure> {
             at += frame.encoded_len();
             progressed = true;
         }
+        // A record larger than the buffer (a big value): make room for the whole of it, once
+        // its declared length says how much (never more than a record may be).
+        if let FrameRead::Damaged(format::FrameDamage::Incomplete { needed, .. }) =
+            format::read_frame(data, at)
+        {
+            if at == 0 && n == buf.len() && needed > buf.len() {
+                buf.resize(needed, 0);
+                continue;
+            }
+        }
         offset += at as u64;
         if progressed && n == buf.len() {
             // The read was cut short by the buffer: read on at once.

@@ -314,3 +314,24 @@ fn history_and_dump_read_a_running_server() {
     let (code, out) = log_tool(&["verify", &d]);
     assert_eq!(code, 2, "{out}");
 }
+
+/// Found when reading `tail` again: a record larger than its 4 MiB read buffer would have
+/// stalled it for good. It makes room for the record.
+#[test]
+fn tail_shows_a_record_larger_than_its_buffer() {
+    let dir = TempDir::new("tailbig");
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    let big = "x".repeat(5 << 20);
+    assert_eq!(c.cmd_str(&["SET", "big", &big]), Canon::s("OK"));
+    c.cmd_str(&["SET", "small", "1"]);
+    let (code, out) = log_tool(&["tail", data.to_str().expect("path")]);
+    assert_eq!(code, 0);
+    let seqs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(seqs, ["#1", "#2"]);
+}
