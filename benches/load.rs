@@ -7,6 +7,12 @@
 //!
 //!     target/release/tidepool-bench --delivery [--messages N] [--connections C] [--pending P]
 //!
+//!     target/release/tidepool-bench --replay [--commands N] [--singles S]
+//!
+//! The last form times a start-up's replay of the log: N SETs written in pipelines of 100 (one
+//! record each) and S more one request (one record) each, over N/10 keys; then the median of
+//! three starts, from spawning the process to its first line (which comes after the replay).
+//!
 //! The second form times range reads on big structures (LRANGE, ZRANGEBYSCORE, ZRANGE BYSCORE
 //! LIMIT) at 10,000 and at 1,000,000 elements: with O(log n + m) structures the two sizes cost
 //! about the same.
@@ -263,6 +269,56 @@ fn time_cmd(c: &mut Client, body: &str, runs: usize) -> Result<f64, String> {
     Ok(t[t.len() / 2])
 }
 
+/// Start-up replay: how fast a log of `commands` pipelined SETs and `singles` one-command
+/// records is replayed.
+fn replay(bin: &Path, tmp: &Path, commands: u64, singles: u64) -> Result<(), String> {
+    let dir = tmp.join("replay");
+    let keys = (commands / 10).max(1);
+    {
+        let (_tp, port) = tidepool(bin, &dir, "never")?;
+        let mut c = Client::connect(port)?;
+        let mut n = 0;
+        while n < commands {
+            let body: Vec<String> = (n..(n + 100).min(commands))
+                .map(|i| format!(r#"["SET","k{}","value-{i}"]"#, i % keys))
+                .collect();
+            c.post("/pipeline", &format!("[{}]", body.join(",")))?;
+            n += 100;
+        }
+        for i in 0..singles {
+            c.post("/", &format!(r#"["SET","k{}","single-{i}"]"#, i % keys))?;
+        }
+    }
+    let log_bytes: u64 = std::fs::read_dir(dir.join("wal"))
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let (tp, _) = tidepool(bin, &dir, "never")?;
+        times.push(start.elapsed().as_secs_f64());
+        drop(tp);
+    }
+    times.sort_by(f64::total_cmp);
+    let t = times[1];
+    let records = commands.div_ceil(100) + singles;
+    let all = commands + singles;
+    println!("| log | records | commands | start-up (median of 3) | records/s | commands/s |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {:.1} MB | {records} | {all} | {t:.2} s | {:.0} | {:.0} |",
+        log_bytes as f64 / 1e6,
+        records as f64 / t,
+        all as f64 / t
+    );
+    println!();
+    println!("(the start-up includes spawning the process and opening the listener)");
+    Ok(())
+}
+
 fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     let (_tp, port) = tidepool(bin, &tmp.join("structures"), "never")?;
     let mut c = Client::connect(port)?;
@@ -365,6 +421,16 @@ fn run() -> Result<(), String> {
             arg("--messages", 30_000),
             arg("--connections", 64),
             arg("--pending", 1_000_000),
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if args.iter().any(|a| a == "--replay") {
+        let r = replay(
+            &bin,
+            &tmp,
+            arg("--commands", 1_000_000),
+            arg("--singles", 100_000),
         );
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
