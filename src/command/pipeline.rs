@@ -178,19 +178,17 @@ impl Ctx<'_> {
         let mut logged = Vec::new();
         let out = {
             let mut call = |argv: Vec<Vec<u8>>, read_only: bool| {
-                let mut inner = Ctx {
-                    db: &mut *self.db,
-                    now_ms: self.now_ms,
-                    rng: &mut *self.rng,
-                    dirty: false,
-                    rewrite: None,
-                    perm: self.perm,
-                    origin: Origin::Script { read_only },
-                    client: self.client,
-                    server: &mut *self.server,
-                    scripts: None,
-                    logged: &mut logged,
-                };
+                let mut inner = Ctx::new(
+                    &mut *self.db,
+                    self.now_ms,
+                    &mut *self.rng,
+                    self.perm,
+                    self.client,
+                    &mut *self.server,
+                    None,
+                    &mut logged,
+                );
+                inner.origin = Origin::Script { read_only };
                 run_checked(&mut inner, argv)
             };
             f(&mut call)

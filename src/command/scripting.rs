@@ -35,37 +35,26 @@ fn keys_end(a: &[Vec<u8>], bad_count: Reply) -> Result<usize, Reply> {
 pub fn eval(ctx: &mut Ctx, a: &[Vec<u8>], by_sha: bool, read_only: bool) -> Reply {
     let not_integer = Reply::err(crate::reply::errors::NOT_INTEGER);
     let split = tri!(keys_end(a, not_integer));
-    let Some(scripts) = ctx.scripts.take() else {
-        return no_engine();
-    };
-    let sha = if by_sha {
-        Ok(String::from_utf8_lossy(&a[1]).to_ascii_lowercase())
-    } else {
-        scripts.load(&a[1])
-    };
-    let reply = match sha {
-        Ok(sha) => {
-            ctx.run_lua(|call| scripts.run(&sha, &a[3..split], &a[split..], read_only, call))
-        }
-        Err(e) => e,
-    };
-    ctx.scripts = Some(scripts);
-    reply
+    with_engine(ctx, |scripts, ctx| {
+        let sha = if by_sha {
+            String::from_utf8_lossy(&a[1]).to_ascii_lowercase()
+        } else {
+            tri!(scripts.load(&a[1]))
+        };
+        ctx.run_lua(|call| scripts.run(&sha, &a[3..split], &a[split..], read_only, call))
+    })
 }
 
 /// `FCALL function numkeys key ... arg ...` and FCALL_RO.
 pub fn fcall(ctx: &mut Ctx, a: &[Vec<u8>], read_only: bool) -> Reply {
     let split = tri!(keys_end(a, Reply::err("ERR Bad number of keys provided")));
-    let Some(scripts) = ctx.scripts.take() else {
-        return no_engine();
-    };
-    scripts.sync(ctx.db);
-    let function = String::from_utf8_lossy(&a[1]).into_owned();
-    let reply = ctx.run_lua(|call| {
-        scripts.call_function(&function, &a[3..split], &a[split..], read_only, call)
-    });
-    ctx.scripts = Some(scripts);
-    reply
+    with_engine(ctx, |scripts, ctx| {
+        scripts.sync(ctx.db);
+        let function = String::from_utf8_lossy(&a[1]).into_owned();
+        ctx.run_lua(|call| {
+            scripts.call_function(&function, &a[3..split], &a[split..], read_only, call)
+        })
+    })
 }
 
 /// Runs `f` with the Lua engine, or answers that there is none.
@@ -118,30 +107,33 @@ pub fn kill() -> Reply {
 /// `FUNCTION LOAD`: checked with Lua (the library must load and register functions, none of
 /// them another library's), then stored and logged like any write. Replay only stores.
 pub fn function_load(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    if ctx.scripts.is_some() {
-        let r = with_engine(ctx, |s, ctx| match check_function_load(s, ctx, a) {
-            Ok(()) => Reply::ok(),
-            Err(e) => e,
-        });
-        if r.is_error() {
-            return r;
-        }
-    }
-    functions::load(ctx, a)
+    checked_then(ctx, a, check_function_load, functions::load)
 }
 
 /// `FUNCTION RESTORE`: checked as FUNCTION LOAD checks each library, then stored.
 pub fn function_restore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    if ctx.scripts.is_some() {
-        let r = with_engine(ctx, |s, ctx| match check_function_restore(s, ctx, a) {
-            Ok(()) => Reply::ok(),
-            Err(e) => e,
-        });
-        if r.is_error() {
-            return r;
+    checked_then(ctx, a, check_function_restore, functions::restore)
+}
+
+/// A check of FUNCTION LOAD's or RESTORE's libraries that needs the Lua engine.
+type LibraryCheck = fn(&mut Scripts, &mut Ctx, &[Vec<u8>]) -> Result<(), Reply>;
+
+/// Runs `check` with the Lua engine when there is one (not during replay, which only stores),
+/// then `store`.
+fn checked_then(
+    ctx: &mut Ctx,
+    a: &[Vec<u8>],
+    check: LibraryCheck,
+    store: fn(&mut Ctx, &[Vec<u8>]) -> Reply,
+) -> Reply {
+    if let Some(scripts) = ctx.scripts.take() {
+        let checked = check(scripts, ctx, a);
+        ctx.scripts = Some(scripts);
+        if let Err(e) = checked {
+            return e;
         }
     }
-    functions::restore(ctx, a)
+    store(ctx, a)
 }
 
 fn check_function_load(scripts: &mut Scripts, ctx: &mut Ctx, a: &[Vec<u8>]) -> Result<(), Reply> {

@@ -564,13 +564,17 @@ impl Scripts {
         if self.loaded_version == Some(db.functions_version()) {
             return;
         }
+        // All libraries in one hand-over of the runtime thread, not one each.
+        let loaded: Vec<_> = beside_the_runtime(|| {
+            db.functions()
+                .iter()
+                // Checked when it was loaded; a library that no longer loads is left out.
+                .filter_map(|(lib, code)| Some((lib, code, self.check_library_here(code).ok()?.1)))
+                .collect()
+        });
         self.functions.clear();
         self.libraries.clear();
-        for (lib, code) in db.functions() {
-            // Checked when it was loaded; a library that no longer loads is left out.
-            let Ok((_, defs)) = self.check_library(code) else {
-                continue;
-            };
+        for (lib, code, defs) in loaded {
             let names = defs.iter().map(|(n, _)| n.clone()).collect();
             self.functions.extend(defs);
             self.libraries.insert(lib.clone(), (code.clone(), names));
@@ -604,6 +608,18 @@ fn lua_message(e: &mlua::Error) -> String {
 }
 
 const RO_WITH_WRITE_FLAG: &str = "ERR Can not execute a script with write flag using *_ro command.";
+
+/// Whether code with declared `flags` runs read-only when called as `read_only` (the `_RO`
+/// forms): `no-writes` makes it so; code that may write refuses the `_RO` forms.
+fn declared_read_only(flags: &[String], read_only: bool) -> Result<bool, Reply> {
+    if flags.iter().any(|f| f == "no-writes") {
+        Ok(true)
+    } else if read_only {
+        Err(Reply::err(RO_WITH_WRITE_FLAG))
+    } else {
+        Ok(false)
+    }
+}
 
 /// The text of an error the handler returned: its `err`, and for a script or function (`label`)
 /// Redis's " script: <label>, on <source>:<line>." when the line is known.
@@ -753,9 +769,11 @@ impl Scripts {
         };
         // A script with a shebang declares whether it writes; without one it may (Redis 7).
         let read_only = match &compiled.flags {
-            Some(flags) if flags.iter().any(|f| f == "no-writes") => true,
-            Some(_) if read_only => return Reply::err(RO_WITH_WRITE_FLAG),
-            _ => read_only,
+            Some(flags) => match declared_read_only(flags, read_only) {
+                Ok(r) => r,
+                Err(e) => return e,
+            },
+            None => read_only,
         };
         beside_the_runtime(|| {
             self.invoke(&compiled.function, sha, false, keys, argv, read_only, call)
@@ -774,12 +792,9 @@ impl Scripts {
         let Some(def) = self.functions.get(name) else {
             return Reply::err("ERR Function not found");
         };
-        let read_only = if def.flags.iter().any(|f| f == "no-writes") {
-            true
-        } else if read_only {
-            return Reply::err(RO_WITH_WRITE_FLAG);
-        } else {
-            false
+        let read_only = match declared_read_only(&def.flags, read_only) {
+            Ok(r) => r,
+            Err(e) => return e,
         };
         beside_the_runtime(|| self.invoke(&def.function, name, true, keys, argv, read_only, call))
     }
