@@ -179,6 +179,23 @@ fn serve_at_a_past_point_answers_reads_refuses_writes_and_writes_nothing() {
         Canon::s("v2"),
         "the refused write changed nothing"
     );
+    // Through every door (path, query, body, body as last argument, pipeline, multi-exec,
+    // base64 and plain), the same refusal.
+    for door in DOORS {
+        let set: Vec<Vec<u8>> = ["SET", "k", "v3"]
+            .iter()
+            .map(|a| a.as_bytes().to_vec())
+            .collect();
+        let Canon::Err(e) = c.cmd_via(*door, &set) else {
+            panic!("{door:?}: a write must be refused");
+        };
+        assert!(
+            e.starts_with("ERR this server shows its log as of record #2"),
+            "{door:?}: {e}"
+        );
+        let get = [b"GET".to_vec(), b"k".to_vec()];
+        assert_eq!(c.cmd_via(*door, &get), Canon::s("v2"), "{door:?}");
+    }
     // A script that writes is refused at its write; the delivery API refuses publishing.
     let Canon::Err(e) = c.cmd_str(&["EVAL", "return redis.call('SET','k','x')", "0"]) else {
         panic!("a script's write must be refused");
