@@ -189,6 +189,95 @@ pub const RUNTIME_THREAD_STACK_BYTES: usize = 32 * 1024 * 1024;
 /// (repeats allowed); a larger one is `ERR value is out of range`.
 pub const RANDOM_COUNT_REPEATS_MAX: u64 = 10_000_000;
 
+/// Bytes of keys a snapshot puts in one chunk (each chunk is checksummed on its own, and a
+/// damaged one is reported with its offset).
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+/// `--auto-snapshot-percentage`: a snapshot is taken when the log written since the last one
+/// has grown to this percentage of that snapshot's size (Redis's `auto-aof-rewrite-percentage`);
+/// 0 turns automatic snapshots off.
+pub const AUTO_SNAPSHOT_PERCENTAGE_DEFAULT: u64 = 100;
+/// `--auto-snapshot-min-bytes`: no automatic snapshot before the log since the last one has
+/// reached this size (Redis's `auto-aof-rewrite-min-size`).
+pub const AUTO_SNAPSHOT_MIN_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+/// `--log-retention`: history kept behind the newest snapshot, for replay and inspection.
+pub const LOG_RETENTION_DEFAULT: &str = "1d";
+
+/// How much of the log behind the newest snapshot is kept (`--log-retention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// `0`: nothing beyond what start-up needs.
+    Nothing,
+    /// A duration: segments whose records are all older than this go.
+    Millis(u64),
+    /// A size: the newest segments up to this many bytes stay.
+    Bytes(u64),
+}
+
+impl Retention {
+    /// `0`, a duration (`90s`, `30m`, `12h`, `7d`, `2w`) or a size (`500MB`, `10GiB`, `1TB`, or
+    /// plain bytes with `B`).
+    pub fn parse(s: &str) -> Result<Retention, String> {
+        let t = s.trim();
+        if t == "0" {
+            return Ok(Retention::Nothing);
+        }
+        let split = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| {
+            format!("'{s}' needs a unit: a duration such as 7d or a size such as 10GiB")
+        })?;
+        let (num, unit) = t.split_at(split);
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("'{s}' must start with a whole number"))?;
+        let scale = |m: u64| {
+            n.checked_mul(m)
+                .ok_or_else(|| format!("'{s}' is too large"))
+        };
+        let r = match unit.trim() {
+            "s" => Retention::Millis(scale(1000)?),
+            "m" | "min" => Retention::Millis(scale(60_000)?),
+            "h" => Retention::Millis(scale(3_600_000)?),
+            "d" => Retention::Millis(scale(86_400_000)?),
+            "w" => Retention::Millis(scale(7 * 86_400_000)?),
+            "B" => Retention::Bytes(n),
+            "KB" | "kB" => Retention::Bytes(scale(1000)?),
+            "MB" => Retention::Bytes(scale(1000 * 1000)?),
+            "GB" => Retention::Bytes(scale(1000 * 1000 * 1000)?),
+            "TB" => Retention::Bytes(scale(1000 * 1000 * 1000 * 1000)?),
+            "KiB" => Retention::Bytes(scale(1 << 10)?),
+            "MiB" => Retention::Bytes(scale(1 << 20)?),
+            "GiB" => Retention::Bytes(scale(1 << 30)?),
+            "TiB" => Retention::Bytes(scale(1 << 40)?),
+            other => {
+                return Err(format!(
+                    "'{s}': unknown unit '{other}' (durations: s, m, h, d, w; sizes: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+                ))
+            }
+        };
+        Ok(match r {
+            Retention::Millis(0) | Retention::Bytes(0) => Retention::Nothing,
+            r => r,
+        })
+    }
+}
+
+/// When snapshots are taken and what is kept behind them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    pub auto_percentage: u64,
+    pub auto_min_bytes: u64,
+    pub retention: Retention,
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> SnapshotPolicy {
+        SnapshotPolicy {
+            auto_percentage: AUTO_SNAPSHOT_PERCENTAGE_DEFAULT,
+            auto_min_bytes: AUTO_SNAPSHOT_MIN_BYTES_DEFAULT,
+            retention: Retention::Millis(86_400_000),
+        }
+    }
+}
+
 /// When a write counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsyncMode {
@@ -246,4 +335,5 @@ pub struct Config {
     pub delivery_limits: DeliveryLimits,
     /// Open the data directory at this past point of its log, read-only (`--at`).
     pub at: Option<crate::point::Point>,
+    pub snapshots: SnapshotPolicy,
 }

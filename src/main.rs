@@ -6,7 +6,8 @@ use tidepool::config::{self, Config, FsyncMode};
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
                                             [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
-                      [--dedup-max N] [--at SEQ|TIME]
+                      [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
+                      [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
@@ -16,7 +17,12 @@ dropped first; default 100000), TIDEPOOL_WAITERS_MAX (open workflow waits; 10000
 TIDEPOOL_NOTIFICATIONS_MAX (lookback notifications; 100000), TIDEPOOL_DEDUP_MAX
 (deduplication ids within their window; 1000000), TIDEPOOL_AT (open DIR as it was at a record's
 sequence number or a time, RFC 3339 or Unix milliseconds, read-only: writes are refused and
-nothing is written into DIR). Defaults: 127.0.0.1:8079,
+nothing is written into DIR), TIDEPOOL_LOG_RETENTION (log history kept behind the newest
+snapshot: 0, a duration such as 7d or a size such as 10GiB; default 1d),
+TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE (take a snapshot when the log since the last one reaches this
+percentage of its size; default 100, 0 = never automatically), TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES
+(but not before the log since the last one has this many bytes; default 64 MiB).
+Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
 
@@ -63,6 +69,9 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut notifications_max = env("TIDEPOOL_NOTIFICATIONS_MAX");
     let mut dedup_max = env("TIDEPOOL_DEDUP_MAX");
     let mut at = env("TIDEPOOL_AT");
+    let mut retention = env("TIDEPOOL_LOG_RETENTION");
+    let mut auto_pct = env("TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE");
+    let mut auto_min = env("TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -84,6 +93,9 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--notifications-max" => &mut notifications_max,
             "--dedup-max" => &mut dedup_max,
             "--at" => &mut at,
+            "--log-retention" => &mut retention,
+            "--auto-snapshot-percentage" => &mut auto_pct,
+            "--auto-snapshot-min-bytes" => &mut auto_min,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -147,7 +159,34 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let at = at
         .map(|p| tidepool::point::Point::parse(&p).map_err(|e| format!("--at {e}")))
         .transpose()?;
+    let whole = |flag: &str, v: Option<String>, default: u64| -> Result<u64, String> {
+        match v {
+            None => Ok(default),
+            Some(n) => n
+                .parse()
+                .map_err(|_| format!("{flag} '{n}' must be a whole number")),
+        }
+    };
+    let snapshots = config::SnapshotPolicy {
+        auto_percentage: whole(
+            "--auto-snapshot-percentage",
+            auto_pct,
+            config::AUTO_SNAPSHOT_PERCENTAGE_DEFAULT,
+        )?,
+        auto_min_bytes: whole(
+            "--auto-snapshot-min-bytes",
+            auto_min,
+            config::AUTO_SNAPSHOT_MIN_BYTES_DEFAULT,
+        )?,
+        retention: config::Retention::parse(
+            retention
+                .as_deref()
+                .unwrap_or(config::LOG_RETENTION_DEFAULT),
+        )
+        .map_err(|e| format!("--log-retention {e}"))?,
+    };
     Ok(Config {
+        snapshots,
         at,
         delivery_limits,
         message_bytes_max,

@@ -188,6 +188,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             return Err(format!("cannot lock {}: {e}", lock_path.display()))
         }
     }
+    crate::fault::init();
     let creds = credentials(dir, &cfg)?;
     let (token, ro_token) = (creds.token.clone(), creds.read_only_token.clone());
     let keys = Arc::new(RwLock::new(creds.keys.clone()));
@@ -216,8 +217,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
             message_bytes_max: cfg.message_bytes_max,
             delivery_limits: cfg.delivery_limits,
             at: cfg.at,
+            snapshots: cfg.snapshots,
         };
-        let ex = executor::start(&wal_dir, cfg.fsync, addr.port(), setup)?;
+        let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {
             crate::log::line(&format!("warning: {cut}"));
         }
@@ -226,8 +228,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         // must not take the server down, and println! would panic on EPIPE.
         let state = match cfg.at {
             None => format!(
-                "fsync {}; replayed {} records from {} segments",
+                "fsync {}; {}replayed {} records from {} segments",
                 cfg.fsync.name(),
+                match ex.report.snapshot {
+                    Some(seq) => format!("loaded the snapshot at record #{seq}, "),
+                    None => String::new(),
+                },
                 ex.report.records,
                 ex.report.segments
             ),

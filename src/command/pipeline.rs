@@ -60,6 +60,40 @@ pub struct Facts {
     pub monitors: usize,
     pub subscribers: usize,
     pub commands_processed: u64,
+    pub snapshots: SnapshotFacts,
+}
+
+/// What INFO persistence reports about snapshots.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotFacts {
+    /// A background snapshot is being written, started this many seconds ago.
+    pub running_s: Option<u64>,
+    /// One is asked for after the running one (BGSAVE SCHEDULE, BGREWRITEAOF).
+    pub scheduled: bool,
+    /// Unix seconds of the last snapshot written (or of start-up, before any).
+    pub last_save_s: u64,
+    pub last_ok: bool,
+    /// How long the last one took, in seconds (None before any).
+    pub last_took_s: Option<u64>,
+    /// Snapshots written since start.
+    pub saves: u64,
+    /// Records logged since the last snapshot.
+    pub changes_since: u64,
+    /// Bytes of the log on disk, and of the newest snapshot.
+    pub log_bytes: u64,
+    pub snapshot_bytes: u64,
+}
+
+/// Which command asks for a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotAsk {
+    /// SAVE: written before the reply.
+    Save,
+    /// BGSAVE [SCHEDULE]: written by a child process while the server goes on.
+    Background { schedule: bool },
+    /// BGREWRITEAOF: the same as BGSAVE SCHEDULE (the log is rewritten as a snapshot), with
+    /// Redis's texts for AOF rewrites.
+    Rewrite,
 }
 
 /// What some commands need from the server around the state (the executor implements it):
@@ -79,6 +113,9 @@ pub trait Server {
     /// How many distinct patterns are subscribed to.
     fn patterns(&self) -> usize;
     fn facts(&self) -> Facts;
+    /// SAVE, BGSAVE, BGREWRITEAOF: the snapshot is taken once this request's record is
+    /// logged; the reply now (Redis's text), or the refusal.
+    fn snapshot(&mut self, ask: SnapshotAsk) -> Reply;
 }
 
 /// The server while the log is replayed: no streams, no monitors, a healthy log.
@@ -103,6 +140,9 @@ impl Server for Replay {
     }
     fn facts(&self) -> Facts {
         Facts::default()
+    }
+    fn snapshot(&mut self, _: SnapshotAsk) -> Reply {
+        Reply::err("ERR snapshots are not taken while the log is replayed")
     }
 }
 

@@ -170,13 +170,31 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         ));
     }
     if want("persistence") {
+        let s = &f.snapshots;
+        let status = if s.last_ok { "ok" } else { "err" };
+        let running = s.running_s.is_some();
         out.push_str(&format!(
-            "# Persistence\r\nloading:0\r\naof_enabled:1\r\ntidepool_fsync:{}\r\ntidepool_log_last_seq:{}\r\ntidepool_log_durable_seq:{}\r\ntidepool_log_syncs:{}\r\ntidepool_log_writable:{}\r\n\r\n",
+            "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{status}\r\nrdb_last_bgsave_time_sec:{}\r\nrdb_current_bgsave_time_sec:{}\r\nrdb_saves:{}\r\naof_enabled:1\r\naof_rewrite_in_progress:{}\r\naof_rewrite_scheduled:{}\r\naof_last_rewrite_time_sec:{}\r\naof_current_rewrite_time_sec:{}\r\naof_last_bgrewrite_status:{status}\r\naof_rewrites:{}\r\naof_last_write_status:{}\r\naof_current_size:{}\r\naof_base_size:{}\r\ntidepool_fsync:{}\r\ntidepool_log_last_seq:{}\r\ntidepool_log_durable_seq:{}\r\ntidepool_log_syncs:{}\r\ntidepool_log_writable:{}\r\ntidepool_snapshot_bytes:{}\r\n\r\n",
+            s.changes_since,
+            u8::from(running),
+            s.last_save_s,
+            s.last_took_s.map_or(-1, |t| t as i64),
+            s.running_s.map_or(-1, |t| t as i64),
+            s.saves,
+            u8::from(running),
+            u8::from(s.scheduled),
+            s.last_took_s.map_or(-1, |t| t as i64),
+            s.running_s.map_or(-1, |t| t as i64),
+            s.saves,
+            if f.log_writable { "ok" } else { "err" },
+            s.log_bytes,
+            s.snapshot_bytes,
             f.fsync,
             f.log_last_seq,
             f.log_durable_seq,
             f.log_syncs,
-            u8::from(f.log_writable)
+            u8::from(f.log_writable),
+            s.snapshot_bytes,
         ));
     }
     if want("stats") {

@@ -20,6 +20,7 @@
 pub mod conf;
 pub mod cron;
 pub mod flow;
+pub mod image;
 pub mod json;
 pub mod model;
 pub mod ops;

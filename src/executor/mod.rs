@@ -15,6 +15,7 @@
 
 mod flusher;
 pub mod pubsub;
+pub mod snapshots;
 
 use crate::clock;
 use crate::command::pipeline::{self, Facts, Server};
@@ -125,6 +126,7 @@ pub struct Executor {
     read_only: Option<String>,
     /// The time of that point: every job runs at it.
     frozen_ms: Option<u64>,
+    snapshots: snapshots::Snapshots,
 }
 
 /// What the executor needs at start besides the log: the delivery service's settings and the
@@ -140,6 +142,8 @@ pub struct Setup {
     pub delivery_limits: config::DeliveryLimits,
     /// Open the log at this past point, read-only (`tidepool serve --at`).
     pub at: Option<Point>,
+    /// When snapshots are taken, and how much log is kept behind them.
+    pub snapshots: config::SnapshotPolicy,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -151,16 +155,45 @@ pub struct ExecutorHandle {
     pub report: wal::RecoveryReport,
 }
 
-/// Replays the log in `dir` and starts the executor task.
-/// Must be called inside the tokio runtime.
+/// Loads the newest snapshot of `data_dir`, replays the log after it and starts the executor
+/// task. Must be called inside the tokio runtime.
 pub fn start(
-    dir: &Path,
+    data_dir: &Path,
     fsync: FsyncMode,
     listen_port: u16,
     setup: Setup,
 ) -> Result<ExecutorHandle, String> {
-    let mut db = Db::new();
-    let mut delivery = Delivery::new();
+    let dir = &data_dir.join("wal");
+    let chosen = match setup.at {
+        None => crate::snapshot::choose(data_dir, dir, |_| true, |_| {})?,
+        Some(p) => crate::snapshot::choose(
+            data_dir,
+            dir,
+            |h| p.at_or_before(h.seq, h.record_unix_ms),
+            |_| {},
+        )?,
+    };
+    for d in &chosen.skipped {
+        crate::log::line(&format!(
+            "warning: the snapshot {d} is damaged; starting from an older point and a longer log instead"
+        ));
+    }
+    let (mut db, mut delivery, base, last_snapshot) = match chosen.loaded {
+        Some(l) => {
+            let bytes = std::fs::metadata(
+                crate::snapshot::snapshot_dir(data_dir)
+                    .join(crate::snapshot::format::snapshot_file_name(l.header.seq)),
+            )
+            .map(|m| m.len())
+            .unwrap_or(0);
+            let base = wal::Base {
+                seq: l.header.seq,
+                timestamp_unix_ms: l.header.record_unix_ms,
+            };
+            (l.db, l.delivery, base, Some((l.header.seq, bytes)))
+        }
+        None => (Db::new(), Delivery::new(), wal::Base::default(), None),
+    };
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
     let mut apply = |seq, ts, kind, payload: &[u8]| {
@@ -174,10 +207,24 @@ pub fn start(
             "this server shows its log as of {p}, read-only (--at): it answers reads, not writes"
         )
     });
-    let (mut wal, report) = match (setup.at, &read_only) {
-        (Some(point), Some(why)) => wal::replay_to(dir, point, why.clone(), &mut apply)?,
-        _ => wal::recover(dir, config::SEGMENT_BYTES_MAX, &mut apply)?,
+    let (mut wal, mut report) = match (setup.at, &read_only) {
+        (Some(point), Some(why)) => wal::replay_to(dir, point, base, why.clone(), &mut apply)?,
+        _ => wal::recover(dir, config::SEGMENT_BYTES_MAX, base, &mut apply)?,
     };
+    report.snapshot = last_snapshot.map(|(seq, _)| seq);
+    // What a crash left of an interrupted snapshot goes now (it was never published); what
+    // the retention no longer keeps too.
+    if read_only.is_none() {
+        if let Some((seq, _)) = last_snapshot {
+            let _ = crate::snapshot::compact(
+                data_dir,
+                dir,
+                seq,
+                setup.snapshots.retention,
+                clock::wall_unix_ms(),
+            );
+        }
+    }
     if replay_errors > 0 {
         crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
@@ -226,6 +273,14 @@ pub fn start(
         workers,
         backoff_unit_ms: setup.backoff_unit_ms,
         scripts: Scripts::new(shared.scripts.clone())?,
+        snapshots: snapshots::Snapshots::new(
+            data_dir.to_path_buf(),
+            dir.to_path_buf(),
+            setup.snapshots,
+            last_snapshot,
+            read_only.clone(),
+            clock::wall_unix_ms(),
+        ),
         read_only,
         frozen_ms,
     };
@@ -418,7 +473,12 @@ impl Executor {
             }
             self.finish_batch(pending);
             self.dispatch_due();
+            if self.poisoned().is_none() && self.snapshots.due(&self.wal) {
+                // Logged by the snapshot's own lines; nobody waits for an answer.
+                let _ = self.take_snapshot(true);
+            }
         }
+        self.snapshots.stop();
         // Shutdown: everything written is synced before the process exits.
         if let Some(f) = self.flusher.take() {
             f.stop();
@@ -596,6 +656,7 @@ impl Executor {
             started_ms,
             commands_processed,
             listen_port,
+            snapshots,
             ..
         } = self;
         let mut around = Around {
@@ -607,6 +668,9 @@ impl Executor {
             listen_port: *listen_port,
             commands_processed,
             refusal,
+            snapshots,
+            started: 0,
+            snapshot_asked: None,
         };
         let mut ctx = Ctx::new(
             db,
@@ -618,13 +682,34 @@ impl Executor {
             Some(scripts),
             &mut logged,
         );
-        let replies = pipeline::run_request(&mut ctx, cmds, mode);
+        let mut replies = pipeline::run_request(&mut ctx, cmds, mode);
+        let asked = around.snapshot_asked;
         // At a past point only reads run; what they change (hash fields whose time has passed
         // leave before a read sees them) is a view of that moment, not a record.
         if !logged.is_empty() && self.read_only.is_none() {
             self.wal.append(ts, &Record::KvCommands(logged));
         }
+        // SAVE, BGSAVE, BGREWRITEAOF: taken here, between this request's record and the next.
+        if let Some((background, index)) = asked {
+            if let Err(e) = self.take_snapshot(background) {
+                if let Ok(Some(r)) = replies.as_mut().map(|r| r.get_mut(index)) {
+                    *r = Reply::Error(format!("ERR {e}"));
+                }
+            }
+        }
         replies
+    }
+
+    /// Takes a snapshot at the log's current end (see `snapshots`).
+    fn take_snapshot(&mut self, background: bool) -> Result<(), String> {
+        let now = clock::wall_unix_ms();
+        let r = self
+            .snapshots
+            .take(background, &mut self.wal, &self.db, &self.delivery, now);
+        if let Some(why) = self.wal.poisoned() {
+            crate::log::line(&format!("error: {why}; the log now refuses writes"));
+        }
+        r
     }
 
     /// Removes keys and hash fields whose expiry has passed, through a logged DEL and HDELs
@@ -670,6 +755,12 @@ struct Around<'a> {
     commands_processed: &'a mut u64,
     /// The error writes get, when they are refused.
     refusal: Option<String>,
+    snapshots: &'a mut snapshots::Snapshots,
+    /// Commands started in this request (the index of a SAVE's reply).
+    started: usize,
+    /// A snapshot asked for by this request: in the background or not, and the asking
+    /// command's place among the replies.
+    snapshot_asked: Option<(bool, usize)>,
 }
 
 impl Server for Around<'_> {
@@ -678,6 +769,7 @@ impl Server for Around<'_> {
     }
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>]) {
         *self.commands_processed += 1;
+        self.started += 1;
         self.pubsub.feed_monitors(client, args);
     }
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
@@ -705,7 +797,20 @@ impl Server for Around<'_> {
             monitors: self.pubsub.monitor_count(),
             subscribers: self.pubsub.subscriber_count(),
             commands_processed: *self.commands_processed,
+            snapshots: self
+                .snapshots
+                .facts(self.wal.last_seq(), clock::wall_unix_ms()),
         }
+    }
+    fn snapshot(&mut self, ask: pipeline::SnapshotAsk) -> Reply {
+        if self.snapshot_asked.is_some() {
+            return Reply::err("ERR Background save already in progress");
+        }
+        let (reply, take) = self.snapshots.ask(ask, self.refusal.clone());
+        if let Some(background) = take {
+            self.snapshot_asked = Some((background, self.started.saturating_sub(1)));
+        }
+        reply
     }
 }
 

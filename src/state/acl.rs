@@ -219,6 +219,22 @@ impl Acl {
         self.secret = secret;
     }
 
+    /// Deletions per user name (what a snapshot keeps besides the users).
+    pub fn deletions(&self) -> &BTreeMap<String, u64> {
+        &self.deleted
+    }
+
+    /// The users and deletions a snapshot kept; the secret stays as configured.
+    pub fn restore(&mut self, users: BTreeMap<String, AclUser>, deleted: BTreeMap<String, u64>) {
+        self.users = users;
+        self.deleted = deleted;
+    }
+
+    /// Whether two ACL states are the same (the secret is configuration, not state).
+    pub fn same_state(&self, other: &Acl) -> bool {
+        self.users == other.users && self.deleted == other.deleted
+    }
+
     /// Deletes a user; its tokens die with it (see [`AclUser::generation`]).
     pub fn del_user(&mut self, name: &str) -> bool {
         if self.users.remove(name).is_none() {

@@ -313,4 +313,56 @@ impl Db {
     pub fn raw(&self) -> &ScanMap<Entry> {
         &self.keys
     }
+
+    /// Where two databases differ in what the log determines: keys with their values and
+    /// expiry, ACL users, function libraries. Not the last access of a key (reads set it, and
+    /// reads are not logged). Derived indexes are compared through
+    /// what they index; the field-expiry index may hold stale entries by design and is
+    /// compared by what it finds due. `None` when they are the same.
+    pub fn difference(&self, other: &Db) -> Option<String> {
+        if self.keys.len() != other.keys.len() {
+            return Some(format!(
+                "{} keys against {}",
+                self.keys.len(),
+                other.keys.len()
+            ));
+        }
+        for (k, e) in self.keys.iter() {
+            match other.keys.get(k) {
+                None => return Some(format!("key {:?} is missing", String::from_utf8_lossy(k))),
+                Some(o) if o.value != e.value || o.expire_at_ms != e.expire_at_ms => {
+                    return Some(format!(
+                        "key {:?} differs:\n{e:?}\n{o:?}",
+                        String::from_utf8_lossy(k)
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        if self.expires != other.expires {
+            return Some("the expiry index differs".into());
+        }
+        if !self.acl.same_state(&other.acl) {
+            return Some(format!(
+                "ACL users differ:\n{:?}\n{:?}",
+                self.acl.users, other.acl.users
+            ));
+        }
+        if self.functions != other.functions {
+            return Some("function libraries differ".into());
+        }
+        let due = |d: &Db| {
+            d.keys
+                .iter()
+                .filter_map(|(k, e)| match &e.value {
+                    Value::Hash(h) => h.min_ttl().map(|t| (t, k.to_vec())),
+                    _ => None,
+                })
+                .collect::<BTreeSet<_>>()
+        };
+        if due(self) != due(other) {
+            return Some("hash field expiries differ".into());
+        }
+        None
+    }
 }

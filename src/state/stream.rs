@@ -66,11 +66,11 @@ impl StreamId {
 
 /// One node: the IDs it holds (live or deleted) and its modelled size.
 #[derive(Debug, Clone, PartialEq)]
-struct Node {
+pub struct Node {
     /// Every entry ever appended to this node, in order, with whether it is deleted.
-    ids: Vec<(StreamId, bool)>,
-    live: usize,
-    bytes: usize,
+    pub ids: Vec<(StreamId, bool)>,
+    pub live: usize,
+    pub bytes: usize,
 }
 
 /// A trimming strategy.
@@ -134,6 +134,17 @@ impl Stream {
 
     pub fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The modelled nodes, deleted entries included (a snapshot keeps them: approximate
+    /// trimming and XINFO depend on them).
+    pub fn nodes(&self) -> &VecDeque<Node> {
+        &self.nodes
+    }
+
+    /// Puts back the nodes a snapshot kept, with the entries already in place.
+    pub fn set_nodes(&mut self, nodes: VecDeque<Node>) {
+        self.nodes = nodes;
     }
 
     /// Appends an entry whose ID is known to be greater than `last_id`.

@@ -62,6 +62,15 @@ impl ZSet {
         self.skiplist
     }
 
+    /// An empty set in the encoding Redis would hold it in (a snapshot keeps it, since a
+    /// skiplist stays one).
+    pub fn with_encoding(skiplist: bool) -> ZSet {
+        ZSet {
+            skiplist,
+            ..ZSet::default()
+        }
+    }
+
     /// Sets `m`'s score; returns the previous one.
     pub fn insert(&mut self, m: &[u8], score: f64) -> Option<f64> {
         if !self.skiplist

@@ -69,27 +69,43 @@ pub struct RecoveryReport {
     pub last_seq: u64,
     /// A torn tail that was cut off, with a message naming file and offset.
     pub cut_tail: Option<String>,
+    /// The snapshot replay started from (the record it ends at), if any.
+    pub snapshot: Option<u64>,
 }
 
-/// Replays the log in `dir` through `apply` (sequence, timestamp, kind, payload) and returns a writer
-/// positioned after the last good record. A torn tail is cut; any other damage is an error whose
-/// text names the file, the offset and the way to repair.
+/// Where replay starts: after the record a snapshot ends at (sequence and timestamp), or at
+/// the beginning of the log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Base {
+    pub seq: u64,
+    pub timestamp_unix_ms: u64,
+}
+
+/// Replays the log in `dir` after `base` through `apply` (sequence, timestamp, kind, payload)
+/// and returns a writer positioned after the last good record. A torn tail is cut; any other
+/// damage is an error whose text names the file, the offset and the way to repair.
 pub fn recover<F>(
     dir: &Path,
     segment_bytes_max: u64,
+    base: Base,
     mut apply: F,
 ) -> Result<(WalWriter, RecoveryReport), String>
 where
     F: FnMut(u64, u64, u8, &[u8]) -> Result<(), String>,
 {
-    let summary = reader::scan(dir, |_, _, frame| {
-        apply(
-            frame.seq,
-            frame.timestamp_unix_ms,
-            frame.kind,
-            frame.payload,
-        )
-    })
+    let summary = reader::scan_from(
+        dir,
+        reader::ReadMode::Mapped,
+        base.seq + 1,
+        |_, _, frame| {
+            apply(
+                frame.seq,
+                frame.timestamp_unix_ms,
+                frame.kind,
+                frame.payload,
+            )
+        },
+    )
     .map_err(|e| {
         format!(
             "the log cannot be replayed: {e}. Run `tidepool-log verify {}` to see the damage.",
@@ -101,6 +117,7 @@ where
         segments: summary.segments,
         last_seq: summary.last_seq.unwrap_or(0),
         cut_tail: None,
+        snapshot: None,
     };
     if let Some(damage) = &summary.damage {
         match damage.action {
@@ -126,9 +143,23 @@ where
             .unwrap_or(0),
         None => summary.end_offset,
     };
-    let newest = segments.last().map(|s| (s.path.as_path(), end));
+    let mut newest = segments.last().map(|s| (s.path.as_path(), end));
+    if report.last_seq < base.seq {
+        // The snapshot holds records the log does not (they were in its buffer when the
+        // snapshot was taken, and a crash lost them from the log): numbering goes on after the
+        // snapshot, in a segment of its own, since a segment may hold no gap.
+        report.last_seq = base.seq;
+        // A segment that starts right after the snapshot (the one the snapshot rolled to, with
+        // nothing in it yet) is where numbering goes on.
+        if segments.last().is_none_or(|s| s.first_seq != base.seq + 1) {
+            newest = None;
+        }
+    }
     let next_seq = report.last_seq + 1;
-    let last_ts = summary.last_timestamp_unix_ms.unwrap_or(0);
+    let last_ts = summary
+        .last_timestamp_unix_ms
+        .unwrap_or(0)
+        .max(base.timestamp_unix_ms);
     let writer = WalWriter::open(dir, newest, next_seq, last_ts, segment_bytes_max)
         .map_err(|e| format!("cannot open the log in {} for writing: {e}", dir.display()))?;
     Ok((writer, report))
@@ -141,27 +172,33 @@ where
 pub fn replay_to<F>(
     dir: &Path,
     point: Point,
+    base: Base,
     why: String,
     mut apply: F,
 ) -> Result<(WalWriter, RecoveryReport), String>
 where
     F: FnMut(u64, u64, u8, &[u8]) -> Result<(), String>,
 {
-    let mut last: Option<(u64, u64)> = None;
+    let mut last: Option<(u64, u64)> = (base.seq > 0).then_some((base.seq, base.timestamp_unix_ms));
     let mut records = 0;
-    let summary = reader::scan(dir, |_, _, frame| {
-        if !point.at_or_before(frame.seq, frame.timestamp_unix_ms) {
-            return Ok(());
-        }
-        records += 1;
-        last = Some((frame.seq, frame.timestamp_unix_ms));
-        apply(
-            frame.seq,
-            frame.timestamp_unix_ms,
-            frame.kind,
-            frame.payload,
-        )
-    })
+    let summary = reader::scan_from(
+        dir,
+        reader::ReadMode::Mapped,
+        base.seq + 1,
+        |_, _, frame| {
+            if !point.at_or_before(frame.seq, frame.timestamp_unix_ms) {
+                return Ok(());
+            }
+            records += 1;
+            last = Some((frame.seq, frame.timestamp_unix_ms));
+            apply(
+                frame.seq,
+                frame.timestamp_unix_ms,
+                frame.kind,
+                frame.payload,
+            )
+        },
+    )
     .map_err(|e| format!("the log cannot be replayed: {e}"))?;
     if let Some(damage) = &summary.damage {
         if damage.action == Action::Refuse {
@@ -179,6 +216,7 @@ where
         segments: summary.segments,
         last_seq,
         cut_tail: None,
+        snapshot: None,
     };
     let writer = WalWriter::read_only(dir, last_seq + 1, last_ts, why)
         .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;

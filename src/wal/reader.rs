@@ -32,6 +32,16 @@ pub fn list_segments(dir: &Path) -> io::Result<Vec<SegmentFile>> {
     Ok(out)
 }
 
+/// The creation time in a segment's header (when the segment before it was closed).
+pub fn segment_created_ms(path: &Path) -> io::Result<u64> {
+    use std::io::Read;
+    let mut b = [0u8; SEGMENT_HEADER_BYTES];
+    File::open(path)?.read_exact(&mut b)?;
+    SegmentHeader::decode(&b)
+        .map(|h| h.created_unix_ms)
+        .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
+}
+
 /// What the scan found wrong at one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finding {
@@ -241,14 +251,34 @@ where
 }
 
 /// [`scan`], reading the segments as `mode` says.
-pub fn scan_with<F>(dir: &Path, mode: ReadMode, mut on_frame: F) -> Result<ScanSummary, ScanError>
+pub fn scan_with<F>(dir: &Path, mode: ReadMode, on_frame: F) -> Result<ScanSummary, ScanError>
 where
     F: FnMut(&Path, u64, &Frame<'_>) -> Result<(), String>,
 {
-    let segments = list_segments(dir).map_err(|error| ScanError::Io {
+    scan_from(dir, mode, 0, on_frame)
+}
+
+/// [`scan_with`] for the records from `from_seq` on (those a snapshot does not hold): segments
+/// that end before it are not read, and earlier records of the first segment read are checked
+/// but not handed to `on_frame` (nor counted).
+pub fn scan_from<F>(
+    dir: &Path,
+    mode: ReadMode,
+    from_seq: u64,
+    mut on_frame: F,
+) -> Result<ScanSummary, ScanError>
+where
+    F: FnMut(&Path, u64, &Frame<'_>) -> Result<(), String>,
+{
+    let mut segments = list_segments(dir).map_err(|error| ScanError::Io {
         path: dir.to_path_buf(),
         error,
     })?;
+    let before = segments
+        .windows(2)
+        .take_while(|w| w[1].first_seq <= from_seq)
+        .count();
+    segments.drain(..before);
     let mut summary = ScanSummary {
         segments: segments.len(),
         ..Default::default()
@@ -330,15 +360,17 @@ where
                         summary.damage = Some(damage(offset, finding, false));
                         return Ok(summary);
                     }
-                    on_frame(&seg.path, offset as u64, &frame).map_err(|message| {
-                        ScanError::Callback {
-                            path: seg.path.clone(),
-                            offset: offset as u64,
-                            message,
-                        }
-                    })?;
-                    summary.records += 1;
-                    summary.first_seq.get_or_insert(frame.seq);
+                    if frame.seq >= from_seq {
+                        on_frame(&seg.path, offset as u64, &frame).map_err(|message| {
+                            ScanError::Callback {
+                                path: seg.path.clone(),
+                                offset: offset as u64,
+                                message,
+                            }
+                        })?;
+                        summary.records += 1;
+                        summary.first_seq.get_or_insert(frame.seq);
+                    }
                     summary.last_seq = Some(frame.seq);
                     summary.last_timestamp_unix_ms = Some(frame.timestamp_unix_ms);
                     expected_seq = Some(frame.seq + 1);

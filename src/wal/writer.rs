@@ -28,6 +28,9 @@ pub struct WalWriter {
     payload: Vec<u8>,
     /// The bytes of the current segment the last `write_buffered` wrote: offset and length.
     last_write: (u64, u64),
+    /// Bytes of records written since this writer was opened (what automatic snapshots
+    /// measure the log's growth by).
+    written_bytes: u64,
     /// Set after the first failed write or sync. A log that failed once may have lost data the
     /// kernel claimed to hold, so it takes no more writes.
     poisoned: Option<String>,
@@ -66,6 +69,7 @@ impl WalWriter {
             buf: Vec::with_capacity(1 << 16),
             payload: Vec::with_capacity(1 << 12),
             last_write: (0, 0),
+            written_bytes: 0,
             poisoned: None,
         })
     }
@@ -90,6 +94,7 @@ impl WalWriter {
             buf: Vec::new(),
             payload: Vec::new(),
             last_write: (0, 0),
+            written_bytes: 0,
             poisoned: Some(why),
         })
     }
@@ -160,6 +165,7 @@ impl WalWriter {
             self.last_write = (self.segment_bytes, self.buf.len() as u64);
         }
         self.segment_bytes = end;
+        self.written_bytes += self.buf.len() as u64;
         self.buf.clear();
         if let Err(e) = result {
             self.poison(format!("write to the log failed: {e}"));
@@ -170,6 +176,31 @@ impl WalWriter {
                 self.poison(format!("rotating the log segment failed: {e}"));
                 return Err(e);
             }
+        }
+        Ok(())
+    }
+
+    /// The timestamp of the last appended record (or the floor the writer was opened with).
+    pub fn last_timestamp(&self) -> u64 {
+        self.last_timestamp_unix_ms
+    }
+
+    /// Bytes of records written since the writer was opened.
+    pub fn written_bytes(&self) -> u64 {
+        self.written_bytes
+    }
+
+    /// Writes out what is buffered and starts a new segment at the next record, so that every
+    /// record so far lies in closed, synced segments (a snapshot is taken at this position).
+    /// A segment that holds no record yet already starts there and is kept.
+    pub fn roll(&mut self) -> io::Result<()> {
+        self.write_buffered()?;
+        if self.segment_bytes <= format::SEGMENT_HEADER_BYTES as u64 {
+            return Ok(());
+        }
+        if let Err(e) = self.rotate() {
+            self.poison(format!("rolling the log to a new segment failed: {e}"));
+            return Err(e);
         }
         Ok(())
     }

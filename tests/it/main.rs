@@ -27,5 +27,6 @@ mod properties;
 mod replay;
 mod scripting;
 mod server_commands;
+mod snapshots;
 mod stream_deletion;
 mod wal_corruption;

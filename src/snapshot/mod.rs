@@ -1,0 +1,506 @@
+//! Snapshots: the whole state at one log position, so that start-up reads the newest snapshot
+//! and replays only the records after it, and the segments before it can go.
+//!
+//! - `format`: the file's bytes (header, checksummed chunks, the integer encodings).
+//! - `keys`: keys and values, function libraries, ACL users.
+//! - the delivery state is `delivery::image`, as MessagePack.
+//! - here: writing and reading a whole file, choosing the snapshot to start from, publishing
+//!   a new one (rename, directory sync) and compaction under the retention setting.
+//!
+//! A snapshot lives in `DIR/snapshots/<seq>.snap`, where `seq` is the last record it includes.
+//! It is written to `<seq>.snap.tmp`, synced, renamed and the directory synced; only then are
+//! older snapshots and the segments it makes unnecessary deleted. `log-format.md` has the bytes
+//! and the recovery table.
+
+pub mod format;
+pub mod keys;
+
+use crate::config::{Retention, SNAPSHOT_CHUNK_BYTES};
+use crate::delivery::image::DeliveryImage;
+use crate::delivery::Delivery;
+use crate::state::Db;
+use crate::wal::reader::list_segments;
+use crate::wal::writer::sync_dir;
+use format::*;
+use serde::Serialize;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// What one snapshot held, for INFO and the tools.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Written {
+    pub bytes: u64,
+    pub keys: u64,
+}
+
+/// Frames chunks onto the output and counts them.
+struct Chunks<'w, W: Write> {
+    out: &'w mut W,
+    frame: Vec<u8>,
+    chunks: u64,
+    bytes: u64,
+}
+
+impl<W: Write> Chunks<'_, W> {
+    fn emit(&mut self, kind: u8, payload: &[u8]) -> io::Result<()> {
+        self.frame.clear();
+        encode_chunk(&mut self.frame, kind, payload);
+        self.chunks += 1;
+        self.bytes += self.frame.len() as u64;
+        self.out.write_all(&self.frame)
+    }
+}
+
+/// Writes the snapshot of `db` and `delivery` at `header`'s position to `out`: header, ACL,
+/// functions, keys (about `SNAPSHOT_CHUNK_BYTES` per chunk), delivery, end. `progress` hears
+/// how many keys are written so far.
+pub fn write<W: Write>(
+    out: &mut W,
+    db: &Db,
+    delivery: &Delivery,
+    header: SnapshotHeader,
+    mut progress: impl FnMut(u64),
+) -> io::Result<Written> {
+    let h = header.encode();
+    out.write_all(&h)?;
+    let mut w = Chunks {
+        out,
+        frame: Vec::with_capacity(SNAPSHOT_CHUNK_BYTES + 1024),
+        chunks: 0,
+        bytes: h.len() as u64,
+    };
+    let mut payload = Vec::new();
+    keys::put_acl(&mut payload, db);
+    w.emit(CHUNK_ACL, &payload)?;
+    payload.clear();
+    keys::put_functions(&mut payload, db);
+    w.emit(CHUNK_FUNCTIONS, &payload)?;
+    let mut body = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES + 1024);
+    let mut in_chunk = 0u64;
+    let mut keys_total = 0u64;
+    let mut keys_chunk = |w: &mut Chunks<'_, W>, body: &mut Vec<u8>, n: &mut u64| {
+        payload.clear();
+        put_uint(&mut payload, *n);
+        payload.extend_from_slice(body);
+        body.clear();
+        *n = 0;
+        w.emit(CHUNK_KEYS, &payload)
+    };
+    for (k, e) in db.raw().iter() {
+        keys::put_entry(&mut body, k, e).map_err(|why| {
+            io::Error::other(format!("key {:?}: {why}", String::from_utf8_lossy(k)))
+        })?;
+        in_chunk += 1;
+        keys_total += 1;
+        if body.len() >= SNAPSHOT_CHUNK_BYTES {
+            keys_chunk(&mut w, &mut body, &mut in_chunk)?;
+            crate::fault::point("snapshot-partial");
+            progress(keys_total);
+        }
+    }
+    if in_chunk > 0 {
+        keys_chunk(&mut w, &mut body, &mut in_chunk)?;
+    }
+    progress(keys_total);
+    let mut payload = Vec::new();
+    delivery
+        .image()
+        .serialize(&mut rmp_serde::Serializer::new(&mut payload).with_struct_map())
+        .map_err(io::Error::other)?;
+    w.emit(CHUNK_DELIVERY, &payload)?;
+    payload.clear();
+    put_u64(&mut payload, keys_total);
+    put_u64(&mut payload, w.chunks);
+    w.emit(CHUNK_END, &payload)?;
+    Ok(Written {
+        bytes: w.bytes,
+        keys: keys_total,
+    })
+}
+
+/// A snapshot read back.
+pub struct Loaded {
+    pub header: SnapshotHeader,
+    pub db: Db,
+    pub delivery: Delivery,
+    pub keys: u64,
+}
+
+/// Where a snapshot file is damaged, and how.
+#[derive(Debug, Clone)]
+pub struct Damage {
+    pub path: PathBuf,
+    pub offset: u64,
+    pub what: String,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at offset {}: {}",
+            self.path.display(),
+            self.offset,
+            self.what
+        )
+    }
+}
+
+/// Reads a whole snapshot; any damage (a bad checksum, a short file, a payload that does not
+/// decode, a missing part) is an error naming the offset.
+pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<Loaded, Damage> {
+    let damage = |offset: usize, what: String| Damage {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        what,
+    };
+    let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
+    let mut db = Db::new();
+    let mut delivery = None;
+    let (mut acl, mut functions) = (false, false);
+    let mut keys_total = 0u64;
+    let mut chunks = 0u64;
+    let mut offset = SNAPSHOT_HEADER_BYTES;
+    loop {
+        let chunk = read_chunk(data, offset).map_err(|e| damage(offset, e))?;
+        let in_chunk = |e: String| damage(offset, format!("{} chunk: {e}", chunk_name(chunk.kind)));
+        let mut c = Cursor::new(chunk.payload);
+        match chunk.kind {
+            CHUNK_ACL if !acl => {
+                keys::read_acl(&mut c, &mut db).map_err(in_chunk)?;
+                acl = true;
+            }
+            CHUNK_FUNCTIONS if !functions => {
+                keys::read_functions(&mut c, &mut db).map_err(in_chunk)?;
+                functions = true;
+            }
+            CHUNK_KEYS => {
+                let n = c.count().map_err(in_chunk)?;
+                for _ in 0..n {
+                    let (k, e) = keys::read_entry(&mut c).map_err(in_chunk)?;
+                    if db.raw().contains_key(&k) {
+                        return Err(in_chunk(format!(
+                            "key {:?} appears twice",
+                            String::from_utf8_lossy(&k)
+                        )));
+                    }
+                    db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
+                }
+                keys_total += n as u64;
+                progress(keys_total);
+            }
+            CHUNK_DELIVERY if delivery.is_none() => {
+                let img: DeliveryImage =
+                    rmp_serde::from_slice(chunk.payload).map_err(|e| in_chunk(e.to_string()))?;
+                delivery = Some(Delivery::from_image(img).map_err(in_chunk)?);
+                c = Cursor::new(&[]);
+            }
+            CHUNK_END => {
+                let (keys, count) = (c.u64().map_err(in_chunk)?, c.u64().map_err(in_chunk)?);
+                if keys != keys_total || count != chunks {
+                    return Err(in_chunk(format!(
+                        "the end says {keys} keys in {count} chunks, the file holds {keys_total} in {chunks}"
+                    )));
+                }
+                let end = offset + CHUNK_HEADER_BYTES + chunk.payload.len();
+                if end != data.len() {
+                    return Err(damage(
+                        end,
+                        format!("{} bytes after the end chunk", data.len() - end),
+                    ));
+                }
+                if !(acl && functions) {
+                    return Err(in_chunk("the ACL or functions chunk is missing".into()));
+                }
+                let Some(delivery) = delivery else {
+                    return Err(in_chunk("the delivery chunk is missing".into()));
+                };
+                return Ok(Loaded {
+                    header,
+                    db,
+                    delivery,
+                    keys: keys_total,
+                });
+            }
+            k => return Err(in_chunk(format!("unexpected chunk kind {k}"))),
+        }
+        if !c.is_empty() {
+            return Err(in_chunk(format!(
+                "{} bytes left over after its contents",
+                chunk.payload.len() - c.pos()
+            )));
+        }
+        chunks += 1;
+        offset += CHUNK_HEADER_BYTES + chunk.payload.len();
+    }
+}
+
+/// Reads the snapshot file at `path`.
+pub fn read_file(path: &Path, progress: impl FnMut(u64)) -> Result<Loaded, Damage> {
+    let data = std::fs::read(path).map_err(|e| Damage {
+        path: path.to_path_buf(),
+        offset: 0,
+        what: format!("cannot read it: {e}"),
+    })?;
+    read(path, &data, progress)
+}
+
+/// A snapshot file in the directory.
+#[derive(Debug, Clone)]
+pub struct SnapshotFile {
+    pub path: PathBuf,
+    pub seq: u64,
+}
+
+/// `DIR/snapshots`.
+pub fn snapshot_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("snapshots")
+}
+
+/// The snapshots in `dir` (a `snapshots` directory), oldest first. A missing directory has none.
+pub fn list(dir: &Path) -> io::Result<Vec<SnapshotFile>> {
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if let Some(seq) = entry
+            .file_name()
+            .to_str()
+            .and_then(parse_snapshot_file_name)
+        {
+            out.push(SnapshotFile {
+                path: entry.path(),
+                seq,
+            });
+        }
+    }
+    out.sort_by_key(|s| s.seq);
+    Ok(out)
+}
+
+/// Writes a snapshot file for `seq` through a temporary name: written, synced, renamed, and the
+/// directory synced. Used by SAVE, by the offline tool, and by the child a background save forks.
+pub fn write_file(
+    data_dir: &Path,
+    db: &Db,
+    delivery: &Delivery,
+    header: SnapshotHeader,
+    progress: impl FnMut(u64),
+) -> io::Result<Written> {
+    let tmp = write_tmp(data_dir, db, delivery, header, progress)?;
+    publish(data_dir, &tmp, header.seq)?;
+    Ok(tmp.1)
+}
+
+/// Writes and syncs `<seq>.snap.tmp`; returns its path and what it holds.
+pub fn write_tmp(
+    data_dir: &Path,
+    db: &Db,
+    delivery: &Delivery,
+    header: SnapshotHeader,
+    progress: impl FnMut(u64),
+) -> io::Result<(PathBuf, Written)> {
+    let dir = snapshot_dir(data_dir);
+    std::fs::create_dir_all(&dir)?;
+    let tmp = dir.join(format!("{}.tmp", snapshot_file_name(header.seq)));
+    let file = std::fs::File::create(&tmp)?;
+    let mut out = io::BufWriter::with_capacity(1 << 20, file);
+    let written = write(&mut out, db, delivery, header, progress)?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    crate::fault::point("snapshot-written");
+    file.sync_all()?;
+    crate::fault::point("snapshot-synced");
+    Ok((tmp, written))
+}
+
+/// Renames a synced temporary snapshot to its name and syncs the directory: from here on the
+/// snapshot is what start-up uses.
+pub fn publish(data_dir: &Path, tmp: &(PathBuf, Written), seq: u64) -> io::Result<()> {
+    let dir = snapshot_dir(data_dir);
+    std::fs::rename(&tmp.0, dir.join(snapshot_file_name(seq)))?;
+    crate::fault::point("snapshot-renamed");
+    sync_dir(&dir)?;
+    crate::fault::point("snapshot-published");
+    Ok(())
+}
+
+/// What compaction removed.
+#[derive(Debug, Default)]
+pub struct Compacted {
+    pub segments: usize,
+    pub bytes: u64,
+    pub snapshots: usize,
+}
+
+/// After the snapshot at `seq` is published: deletes the segments it makes unnecessary that the
+/// retention does not keep, oldest first (so what remains is always a contiguous stretch of the
+/// log), then the older snapshots whose log is no longer whole behind them; temporary files
+/// left by an interrupted save go too. Segments that hold records after `seq` are never touched.
+pub fn compact(
+    data_dir: &Path,
+    wal_dir: &Path,
+    seq: u64,
+    retention: Retention,
+    now_ms: u64,
+) -> io::Result<Compacted> {
+    let mut done = Compacted::default();
+    let segments = list_segments(wal_dir)?;
+    // A segment is closed before the snapshot when the next one starts at or before seq + 1.
+    let closed: Vec<usize> = (0..segments.len().saturating_sub(1))
+        .filter(|&i| segments[i + 1].first_seq <= seq + 1)
+        .collect();
+    let mut keep_bytes = 0u64;
+    let mut delete_upto = 0; // segments [0, delete_upto) go
+    for &i in closed.iter().rev() {
+        let len = std::fs::metadata(&segments[i].path)?.len();
+        let keep = match retention {
+            Retention::Nothing => false,
+            Retention::Bytes(b) => keep_bytes + len <= b,
+            Retention::Millis(ms) => {
+                // The next segment was created when this one closed: its last record is no
+                // later than that.
+                let closed_at = crate::wal::reader::segment_created_ms(&segments[i + 1].path)?;
+                closed_at.saturating_add(ms) > now_ms
+            }
+        };
+        if !keep {
+            delete_upto = i + 1;
+            break;
+        }
+        keep_bytes += len;
+    }
+    for (n, seg) in segments[..delete_upto].iter().enumerate() {
+        let len = std::fs::metadata(&seg.path)?.len();
+        std::fs::remove_file(&seg.path)?;
+        done.segments += 1;
+        done.bytes += len;
+        if n == 0 {
+            crate::fault::point("segment-deleted");
+        }
+    }
+    if done.segments > 0 {
+        sync_dir(wal_dir)?;
+    }
+    // Older snapshots stay only while the log behind them is whole (a fallback if the newest is
+    // found damaged); at most one is kept.
+    let first_seq = segments.get(delete_upto).map(|s| s.first_seq);
+    let dir = snapshot_dir(data_dir);
+    let older: Vec<SnapshotFile> = list(&dir)?.into_iter().filter(|s| s.seq < seq).collect();
+    for (i, s) in older.iter().enumerate().rev() {
+        let usable = first_seq.is_some_and(|f| f <= s.seq + 1);
+        if !usable || i + 1 < older.len() {
+            std::fs::remove_file(&s.path)?;
+            done.snapshots += 1;
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.ends_with(".snap.tmp") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    if done.snapshots > 0 {
+        sync_dir(&dir)?;
+    }
+    Ok(done)
+}
+
+/// Where start-up begins: the newest snapshot that reads whole and whose log follows it.
+pub struct Start {
+    pub loaded: Option<Loaded>,
+    /// Snapshots passed over, with why (damage), for the start-up warnings.
+    pub skipped: Vec<Damage>,
+}
+
+/// Reads only a snapshot's header.
+pub fn read_header(path: &Path) -> Result<SnapshotHeader, String> {
+    use std::io::Read;
+    let mut b = [0u8; SNAPSHOT_HEADER_BYTES];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    SnapshotHeader::decode(&b)
+}
+
+/// Chooses the snapshot to start from: the newest that `fits` (every one, at start-up; those at
+/// or before the point, for a past point), reads whole, and has the log after it. A damaged
+/// snapshot is passed over (and reported) when an older one, or the log from its beginning,
+/// can take its place; when none can, the error says which file is damaged where, and what
+/// to do.
+pub fn choose(
+    data_dir: &Path,
+    wal_dir: &Path,
+    fits: impl Fn(&SnapshotHeader) -> bool,
+    mut progress: impl FnMut(u64),
+) -> Result<Start, String> {
+    let dir = snapshot_dir(data_dir);
+    let snaps = list(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let segments =
+        list_segments(wal_dir).map_err(|e| format!("cannot list {}: {e}", wal_dir.display()))?;
+    let log_first = segments.first().map(|s| s.first_seq);
+    // Records 1..=seq are covered by a snapshot at seq; the log must hold seq + 1 onward.
+    let follows = |seq: u64| log_first.is_none_or(|f| f <= seq + 1);
+    let mut skipped = Vec::new();
+    for s in snaps.iter().rev() {
+        if !follows(s.seq) {
+            continue;
+        }
+        match read_header(&s.path) {
+            Ok(h) if !fits(&h) => continue,
+            Ok(_) => {}
+            Err(what) => {
+                skipped.push(Damage {
+                    path: s.path.clone(),
+                    offset: 0,
+                    what,
+                });
+                continue;
+            }
+        }
+        match read_file(&s.path, &mut progress) {
+            Ok(loaded) if loaded.header.seq == s.seq => {
+                return Ok(Start {
+                    loaded: Some(loaded),
+                    skipped,
+                })
+            }
+            Ok(loaded) => skipped.push(Damage {
+                path: s.path.clone(),
+                offset: 12,
+                what: format!(
+                    "the header says record {}, the file name says {}",
+                    loaded.header.seq, s.seq
+                ),
+            }),
+            Err(d) => skipped.push(d),
+        }
+    }
+    if follows(0) && (skipped.is_empty() || log_first.is_some()) {
+        return Ok(Start {
+            loaded: None,
+            skipped,
+        });
+    }
+    let first = log_first.unwrap_or(0);
+    let why = match skipped.first() {
+        Some(d) => format!("the snapshot {d}"),
+        None => format!(
+            "no snapshot that fits covers the records before {first}, and the log before them \
+             was compacted away (--log-retention)"
+        ),
+    };
+    Err(format!(
+        "cannot rebuild the state: {why}; and the log before record {first} is gone, so no older \
+         starting point is left. Nothing was changed. Inspect the directory with `tidepool-log \
+         verify {dir}`; `tidepool-log repair {dir}` can rebuild a snapshot from a damaged one's \
+         intact parts, dropping the keys of its damaged chunks (back up the directory first).",
+        dir = data_dir.display()
+    ))
+}

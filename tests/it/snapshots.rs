@@ -1,0 +1,492 @@
+//! Snapshots (issue 16): the state at one log position, written without stopping the server,
+//! loaded at start-up with only the log after it replayed; compaction under `--log-retention`;
+//! SAVE, BGSAVE, BGREWRITEAOF, LASTSAVE and INFO persistence; damaged snapshots.
+
+use crate::common::sink::Sink;
+use crate::common::*;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tidepool::delivery::Delivery;
+use tidepool::executor::apply_record;
+use tidepool::record::Record;
+use tidepool::rng::Rng;
+use tidepool::snapshot;
+use tidepool::state::Db;
+use tidepool::wal::reader::{self, ReadMode};
+
+/// The state after the snapshot at `from` (or none) and every record after it in the log.
+fn rebuild(data: &Path, from: Option<&Path>) -> (Db, Delivery) {
+    let (mut db, mut delivery, base) = match from {
+        Some(p) => {
+            let l = snapshot::read_file(p, |_| {}).unwrap_or_else(|d| panic!("{d}"));
+            (l.db, l.delivery, l.header.seq)
+        }
+        None => (Db::new(), Delivery::new(), 0),
+    };
+    let mut rng = Rng::new(1);
+    let summary = reader::scan_from(&data.join("wal"), ReadMode::Mapped, base + 1, |_, _, f| {
+        let r = Record::decode(f.kind, f.payload).map_err(|e| e.to_string())?;
+        delivery.applying_seq = f.seq;
+        apply_record(&mut db, &mut delivery, &mut rng, f.timestamp_unix_ms, &r);
+        Ok(())
+    })
+    .expect("scan");
+    assert!(summary.damage.is_none(), "{:?}", summary.damage);
+    (db, delivery)
+}
+
+fn assert_same(what: &str, a: &(Db, Delivery), b: &(Db, Delivery)) {
+    if let Some(d) = a.0.difference(&b.0) {
+        panic!("{what}: the key-value state differs: {d}");
+    }
+    assert!(
+        a.1.image() == b.1.image(),
+        "{what}: the delivery state differs:\n{:?}\n{:?}",
+        a.1.image(),
+        b.1.image()
+    );
+    assert_eq!(
+        a.1.indexes_text(),
+        b.1.indexes_text(),
+        "{what}: the delivery indexes differ"
+    );
+}
+
+fn info_field(c: &mut Http, field: &str) -> String {
+    let text = match c.cmd_str(&["INFO", "persistence"]) {
+        Canon::Str(b) => String::from_utf8(b).expect("utf8"),
+        other => panic!("INFO: {other:?}"),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+        .trim()
+        .to_string()
+}
+
+/// Waits until no background snapshot runs, and returns how many were written.
+fn wait_saved(c: &mut Http) -> u64 {
+    let until = Instant::now() + Duration::from_secs(30);
+    while info_field(c, "rdb_bgsave_in_progress") != "0" {
+        assert!(
+            Instant::now() < until,
+            "the background snapshot never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(info_field(c, "rdb_last_bgsave_status"), "ok");
+    info_field(c, "rdb_saves").parse().expect("saves")
+}
+
+fn snapshots_in(data: &Path) -> Vec<PathBuf> {
+    snapshot::list(&snapshot::snapshot_dir(data))
+        .expect("list")
+        .into_iter()
+        .map(|s| s.path)
+        .collect()
+}
+
+fn s(v: &[&str]) -> Vec<Vec<u8>> {
+    v.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+/// One random key-value command from every family that keeps state: strings, lists, sets,
+/// sorted sets (past the listpack size, and -0), hashes with field TTLs, streams with groups,
+/// pending entries and deletions, JSON, expiry, ACL users, function libraries.
+fn kv_command(r: &mut TestRng, i: usize) -> Vec<Vec<u8>> {
+    let which = r.below(35);
+    // Keys by family, so that most commands meet a value of their own type.
+    let family = match which {
+        0..=3 | 8..=10 | 31 | 34 => "s",
+        4..=7 => "h",
+        11 | 12 | 32 => "l",
+        13 | 14 => "t",
+        15..=17 => "z",
+        18..=23 => "x",
+        24..=27 => "j",
+        _ => "s",
+    };
+    let k = format!("{family}{}", r.below(6));
+    let k2 = format!("{family}{}", r.below(6));
+    let f = format!("f{}", r.below(6));
+    let n = i.to_string();
+    let far = "4102444800000"; // 2100-01-01, in ms
+    let long = "m".repeat(70);
+    match which {
+        0 => s(&["SET", &k, &n]),
+        1 => s(&["SET", &k, "x", "PX", "9000000"]),
+        2 => s(&["INCRBY", &k, "7"]),
+        3 => s(&["APPEND", &k, "ab"]),
+        4 => s(&["HSET", &k, &f, &n]),
+        5 => s(&["HSETEX", &k, "PXAT", far, "FIELDS", "1", &f, &n]),
+        6 => s(&["HPEXPIRE", &k, "9000000", "FIELDS", "1", &f]),
+        7 => s(&["HDEL", &k, &f]),
+        8 => s(&["DEL", &k]),
+        9 => s(&["PEXPIREAT", &k, far]),
+        10 => s(&["RENAME", &k, &k2]),
+        11 => s(&["RPUSH", &k, &f, &n]),
+        12 => s(&["LPOP", &k]),
+        13 => s(&["SADD", &k, &f, &n]),
+        14 => s(&["SREM", &k, &f]),
+        15 => s(&["ZADD", &k, &(i % 17).to_string(), &f]),
+        // A member past 64 bytes makes the set a skiplist for good, which keeps -0 scores.
+        16 if r.chance(30) => s(&["ZADD", &k, "1", &long]),
+        16 if r.chance(30) => s(&["ZREM", &k, &long]),
+        16 => s(&["ZADD", &k, "-0", &format!("z{}", r.below(200))]),
+        17 => s(&["ZINCRBY", &k, "0.5", &f]),
+        18 => s(&["XADD", &k, "*", "f", &n]),
+        19 => s(&["XADD", &k, "MAXLEN", "~", "30", "*", "g", &n]),
+        20 => s(&["XDEL", &k, &format!("{}-0", r.below(3))]),
+        21 => s(&["XGROUP", "CREATE", &k, "grp", "0", "MKSTREAM"]),
+        22 => s(&[
+            "XREADGROUP",
+            "GROUP",
+            "grp",
+            &f,
+            "COUNT",
+            "2",
+            "STREAMS",
+            &k,
+            ">",
+        ]),
+        23 => s(&["XTRIM", &k, "MAXLEN", "~", "10"]),
+        24 => s(&[
+            "JSON.SET",
+            &k,
+            "$",
+            &format!(r#"{{"a":[1,2.5,"x",null,true],"n":{i},"o":{{"d":{{"e":-0.0}}}}}}"#),
+        ]),
+        25 => s(&["JSON.ARRAPPEND", &k, "$.a", &n]),
+        26 => s(&["JSON.NUMINCRBY", &k, "$.n", "1.5"]),
+        27 => s(&["JSON.DEL", &k, "$.o.d"]),
+        28 => s(&[
+            "ACL",
+            "SETUSER",
+            &format!("u{}", r.below(3)),
+            "on",
+            &format!(">pw{i}"),
+            "~s*",
+            "&ch*",
+            "+@read",
+            "-get",
+        ]),
+        29 if r.chance(30) => s(&["ACL", "DELUSER", &format!("u{}", r.below(3))]),
+        29 => s(&["XACK", "x1", "grp", "0-1"]),
+        30 => s(&[
+            "FUNCTION",
+            "LOAD",
+            "REPLACE",
+            &format!(
+                "#!lua name=lib{}\nredis.register_function('f{i}', function() return 1 end)",
+                r.below(2)
+            ),
+        ]),
+        31 => s(&["SETRANGE", &k, "2", "zz"]),
+        32 => s(&["LTRIM", &k, "0", "5"]),
+        33 => s(&["FLUSHALL"]),
+        _ => s(&["GETDEL", &k]),
+    }
+}
+
+/// One random delivery operation: messages delayed far (pending), to a failing destination
+/// with no retries (the DLQ), retried ones, queued ones, topics, schedules (some paused),
+/// waits and notifications, flow-control keys, deduplicated ones, cancels.
+fn delivery_op(c: &mut Http, sink: &Sink, r: &mut TestRng, i: usize) {
+    let body = format!("m{i}");
+    let (method, path, headers, body): (&str, String, Vec<(String, String)>, Vec<u8>) =
+        match r.below(10) {
+            0 => (
+                "POST",
+                format!("/v2/publish/{}", sink.url("/ok")),
+                vec![("Upstash-Delay".into(), "3h".into())],
+                body.into_bytes(),
+            ),
+            1 => (
+                "POST",
+                format!("/v2/publish/{}", sink.url("/status/500")),
+                vec![("Upstash-Retries".into(), "0".into())],
+                body.into_bytes(),
+            ),
+            2 => (
+                "POST",
+                format!("/v2/publish/{}", sink.url("/status/500")),
+                vec![("Upstash-Retries".into(), "3".into())],
+                body.into_bytes(),
+            ),
+            3 if r.chance(20) => (
+                "POST",
+                format!("/v2/queues/q{}/{}", r.below(2), if r.chance(70) { "pause" } else { "resume" }),
+                vec![],
+                Vec::new(),
+            ),
+            3 => (
+                "POST",
+                format!("/v2/enqueue/q{}/{}", r.below(2), sink.url("/sleep/20/q")),
+                vec![],
+                body.into_bytes(),
+            ),
+            4 => (
+                "POST",
+                format!("/v2/topics/t{}/endpoints", r.below(2)),
+                vec![],
+                json!({"endpoints": [{"url": sink.url(&format!("/e{}", r.below(3)))}]})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            5 => (
+                "POST",
+                format!("/v2/schedules/{}", sink.url("/tick")),
+                vec![
+                    ("Upstash-Cron".into(), "0 0 1 1 *".into()),
+                    ("Upstash-Schedule-Id".into(), format!("s{}", r.below(3))),
+                ],
+                body.into_bytes(),
+            ),
+            6 => (
+                "POST",
+                format!("/v2/schedules/s{}/pause", r.below(3)),
+                vec![],
+                Vec::new(),
+            ),
+            7 => (
+                "POST",
+                format!("/v2/wait/ev{}", r.below(3)),
+                vec![("Upstash-Workflow-RunId".into(), format!("wfr_{i}"))],
+                json!({"url": sink.url("/wf"), "timeout": "3h", "step": {"stepId": 1, "stepType": "Wait", "stepName": "w", "concurrent": 1}})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            8 => (
+                "POST",
+                format!("/v2/publish/{}", sink.url("/ok")),
+                vec![
+                    ("Upstash-Delay".into(), "1h".into()),
+                    ("Upstash-Flow-Control-Key".into(), format!("fc{}", r.below(2))),
+                    ("Upstash-Flow-Control-Value".into(), "parallelism=2, rate=5".into()),
+                    ("Upstash-Deduplication-Id".into(), format!("d{}", r.below(5))),
+                ],
+                body.into_bytes(),
+            ),
+            _ => (
+                "POST",
+                format!("/v2/notify/ev{}", r.below(3)),
+                vec![],
+                body.into_bytes(),
+            ),
+        };
+    let h: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let resp = c.request(method, &path, &h, &body);
+    assert!(
+        resp.status < 500,
+        "{method} {path}: {} {}",
+        resp.status,
+        resp.text()
+    );
+}
+
+#[test]
+fn snapshot_plus_the_log_after_it_is_the_whole_log() {
+    let dir = TempDir::new("snap-equiv");
+    let data = dir.path().join("data");
+    let sink = Sink::start();
+    let server = Server::start_delivery_with(
+        &data,
+        &["--fsync", "never", "--auto-snapshot-percentage", "0"],
+    );
+    let mut c = server.client();
+    let mut q = server.qstash();
+    let mut r = TestRng(0x5eed_1616);
+    let kept = dir.path().join("kept");
+    std::fs::create_dir_all(&kept).expect("mkdir");
+    let mut saves = 0;
+    for i in 0..2400 {
+        if r.chance(80) {
+            let cmd = kv_command(&mut r, i);
+            // A FLUSHALL now and then, not so often that little is left.
+            if cmd[0] == b"FLUSHALL" && !r.chance(3) {
+                continue;
+            }
+            c.cmd(&cmd);
+        } else {
+            delivery_op(&mut q, &sink, &mut r, i);
+        }
+        if i % 400 == 399 {
+            // A snapshot in the middle of the traffic; a copy is kept, since compaction keeps
+            // only the newest and the one before it.
+            let asked = if r.chance(50) {
+                "BGSAVE"
+            } else {
+                "BGREWRITEAOF"
+            };
+            assert!(!c.cmd_str(&[asked]).is_err());
+            saves = wait_saved(&mut c);
+            let newest = snapshots_in(&data).pop().expect("a snapshot");
+            std::fs::copy(&newest, kept.join(newest.file_name().expect("name"))).expect("copy");
+        }
+    }
+    assert_eq!(saves, 6);
+    // Let the failing messages reach the DLQ and the retries run.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(server.terminate(), Some(0));
+    let whole = rebuild(&data, None);
+    assert!(whole.0.len() > 20, "the workload built a keyspace");
+    let img = whole.1.image();
+    let types: std::collections::BTreeSet<&str> = whole
+        .0
+        .raw()
+        .iter()
+        .map(|(_, e)| e.value.type_name())
+        .collect();
+    assert_eq!(types.len(), 7, "every type is in the state: {types:?}");
+    for (what, n) in [
+        ("pending messages", img.messages.len()),
+        ("DLQ entries", img.dlq.len()),
+        ("schedules", img.schedules.len()),
+        ("waiters", img.waiters.len()),
+        ("topics", img.topics.len()),
+        ("queues", img.queues.len()),
+        ("flow-control keys", img.flows.len()),
+        ("dedup ids", img.dedup.len()),
+        ("ACL users", whole.0.acl.users.len() - 1),
+    ] {
+        assert!(n > 0, "the workload left no {what}");
+    }
+    let mut kept_files: Vec<PathBuf> = std::fs::read_dir(&kept)
+        .expect("ls")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    kept_files.sort();
+    assert_eq!(kept_files.len(), 6);
+    for f in &kept_files {
+        let from_snapshot = rebuild(&data, Some(f));
+        assert_same(&f.display().to_string(), &whole, &from_snapshot);
+    }
+    // And the server itself, started from the newest snapshot, answers the same.
+    let server = Server::start_delivery_with(&data, &[]);
+    assert!(server.stderr().is_empty() || !server.stderr().contains("warning"));
+    let mut c = server.client();
+    for k in 0..40 {
+        let key = format!("k{k}");
+        let t = c.cmd_str(&["TYPE", &key]);
+        let now = tidepool::clock::wall_unix_ms();
+        let direct = whole
+            .0
+            .get(key.as_bytes(), now)
+            .map_or("none", |e| e.value.type_name());
+        assert_eq!(t, Canon::s(direct), "{key}");
+    }
+}
+
+/// Every value shape a command can leave, written and read back by itself: a sorted set that
+/// became a skiplist and shrank (it keeps -0), a stream with deleted entries, trimmed nodes,
+/// groups, consumers and pending entries, hashes with field TTLs, JSON with every number kind,
+/// ACL users with every kind of rule, deleted users, function libraries.
+#[test]
+fn every_value_shape_survives_a_snapshot() {
+    use tidepool::command::pipeline;
+    let mut db = Db::new();
+    let mut rng = Rng::new(7);
+    let far = "4102444800000";
+    let long = "m".repeat(70);
+    let big = "9".repeat(20);
+    let mut ts = 1_767_225_600_000u64;
+    for cmd in [
+        vec!["SET", "str", "v"],
+        vec!["SET", "ttl", "v", "PXAT", far],
+        vec!["RPUSH", "list", "a", "b", "c"],
+        vec!["SADD", "set", "1", "2", "x"],
+        vec!["SADD", "ints", "1", "2", "3"],
+        vec!["ZADD", "zs", "1", &long, "-0", "a"],
+        vec!["ZREM", "zs", &long],
+        vec!["ZADD", "small", "-0", "a", "2.5", "b"],
+        vec!["HSET", "h", "a", "1", "b", "2"],
+        vec!["HPEXPIREAT", "h", far, "FIELDS", "1", "a"],
+        vec!["XADD", "x", "1-1", "f", "1"],
+        vec!["XADD", "x", "1-2", "f", "2"],
+        vec!["XADD", "x", "2-1", "f", "3", "g", "4"],
+        vec!["XDEL", "x", "1-2"],
+        vec!["XGROUP", "CREATE", "x", "g1", "0"],
+        vec!["XGROUP", "CREATE", "x", "g2", "$", "ENTRIESREAD", "3"],
+        vec!["XGROUP", "CREATECONSUMER", "x", "g1", "idle"],
+        vec![
+            "XREADGROUP",
+            "GROUP",
+            "g1",
+            "c1",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "x",
+            ">",
+        ],
+        vec![
+            "JSON.SET",
+            "j",
+            "$",
+            &format!(
+                r#"{{"i":-3,"u":{big},"f":1.0,"z":-0.0,"s":"é","a":[[],{{}},null,false,true]}}"#
+            ),
+        ],
+        vec![
+            "ACL",
+            "SETUSER",
+            "alice",
+            "on",
+            ">p1",
+            ">p2",
+            "~a*",
+            "%R~r*",
+            "%W~w*",
+            "&ch",
+            "+@read",
+            "-get",
+            "+config|get",
+            "sanitize-payload",
+        ],
+        vec![
+            "ACL",
+            "SETUSER",
+            "bob",
+            "nopass",
+            "allchannels",
+            "allkeys",
+            "+@all",
+        ],
+        vec!["ACL", "SETUSER", "gone", "on"],
+        vec!["ACL", "DELUSER", "gone"],
+        vec![
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=lib\nredis.register_function('f', function() return 1 end)",
+        ],
+    ] {
+        ts += 1;
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let reply = pipeline::replay(&mut db, &mut rng, ts, &args);
+        assert!(!reply.is_error(), "{cmd:?}: {reply:?}");
+    }
+    let header = snapshot::format::SnapshotHeader {
+        seq: 23,
+        record_unix_ms: ts,
+        created_unix_ms: ts,
+    };
+    let mut bytes = Vec::new();
+    snapshot::write(&mut bytes, &db, &Delivery::new(), header, |_| {}).expect("write");
+    let loaded = snapshot::read(Path::new("mem"), &bytes, |_| {}).expect("read");
+    assert_eq!(loaded.header, header);
+    if let Some(d) = db.difference(&loaded.db) {
+        panic!("{d}");
+    }
+    let Some(tidepool::state::Value::ZSet(z)) = loaded.db.get(b"zs", ts).map(|e| &e.value) else {
+        panic!("zs")
+    };
+    assert!(z.is_skiplist() && z.score(b"a").is_some_and(|s| s.is_sign_negative()));
+    // A second write of the same state gives the same bytes.
+    let mut again = Vec::new();
+    snapshot::write(&mut again, &loaded.db, &loaded.delivery, header, |_| {}).expect("write");
+    assert_eq!(bytes, again);
+}
