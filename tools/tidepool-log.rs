@@ -30,8 +30,17 @@ const USAGE: &str = "usage: tidepool-log <command> DIR
   tail [--follow] DIR print the newest segment's last 10 records, as dump does; --follow (-f)
                       then prints each new record as it is written, until interrupted; both
                       work beside a running server
-  repair [--yes] DIR  cut the log at the first damage, after confirmation
-DIR is a data directory (its wal/ is used) or a wal directory itself. Every command but verify
+  snapshot [--log-retention R] DIR
+                      write a snapshot of the state at the log's end (a stopped server's
+                      directory), start a new segment after it, and remove what the retention
+                      (0, a duration such as 7d, or a size such as 10GiB; default 1d) does not keep
+  repair [--yes] DIR  cut the log at the first damage, after confirmation; a damaged snapshot
+                      is set aside (renamed .damaged) when an older one and the log can take
+                      its place, or else rebuilt from its intact chunks (the keys of damaged
+                      chunks are lost)
+DIR is a data directory (its wal/ and snapshots/ are used) or a wal directory itself. Records
+that a snapshot made unnecessary may have been removed (--log-retention): dump, stats and
+history then begin at the first record kept, and say so. Every command but verify
 and repair also reads the directory of a running server (with ordinary reads, never a map). A point P is a sequence
 number, or a time: RFC 3339 (2026-11-24T14:05:00Z) or Unix milliseconds (any number from
 100000000000 on is read as a time).";
@@ -68,7 +77,14 @@ struct Args {
 }
 
 /// Flags that take a value.
-const VALUE_FLAGS: &[&str] = &["--from", "--to", "--key", "--kind", "--out"];
+const VALUE_FLAGS: &[&str] = &[
+    "--from",
+    "--to",
+    "--key",
+    "--kind",
+    "--out",
+    "--log-retention",
+];
 
 fn parse_args(raw: &[String]) -> Result<Args, Failure> {
     let mut a = Args {
@@ -178,7 +194,7 @@ fn run() -> Result<(), Failure> {
         return tail(&wal, a.has("--follow"));
     }
     match cmd.as_str() {
-        "verify" | "repair" => refuse_if_live(Path::new(dir))?,
+        "verify" | "repair" | "snapshot" => refuse_if_live(Path::new(dir))?,
         _ => LIVE.store(
             is_live(Path::new(dir)),
             std::sync::atomic::Ordering::Relaxed,
@@ -186,14 +202,26 @@ fn run() -> Result<(), Failure> {
     }
     {
         use std::io::IsTerminal;
-        let summary = matches!(cmd.as_str(), "verify" | "stats" | "replay");
+        let summary = matches!(cmd.as_str(), "verify" | "stats" | "replay" | "snapshot");
         let show = io::stderr().is_terminal() && (summary || !io::stdout().is_terminal());
         PROGRESS.store(show, std::sync::atomic::Ordering::Relaxed);
     }
     match cmd.as_str() {
         "verify" => {
             a.only(&[])?;
-            verify(&wal)
+            let log = verify(&wal);
+            let snaps = verify_snapshots(&data_dir_of(Path::new(dir)), &wal);
+            log.and(snaps)
+        }
+        "snapshot" => {
+            a.only(&["--log-retention"])?;
+            let retention = tidepool::config::Retention::parse(
+                a.values
+                    .get("--log-retention")
+                    .map_or(tidepool::config::LOG_RETENTION_DEFAULT, String::as_str),
+            )
+            .map_err(|e| Failure::Usage(format!("--log-retention {e}")))?;
+            take_snapshot(&data_dir_of(Path::new(dir)), &wal, retention)
         }
         "dump" => {
             a.only(&["--json", "--from", "--to", "--key", "--kind"])?;
@@ -210,16 +238,19 @@ fn run() -> Result<(), Failure> {
                 key: a.values.get("--key").map(|k| k.as_bytes().to_vec()),
                 kind,
             };
+            note_compacted(&wal);
             dump(&wal, a.has("--json"), &filter)
         }
         "stats" => {
             a.only(&[])?;
+            note_compacted(&wal);
             stats(&wal)
         }
         "history" => {
             a.only(&["--from", "--to", "--values"])?;
             let key = rest.map(|k| k.as_bytes().to_vec()).unwrap_or_default();
-            history(&wal, &key, &Window::of(&a)?, a.has("--values"))
+            let data_dir = data_dir_of(Path::new(dir));
+            history(&data_dir, &wal, &key, &Window::of(&a)?, a.has("--values"))
         }
         "replay" => {
             a.only(&["--to", "--out"])?;
@@ -234,10 +265,242 @@ fn run() -> Result<(), Failure> {
         }
         "repair" => {
             a.only(&["--yes"])?;
-            repair(&wal, a.has("--yes"))
+            repair(&wal, a.has("--yes"))?;
+            repair_snapshots(&data_dir_of(Path::new(dir)), &wal, a.has("--yes"))
         }
         other => Err(Failure::Usage(format!("unknown command '{other}'"))),
     }
+}
+
+/// The data directory of DIR (DIR itself, or the parent of a wal directory).
+fn data_dir_of(dir: &Path) -> PathBuf {
+    if dir.join("wal").is_dir() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().map(Path::to_path_buf).unwrap_or_default()
+    }
+}
+
+/// The first record the log still holds, when earlier ones were compacted away.
+fn compacted_before(wal: &Path) -> Option<u64> {
+    reader::list_segments(wal)
+        .ok()?
+        .first()
+        .map(|s| s.first_seq)
+        .filter(|&f| f > 1)
+}
+
+fn note_compacted(wal: &Path) {
+    if let Some(f) = compacted_before(wal) {
+        eprintln!(
+            "note: the records before #{f} were removed behind a snapshot (--log-retention); the log begins there"
+        );
+    }
+}
+
+fn confirm(yes: bool) -> Result<bool, Failure> {
+    if yes {
+        return Ok(true);
+    }
+    let mut answer = String::new();
+    io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::Io(e.to_string()))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+/// Reads every snapshot whole, and checks that start-up has a starting point.
+fn verify_snapshots(data_dir: &Path, wal: &Path) -> Result<(), Failure> {
+    let snaps = tidepool::snapshot::list(&tidepool::snapshot::snapshot_dir(data_dir))
+        .map_err(|e| Failure::Io(e.to_string()))?;
+    let mut damaged = false;
+    for s in &snaps {
+        match tidepool::snapshot::read_file(&s.path, |_| {}) {
+            Ok(l) => out(&format!(
+                "ok: snapshot {} at record #{} ({}), {} keys",
+                s.path.display(),
+                l.header.seq,
+                rfc3339(l.header.record_unix_ms),
+                l.keys
+            )),
+            Err(d) => {
+                damaged = true;
+                out(&format!("DAMAGE: snapshot {d}"));
+            }
+        }
+    }
+    match tidepool::snapshot::choose(data_dir, wal, |_| true, |_| {}) {
+        Ok(start) => {
+            if let Some(l) = start.loaded {
+                out(&format!(
+                    "start-up would load the snapshot at record #{} and replay the log after it",
+                    l.header.seq
+                ));
+            }
+        }
+        Err(e) => {
+            out(&format!("DAMAGE: {e}"));
+            damaged = true;
+        }
+    }
+    if damaged {
+        Err(Failure::Found)
+    } else {
+        Ok(())
+    }
+}
+
+/// The state at the log's end, from the newest snapshot and the log after it.
+fn state_at_end(
+    data_dir: &Path,
+    wal: &Path,
+) -> Result<(tidepool::state::Db, tidepool::delivery::Delivery, u64, u64), Failure> {
+    let start = tidepool::snapshot::choose(data_dir, wal, |_| true, |_| {}).map_err(Failure::Io)?;
+    for d in &start.skipped {
+        eprintln!("warning: the snapshot {d} is damaged; using an older point");
+    }
+    let mut st = Replayed::new();
+    let (mut seq, mut ts) = (0, 0);
+    if let Some(l) = start.loaded {
+        (seq, ts) = (l.header.seq, l.header.record_unix_ms);
+        st.db = l.db;
+        st.delivery = l.delivery;
+    }
+    let progress = Progress::over(wal, "replaying the log");
+    let s = reader::scan_from(wal, read_mode(), seq + 1, |path, offset, frame| {
+        progress.at(path, offset);
+        let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
+        st.apply(frame.seq, frame.timestamp_unix_ms, &record);
+        (seq, ts) = (frame.seq, frame.timestamp_unix_ms);
+        Ok(())
+    })
+    .map(settled)
+    .map_err(|e| Failure::Io(e.to_string()))?;
+    if let Some(d) = &s.damage {
+        eprintln!("DAMAGE: {}", describe(d));
+        return Err(Failure::Found);
+    }
+    Ok((st.db, st.delivery, seq, ts))
+}
+
+/// `snapshot`: the state at the log's end, written as the server writes it; the log then
+/// starts a new segment, and what the retention does not keep goes.
+fn take_snapshot(
+    data_dir: &Path,
+    wal: &Path,
+    retention: tidepool::config::Retention,
+) -> Result<(), Failure> {
+    let (db, delivery, seq, ts) = state_at_end(data_dir, wal)?;
+    let io = |e: io::Error| Failure::Io(e.to_string());
+    // A new segment at the next record, so that every record so far is in closed segments.
+    let segments = reader::list_segments(wal).map_err(io)?;
+    if segments.last().is_none_or(|s| s.first_seq <= seq) {
+        let scan = reader::scan(wal, |_, _, _| Ok(())).map_err(|e| Failure::Io(e.to_string()))?;
+        let newest = segments.last().map(|s| (s.path.as_path(), scan.end_offset));
+        let mut w = tidepool::wal::WalWriter::open(
+            wal,
+            newest,
+            seq + 1,
+            ts,
+            tidepool::config::SEGMENT_BYTES_MAX,
+        )
+        .map_err(io)?;
+        w.roll().map_err(io)?;
+    }
+    let bar = PROGRESS
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| {
+            indicatif::ProgressBar::new(db.len() as u64).with_style(
+                indicatif::ProgressStyle::with_template(
+                    "writing the snapshot [{bar:40}] {pos}/{len} keys",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            )
+        });
+    let header = tidepool::snapshot::format::SnapshotHeader {
+        seq,
+        record_unix_ms: ts,
+        created_unix_ms: tidepool::clock::wall_unix_ms(),
+    };
+    let written = tidepool::snapshot::write_file(data_dir, &db, &delivery, header, |n| {
+        if let Some(b) = &bar {
+            b.set_position(n);
+        }
+    })
+    .map_err(io)?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let c = tidepool::snapshot::compact(
+        data_dir,
+        wal,
+        seq,
+        retention,
+        tidepool::clock::wall_unix_ms(),
+    )
+    .map_err(io)?;
+    out(&format!(
+        "wrote the snapshot at record #{seq}: {} keys, {} bytes; removed {} log segments ({} bytes) and {} older snapshots",
+        written.keys, written.bytes, c.segments, c.bytes, c.snapshots
+    ));
+    Ok(())
+}
+
+/// `repair` for snapshots: a damaged one is set aside when start-up can do without it, and
+/// otherwise rebuilt from its intact chunks.
+fn repair_snapshots(data_dir: &Path, wal: &Path, yes: bool) -> Result<(), Failure> {
+    let dir = tidepool::snapshot::snapshot_dir(data_dir);
+    let snaps = tidepool::snapshot::list(&dir).map_err(|e| Failure::Io(e.to_string()))?;
+    for s in snaps.iter().rev() {
+        let data =
+            fs::read(&s.path).map_err(|e| Failure::Io(format!("{}: {e}", s.path.display())))?;
+        let Err(d) = tidepool::snapshot::read(&s.path, &data, |_| {}) else {
+            continue;
+        };
+        out(&format!("DAMAGE: snapshot {d}"));
+        let aside = s.path.with_extension("snap.damaged");
+        let without = tidepool::snapshot::choose(data_dir, wal, |h| h.seq < s.seq, |_| {});
+        let salvage = match without {
+            Ok(_) => {
+                out(&format!(
+                    "An older snapshot and the log can take its place: it will be renamed {} and nothing is lost. Continue? [y/N]",
+                    aside.display()
+                ));
+                None
+            }
+            Err(_) => {
+                let (loaded, lost) = tidepool::snapshot::salvage(&s.path, &data).map_err(|d| {
+                    Failure::Io(format!(
+                        "{d}: nothing can be rebuilt without its header; restore the directory from a backup"
+                    ))
+                })?;
+                for l in &lost {
+                    out(&format!("  lost: {l}"));
+                }
+                out(&format!(
+                    "No other starting point is left. It will be rebuilt from its intact parts ({} keys; the keys of the damaged parts above are lost) and the damaged file renamed {}. Continue? [y/N]",
+                    loaded.keys,
+                    aside.display()
+                ));
+                Some(loaded)
+            }
+        };
+        if !confirm(yes)? {
+            out("not repaired");
+            return Err(Failure::Found);
+        }
+        fs::rename(&s.path, &aside).map_err(|e| Failure::Io(e.to_string()))?;
+        if let Some(l) = salvage {
+            tidepool::snapshot::write_file(data_dir, &l.db, &l.delivery, l.header, |_| {})
+                .map_err(|e| Failure::Io(e.to_string()))?;
+        }
+        tidepool::wal::writer::sync_dir(&dir).map_err(|e| Failure::Io(e.to_string()))?;
+        out("repaired: run `tidepool-log verify` to check, then start the server");
+        return Ok(());
+    }
+    Ok(())
 }
 
 fn wal_dir(dir: &Path) -> PathBuf {
@@ -727,9 +990,54 @@ impl Replayed {
     }
 }
 
-fn history(wal: &Path, key: &[u8], window: &Window, values: bool) -> Result<(), Failure> {
-    let mut state = values.then(Replayed::new);
+/// The oldest state the directory can rebuild: the start of the log, or (when the log was
+/// compacted) the oldest snapshot the kept log follows. Returns it and the record it is at.
+fn oldest_state(data_dir: &Path, wal: &Path) -> Result<(Replayed, u64), Failure> {
+    let Some(first) = compacted_before(wal) else {
+        return Ok((Replayed::new(), 0));
+    };
+    let snaps = tidepool::snapshot::list(&tidepool::snapshot::snapshot_dir(data_dir))
+        .map_err(|e| Failure::Io(e.to_string()))?;
+    for s in snaps.iter().filter(|s| s.seq + 1 >= first) {
+        match tidepool::snapshot::read_file(&s.path, |_| {}) {
+            Ok(l) => {
+                let mut st = Replayed::new();
+                st.db = l.db;
+                st.delivery = l.delivery;
+                return Ok((st, l.header.seq));
+            }
+            Err(d) => eprintln!("warning: the snapshot {d} is damaged; trying a newer one"),
+        }
+    }
+    Err(Failure::Io(format!(
+        "the log begins at record #{first} and no snapshot it follows can be read: values cannot be rebuilt"
+    )))
+}
+
+fn history(
+    data_dir: &Path,
+    wal: &Path,
+    key: &[u8],
+    window: &Window,
+    values: bool,
+) -> Result<(), Failure> {
+    let (mut state, from) = match values {
+        true => {
+            let (st, seq) = oldest_state(data_dir, wal)?;
+            (Some(st), seq + 1)
+        }
+        false => (None, 0),
+    };
+    if let Some(f) = compacted_before(wal) {
+        eprintln!(
+            "note: the records before #{} were removed behind a snapshot (--log-retention); history begins there",
+            f.max(from)
+        );
+    }
     let s = scan_decoding(wal, |_, _, seq, ts, _, record| {
+        if seq < from {
+            return;
+        }
         if let Some(st) = state.as_mut() {
             st.apply(seq, ts, &record);
         }
@@ -777,11 +1085,28 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
             out_dir.display()
         )));
     }
-    // The last record at or before `to`: its segment, where it ends, its sequence and time.
+    // The newest snapshot at or before `to` that the log follows, then the last record at or
+    // before `to`: its segment, where it ends, its sequence and time.
+    let data_dir = data_dir_of(dir);
+    let start = tidepool::snapshot::choose(
+        &data_dir,
+        wal,
+        |h| to.at_or_before(h.seq, h.record_unix_ms),
+        |_| {},
+    )
+    .map_err(Failure::Io)?;
+    for d in &start.skipped {
+        eprintln!("warning: the snapshot {d} is damaged; using an older point");
+    }
+    let base = start
+        .loaded
+        .as_ref()
+        .map(|l| (l.header.seq, l.header.record_unix_ms));
+    let from = base.map_or(0, |b| b.0) + 1;
     let mut last: Option<(PathBuf, u64, u64, u64)> = None;
     let mut records = 0u64;
     let progress = Progress::over(wal, "finding the point");
-    let s = reader::scan_with(wal, read_mode(), |path, offset, frame| {
+    let s = reader::scan_from(wal, read_mode(), from, |path, offset, frame| {
         progress.at(path, offset);
         if to.at_or_before(frame.seq, frame.timestamp_unix_ms) {
             let end = offset + frame.encoded_len() as u64;
@@ -798,10 +1123,14 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
             return Err(Failure::Found);
         }
     }
-    let Some((last_path, end, seq, ts)) = last else {
-        return Err(Failure::Io(format!(
-            "no record at or before {to}: the log begins later"
-        )));
+    let (seq, ts) = match (&last, base) {
+        (Some((_, _, seq, ts)), _) => (*seq, *ts),
+        (None, Some(b)) => b,
+        (None, None) => {
+            return Err(Failure::Io(format!(
+                "no record at or before {to}: the log begins later"
+            )))
+        }
     };
     let new_wal = out_dir.join("wal");
     fs::create_dir_all(&new_wal).map_err(|e| io(&new_wal, e))?;
@@ -810,8 +1139,31 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
         let to = out_dir.join("credentials.json");
         fs::copy(&creds, &to).map_err(|e| io(&to, e))?;
     }
+    if let Some(l) = &start.loaded {
+        let name = tidepool::snapshot::format::snapshot_file_name(l.header.seq);
+        let new_snaps = tidepool::snapshot::snapshot_dir(out_dir);
+        fs::create_dir_all(&new_snaps).map_err(|e| io(&new_snaps, e))?;
+        let copy = new_snaps.join(&name);
+        fs::copy(
+            tidepool::snapshot::snapshot_dir(&data_dir).join(&name),
+            &copy,
+        )
+        .map_err(|e| io(&copy, e))?;
+        File::open(&copy)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(&copy, e))?;
+        tidepool::wal::writer::sync_dir(&new_snaps).map_err(|e| io(&new_snaps, e))?;
+    }
     let segments = reader::list_segments(wal).map_err(|e| io(wal, e))?;
-    for seg in segments.iter().filter(|seg| seg.path <= last_path) {
+    // The segments that hold records after the snapshot, up to the one with the point.
+    let wanted = |i: usize| segments.get(i + 1).is_none_or(|next| next.first_seq > from);
+    for (i, seg) in segments.iter().enumerate() {
+        let Some((last_path, end, _, _)) = &last else {
+            break;
+        };
+        if !wanted(i) || seg.path > *last_path {
+            continue;
+        }
         let name = seg.path.file_name().unwrap_or_default();
         let copy = new_wal.join(name);
         fs::copy(&seg.path, &copy).map_err(|e| io(&copy, e))?;
@@ -819,17 +1171,21 @@ fn replay(dir: &Path, wal: &Path, to: Point, out_dir: &Path) -> Result<(), Failu
             .write(true)
             .open(&copy)
             .map_err(|e| io(&copy, e))?;
-        if seg.path == last_path {
-            f.set_len(end).map_err(|e| io(&copy, e))?;
+        if seg.path == *last_path {
+            f.set_len(*end).map_err(|e| io(&copy, e))?;
         }
         f.sync_all().map_err(|e| io(&copy, e))?;
     }
     tidepool::wal::writer::sync_dir(&new_wal).map_err(|e| io(&new_wal, e))?;
     tidepool::wal::writer::sync_dir(out_dir).map_err(|e| io(out_dir, e))?;
     out(&format!(
-        "wrote {}: the state as of record #{seq} ({}), {records} records; open it with `tidepool serve --data {}`",
+        "wrote {}: the state as of record #{seq} ({}), {}{records} records; open it with `tidepool serve --data {}`",
         out_dir.display(),
         rfc3339(ts),
+        match base {
+            Some((b, _)) => format!("the snapshot at record #{b} and "),
+            None => String::new(),
+        },
         out_dir.display()
     ));
     Ok(())

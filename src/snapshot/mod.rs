@@ -235,6 +235,94 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
     }
 }
 
+/// What can be kept of a damaged snapshot (`tidepool-log repair`): the header must hold (it
+/// says which record the snapshot ends at); then every chunk whose checksum holds is read,
+/// and a damaged one is skipped to the next offset where a whole chunk of a known kind starts.
+/// Returns the state so rebuilt and each damage passed over (whose keys are lost). A
+/// missing delivery chunk leaves the delivery state empty.
+pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage> {
+    let damage = |offset: usize, what: String| Damage {
+        path: path.to_path_buf(),
+        offset: offset as u64,
+        what,
+    };
+    let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
+    let mut db = Db::new();
+    let mut delivery = None;
+    let mut keys_total = 0u64;
+    let mut lost = Vec::new();
+    let mut offset = SNAPSHOT_HEADER_BYTES;
+    let known = |k: u8| {
+        matches!(
+            k,
+            CHUNK_KEYS | CHUNK_FUNCTIONS | CHUNK_ACL | CHUNK_DELIVERY | CHUNK_END
+        )
+    };
+    while offset < data.len() {
+        let chunk = match read_chunk(data, offset) {
+            Ok(c) if known(c.kind) => c,
+            Ok(c) => {
+                lost.push(damage(offset, format!("unknown chunk kind {}", c.kind)));
+                offset += CHUNK_HEADER_BYTES + c.payload.len();
+                continue;
+            }
+            Err(e) => {
+                lost.push(damage(offset, e));
+                let next = (offset + 1..data.len())
+                    .find(|&o| read_chunk(data, o).is_ok_and(|c| known(c.kind)));
+                match next {
+                    Some(o) => {
+                        offset = o;
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+        };
+        let mut c = Cursor::new(chunk.payload);
+        let decoded = match chunk.kind {
+            CHUNK_ACL => keys::read_acl(&mut c, &mut db),
+            CHUNK_FUNCTIONS => keys::read_functions(&mut c, &mut db),
+            CHUNK_KEYS => (|| {
+                let n = c.count()?;
+                for _ in 0..n {
+                    let (k, e) = keys::read_entry(&mut c)?;
+                    db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
+                    keys_total += 1;
+                }
+                Ok(())
+            })(),
+            CHUNK_DELIVERY => rmp_serde::from_slice::<DeliveryImage>(chunk.payload)
+                .map_err(|e| e.to_string())
+                .and_then(Delivery::from_image)
+                .map(|d| delivery = Some(d)),
+            _ => break, // the end
+        };
+        if let Err(e) = decoded {
+            lost.push(damage(
+                offset,
+                format!("{} chunk: {e}", chunk_name(chunk.kind)),
+            ));
+        }
+        offset += CHUNK_HEADER_BYTES + chunk.payload.len();
+    }
+    if delivery.is_none() {
+        lost.push(damage(
+            offset,
+            "no readable delivery chunk: the delivery state is empty".into(),
+        ));
+    }
+    Ok((
+        Loaded {
+            header,
+            db,
+            delivery: delivery.unwrap_or_default(),
+            keys: keys_total,
+        },
+        lost,
+    ))
+}
+
 /// Reads the snapshot file at `path`.
 pub fn read_file(path: &Path, progress: impl FnMut(u64)) -> Result<Loaded, Damage> {
     let data = std::fs::read(path).map_err(|e| Damage {

@@ -490,3 +490,261 @@ fn every_value_shape_survives_a_snapshot() {
     snapshot::write(&mut again, &loaded.db, &loaded.delivery, header, |_| {}).expect("write");
     assert_eq!(bytes, again);
 }
+
+fn wal_segments(data: &Path) -> Vec<u64> {
+    reader::list_segments(&data.join("wal"))
+        .expect("list")
+        .into_iter()
+        .map(|s| s.first_seq)
+        .collect()
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).expect("read");
+    b[at] ^= 0x40;
+    std::fs::write(path, b).expect("write");
+}
+
+/// SAVE, BGSAVE, BGREWRITEAOF and LASTSAVE answer as Redis does; INFO persistence says what
+/// happened; a restart loads the snapshot and replays only what came after it; with
+/// `--log-retention 0` the segments behind it go.
+#[test]
+fn snapshot_commands_answer_as_redis_and_restart_loads_the_snapshot() {
+    let dir = TempDir::new("snap-cmds");
+    let data = dir.path().join("data");
+    let server = Server::start(
+        &data,
+        &["--log-retention", "0", "--auto-snapshot-percentage", "0"],
+    );
+    let mut c = server.client();
+    let started = c.cmd_str(&["LASTSAVE"]);
+    assert!(
+        matches!(started, Canon::Int(t) if t > 1_700_000_000),
+        "{started:?}"
+    );
+    for i in 0..100 {
+        c.cmd_str(&["SET", &format!("k{i}"), &i.to_string()]);
+    }
+    assert_eq!(info_field(&mut c, "rdb_changes_since_last_save"), "100");
+    assert_eq!(c.cmd_str(&["SAVE"]), Canon::s("OK"));
+    assert_eq!(info_field(&mut c, "rdb_changes_since_last_save"), "0");
+    assert_eq!(info_field(&mut c, "rdb_saves"), "1");
+    assert_eq!(snapshots_in(&data).len(), 1);
+    assert_eq!(
+        wal_segments(&data),
+        [101],
+        "the segment behind the snapshot went"
+    );
+    c.cmd_str(&["SET", "after", "1"]);
+    assert_eq!(
+        c.cmd_str(&["BGSAVE"]),
+        Canon::s("Background saving started")
+    );
+    wait_saved(&mut c);
+    assert_eq!(
+        c.cmd_str(&["BGREWRITEAOF"]),
+        Canon::s("Background append only file rewriting started")
+    );
+    assert_eq!(wait_saved(&mut c), 3);
+    assert_eq!(
+        c.cmd_str(&["BGSAVE", "NOW"]),
+        Canon::Err("ERR syntax error".into())
+    );
+    // The Read Only token may not take snapshots.
+    let mut ro = Http::connect(&server.addr, RO_TOKEN);
+    assert!(ro.cmd_str(&["SAVE"]).is_err());
+    let last = c.cmd_str(&["LASTSAVE"]);
+    assert!(matches!((&last, &started), (Canon::Int(a), Canon::Int(b)) if a >= b));
+    c.cmd_str(&["SET", "tail", "1"]);
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["DBSIZE"]), Canon::Int(102));
+    assert_eq!(c.cmd_str(&["GET", "tail"]), Canon::s("1"));
+    assert_eq!(c.cmd_str(&["GET", "k42"]), Canon::s("42"));
+}
+
+/// The log growing past the share of the last snapshot that `--auto-snapshot-percentage` sets
+/// (and past `--auto-snapshot-min-bytes`) takes a snapshot by itself.
+#[test]
+fn a_growing_log_takes_a_snapshot_by_itself() {
+    let dir = TempDir::new("snap-auto");
+    let data = dir.path().join("data");
+    let server = Server::start(
+        &data,
+        &[
+            "--auto-snapshot-percentage",
+            "100",
+            "--auto-snapshot-min-bytes",
+            "50000",
+        ],
+    );
+    let mut c = server.client();
+    let v = "v".repeat(200);
+    for i in 0..400 {
+        c.cmd_str(&["SET", &format!("k{}", i % 50), &v]);
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    while info_field(&mut c, "rdb_saves") == "0" {
+        assert!(Instant::now() < until, "no automatic snapshot");
+        c.cmd_str(&["SET", "more", &v]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_saved(&mut c);
+    assert!(!snapshots_in(&data).is_empty());
+}
+
+/// A damaged newest snapshot is reported with its file and offset, and start-up uses the older
+/// snapshot and the longer log; with nothing older left it refuses, names the repair, and
+/// `tidepool-log repair` rebuilds what the intact chunks hold.
+#[test]
+fn a_damaged_snapshot_falls_back_or_refuses_with_the_repair() {
+    let dir = TempDir::new("snap-damage");
+    let data = dir.path().join("data");
+    let d = data.to_str().expect("path");
+    // The log is kept (default retention): two snapshots, the older one still usable.
+    let server = Server::start(&data, &["--auto-snapshot-percentage", "0"]);
+    let mut c = server.client();
+    for i in 0..50 {
+        c.cmd_str(&["SET", &format!("a{i}"), "1"]);
+    }
+    assert_eq!(c.cmd_str(&["SAVE"]), Canon::s("OK"));
+    for i in 0..50 {
+        c.cmd_str(&["SET", &format!("b{i}"), "1"]);
+    }
+    assert_eq!(c.cmd_str(&["SAVE"]), Canon::s("OK"));
+    c.cmd_str(&["SET", "c", "1"]);
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    let snaps = snapshots_in(&data);
+    assert_eq!(snaps.len(), 2);
+    let newest = snaps[1].clone();
+    flip_byte(&newest, 60);
+    let (code, out) = log_tool(&["verify", d]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("DAMAGE: snapshot") && out.contains("at offset 40"),
+        "{out}"
+    );
+    let server = Server::start(&data, &[]);
+    let err = server.stderr();
+    assert!(
+        err.contains("warning: the snapshot") && err.contains(newest.to_str().expect("p")),
+        "{err}"
+    );
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["DBSIZE"]), Canon::Int(101));
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+
+    // Nothing older: the log behind the snapshot is gone (retention 0).
+    let dir = TempDir::new("snap-damage0");
+    let data = dir.path().join("data");
+    let d = data.to_str().expect("path");
+    let server = Server::start(
+        &data,
+        &["--log-retention", "0", "--auto-snapshot-percentage", "0"],
+    );
+    let mut c = server.client();
+    for i in 0..50 {
+        c.cmd_str(&["SET", &format!("a{i}"), "1"]);
+    }
+    c.cmd_str(&["HSET", "h", "f", "v"]);
+    assert_eq!(c.cmd_str(&["SAVE"]), Canon::s("OK"));
+    c.cmd_str(&["SET", "after", "1"]);
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    let snap = snapshots_in(&data).pop().expect("snapshot");
+    // The first chunk (ACL users) at offset 40: damage there loses no key.
+    flip_byte(&snap, 50);
+    let e = Server::try_start(&data, &[])
+        .err()
+        .expect("start-up refuses");
+    assert!(
+        e.contains(snap.to_str().expect("p"))
+            && e.contains("at offset 40")
+            && e.contains("tidepool-log repair"),
+        "{e}"
+    );
+    let (code, out) = log_tool(&["repair", "--yes", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("rebuilt from its intact parts (51 keys"),
+        "{out}"
+    );
+    let (code, out) = log_tool(&["verify", d]);
+    assert_eq!(code, 0, "{out}");
+    let server = Server::start(&data, &[]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["DBSIZE"]), Canon::Int(52));
+    assert_eq!(c.cmd_str(&["HGET", "h", "f"]), Canon::s("v"));
+}
+
+/// `tidepool-log snapshot` writes the snapshot of a stopped server's directory and compacts;
+/// `replay --to` and `serve --at` start from the newest snapshot at or before their point, so
+/// they work where the log before it is gone, and refuse a point older than what is kept.
+#[test]
+fn the_tools_and_past_points_work_with_snapshots() {
+    let dir = TempDir::new("snap-tools");
+    let data = dir.path().join("data");
+    let d = data.to_str().expect("path");
+    let server = Server::start(&data, &["--auto-snapshot-percentage", "0"]);
+    let mut c = server.client();
+    for i in 1..=5 {
+        c.cmd_str(&["SET", "k", &format!("v{i}")]); // records #1..#5
+    }
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    let (code, out) = log_tool(&["snapshot", "--log-retention", "0", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("snapshot at record #5: 1 keys"), "{out}");
+    assert_eq!(wal_segments(&data), [6]);
+    let server = Server::start(&data, &["--auto-snapshot-percentage", "0"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v5"));
+    c.cmd_str(&["SET", "k", "v6"]); // #6
+    c.cmd_str(&["SET", "k", "v7"]); // #7
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    // A point after the snapshot: the snapshot and the log up to it.
+    let out_dir = dir.path().join("at6");
+    let (code, out) = log_tool(&[
+        "replay",
+        "--to",
+        "6",
+        "--out",
+        out_dir.to_str().expect("p"),
+        d,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("the snapshot at record #5"), "{out}");
+    let s6 = Server::start(&out_dir, &[]);
+    assert_eq!(s6.client().cmd_str(&["GET", "k"]), Canon::s("v6"));
+    drop(s6);
+    // The snapshot's own point.
+    let at = Server::start(&data, &["--at", "5"]);
+    assert_eq!(at.client().cmd_str(&["GET", "k"]), Canon::s("v5"));
+    drop(at);
+    let at = Server::start(&data, &["--at", "7"]);
+    assert_eq!(at.client().cmd_str(&["GET", "k"]), Canon::s("v7"));
+    drop(at);
+    // Before it: compacted away, said clearly.
+    let e = Server::try_start(&data, &["--at", "3"])
+        .err()
+        .expect("refused");
+    assert!(e.contains("compacted away"), "{e}");
+    let (code, out) = log_tool(&["history", "--values", d, "k"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("removed behind a snapshot") && out.contains("string \"v7\""),
+        "{out}"
+    );
+    assert!(!out.contains("#3 "), "{out}");
+    let (code, out) = log_tool(&["verify", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("start-up would load the snapshot at record #5"),
+        "{out}"
+    );
+}
