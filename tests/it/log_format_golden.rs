@@ -259,3 +259,75 @@ fn every_delivery_event_round_trips() {
     record.encode_payload(&mut payload);
     assert_eq!(Record::decode(16, &payload).expect("decodes"), record);
 }
+
+/// The snapshot header, and a keys chunk of two keys (a string with an expiry, a hash with a
+/// field TTL) and an end chunk, as `log-format.md` ("Snapshots") shows them.
+#[test]
+fn snapshot_bytes_match_the_document() {
+    use tidepool::snapshot::format::{self as sf, SnapshotHeader};
+    use tidepool::snapshot::keys;
+    use tidepool::state::{hash::Hash, Entry, Value};
+    let h = SnapshotHeader {
+        seq: 5,
+        record_unix_ms: 1_767_225_600_123,
+        created_unix_ms: 1_767_225_600_200,
+    };
+    let doc = golden("snapshot-header");
+    assert_eq!(h.encode().to_vec(), doc, "snapshot header");
+    assert_eq!(SnapshotHeader::decode(&doc), Ok(h));
+
+    let mut hash = Hash::new();
+    hash.insert(b"f", b"x".to_vec());
+    hash.set_ttl(b"f", 1_767_225_700_000);
+    let mut body = Vec::new();
+    sf::put_uint(&mut body, 2);
+    for (key, entry) in [
+        (
+            &b"k"[..],
+            Entry {
+                value: Value::Str(b"v".to_vec()),
+                expire_at_ms: Some(1_767_225_700_000),
+                access_ms: 1_767_225_600_123,
+            },
+        ),
+        (
+            &b"h"[..],
+            Entry {
+                value: Value::Hash(hash),
+                expire_at_ms: None,
+                access_ms: 1_767_225_600_123,
+            },
+        ),
+    ] {
+        keys::put_entry(&mut body, key, &entry).expect("entry");
+    }
+    let mut chunk = Vec::new();
+    sf::encode_chunk(&mut chunk, sf::CHUNK_KEYS, &body);
+    let doc = golden("snapshot-keys-chunk");
+    if chunk != doc {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        panic!("snapshot keys chunk: the code writes\n{}", hex.join(" "));
+    }
+    let read = sf::read_chunk(&doc, 0).expect("reads back");
+    let mut c = sf::Cursor::new(read.payload);
+    assert_eq!(c.count(), Ok(2));
+    let (k, e) = keys::read_entry(&mut c).expect("entry");
+    assert_eq!(
+        (k.as_slice(), e.expire_at_ms),
+        (&b"k"[..], Some(1_767_225_700_000))
+    );
+
+    let mut end = Vec::new();
+    sf::put_u64(&mut end, 2);
+    sf::put_u64(&mut end, 4);
+    let mut chunk = Vec::new();
+    sf::encode_chunk(&mut chunk, sf::CHUNK_END, &end);
+    let doc = golden("snapshot-end-chunk");
+    if chunk != doc {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        panic!("snapshot end chunk: the code writes\n{}", hex.join(" "));
+    }
+    assert_eq!(sf::SNAPSHOT_HEADER_BYTES, 40);
+    assert_eq!(sf::CHUNK_HEADER_BYTES, 9);
+    assert_eq!(&sf::SNAPSHOT_MAGIC, b"TIDESNAP");
+}
