@@ -9,7 +9,14 @@
 //!
 //!     target/release/tidepool-bench --replay [--commands N] [--singles S]
 //!
-//! The last form times a start-up's replay of the log: N SETs written in pipelines of 100 (one
+//!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
+//!
+//! That form writes N SETs over K keys (pipelines of 100) twice, once with snapshots off and
+//! once with them on (the automatic trigger, `--log-retention 0`); then it times restarts and
+//! measures the directories, times a snapshot's load and the log's replay in this process, and
+//! the longest request latency of a steady load with and without a background snapshot.
+//!
+//! The `--replay` form times a start-up's replay of the log: N SETs written in pipelines of 100 (one
 //! record each) and S more one request (one record) each, over N/10 keys; then the median of
 //! three starts, from spawning the process to its first line (which comes after the replay).
 //!
@@ -56,6 +63,15 @@ fn wait_port(port: u16) -> Result<(), String> {
 }
 
 fn tidepool(bin: &Path, dir: &Path, fsync: &str) -> Result<(Proc, u16), String> {
+    tidepool_with(bin, dir, fsync, &[])
+}
+
+fn tidepool_with(
+    bin: &Path,
+    dir: &Path,
+    fsync: &str,
+    extra: &[&str],
+) -> Result<(Proc, u16), String> {
     let mut child = Command::new(bin)
         .args([
             "serve",
@@ -70,6 +86,7 @@ fn tidepool(bin: &Path, dir: &Path, fsync: &str) -> Result<(Proc, u16), String> 
             "--data",
         ])
         .arg(dir)
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -319,6 +336,226 @@ fn replay(bin: &Path, tmp: &Path, commands: u64, singles: u64) -> Result<(), Str
     Ok(())
 }
 
+fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for sub in ["wal", "snapshots"] {
+        if let Ok(entries) = std::fs::read_dir(dir.join(sub)) {
+            total += entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum::<u64>();
+        }
+    }
+    total
+}
+
+/// Writes `writes` SETs over `keys` keys, in pipelines of 100 from 4 connections.
+fn fill(port: u16, writes: u64, keys: u64) -> Result<(), String> {
+    let per = writes / 4;
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || -> Result<(), String> {
+                let mut c = Client::connect(port)?;
+                let mut n = t * per;
+                let end = n + per;
+                while n < end {
+                    let body: Vec<String> = (n..(n + 100).min(end))
+                        .map(|i| format!(r#"["SET","key:{}","value-{i}"]"#, i % keys))
+                        .collect();
+                    c.post("/pipeline", &format!("[{}]", body.join(",")))?;
+                    n += 100;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().map_err(|_| "a writer panicked")??;
+    }
+    Ok(())
+}
+
+/// Median of three starts: spawn to first line.
+fn restart_time(bin: &Path, dir: &Path, extra: &[&str]) -> Result<f64, String> {
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let start = Instant::now();
+        let (tp, _) = tidepool_with(bin, dir, "never", extra)?;
+        times.push(start.elapsed().as_secs_f64());
+        drop(tp);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[1])
+}
+
+/// Request latencies (µs) of a steady load: 8 connections, each SET then GET of random keys,
+/// for `ms`; with `bgsave`, a BGSAVE is sent after a quarter of it. Returns (max, p99, p50,
+/// requests).
+fn steady(port: u16, keys: u64, ms: u64, bgsave: bool) -> Result<(f64, f64, f64, usize), String> {
+    let stop = Instant::now() + Duration::from_millis(ms);
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            std::thread::spawn(move || -> Result<Vec<f64>, String> {
+                let mut c = Client::connect(port)?;
+                let mut lat = Vec::new();
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t;
+                while Instant::now() < stop {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = x % keys;
+                    let body = if x.is_multiple_of(2) {
+                        format!(r#"["SET","key:{k}","v{x}"]"#)
+                    } else {
+                        format!(r#"["GET","key:{k}"]"#)
+                    };
+                    let start = Instant::now();
+                    c.post("/", &body)?;
+                    lat.push(start.elapsed().as_secs_f64() * 1e6);
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    if bgsave {
+        std::thread::sleep(Duration::from_millis(ms / 4));
+        let mut c = Client::connect(port)?;
+        let r = c.post("/", r#"["BGSAVE"]"#)?;
+        if !String::from_utf8_lossy(&r).contains("started") {
+            return Err(format!("BGSAVE: {}", String::from_utf8_lossy(&r)));
+        }
+    }
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().map_err(|_| "a client panicked")??);
+    }
+    all.sort_by(f64::total_cmp);
+    let at = |q: f64| all[((all.len() as f64 - 1.0) * q) as usize];
+    Ok((at(1.0), at(0.99), at(0.5), all.len()))
+}
+
+fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> Result<(), String> {
+    let off = tmp.join("snap-off");
+    let on = tmp.join("snap-on");
+    let off_flags = ["--auto-snapshot-percentage", "0"];
+    let min = min_bytes.to_string();
+    let on_flags = [
+        "--log-retention",
+        "0",
+        "--auto-snapshot-min-bytes",
+        min.as_str(),
+    ];
+    let started = Instant::now();
+    {
+        let (_tp, port) = tidepool_with(bin, &off, "never", &off_flags)?;
+        fill(port, writes, keys)?;
+    }
+    let fill_s = started.elapsed().as_secs_f64();
+    {
+        let (_tp, port) = tidepool_with(bin, &on, "never", &on_flags)?;
+        fill(port, writes, keys)?;
+        // Let a snapshot the trigger started finish before the server stops.
+        let mut c = Client::connect(port)?;
+        loop {
+            let info = c.post("/", r#"["INFO","persistence"]"#)?;
+            if String::from_utf8_lossy(&info).contains("rdb_bgsave_in_progress:0") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let snaps = tidepool::snapshot::list(&tidepool::snapshot::snapshot_dir(&on))
+        .map_err(|e| e.to_string())?;
+    let newest = snaps.last().ok_or("no snapshot was taken")?;
+    let snap_bytes = std::fs::metadata(&newest.path)
+        .map_err(|e| e.to_string())?
+        .len();
+    let t_off = restart_time(bin, &off, &off_flags)?;
+    let t_on = restart_time(bin, &on, &on_flags)?;
+    let (b_off, b_on) = (dir_bytes(&off), dir_bytes(&on));
+    println!("{writes} SETs over {keys} keys (written in {fill_s:.0} s), --fsync never:\n");
+    println!("| snapshots | restart (median of 3) | log + snapshots on disk | snapshot |");
+    println!("|---|---|---|---|");
+    println!(
+        "| off | {t_off:.2} s | {:.0} MB | none |",
+        b_off as f64 / 1e6
+    );
+    println!(
+        "| on (`--log-retention 0`) | {t_on:.2} s | {:.0} MB ({:.2}x the snapshot) | {:.0} MB at record #{} |",
+        b_on as f64 / 1e6,
+        b_on as f64 / snap_bytes as f64,
+        snap_bytes as f64 / 1e6,
+        newest.seq
+    );
+    // In this process: a snapshot's load, and the log's replay (no process start, no listener).
+    let start = Instant::now();
+    let loaded = tidepool::snapshot::read_file(&newest.path, |_| {}).map_err(|d| d.to_string())?;
+    let load_s = start.elapsed().as_secs_f64();
+    let mut db = tidepool::state::Db::new();
+    let mut delivery = tidepool::delivery::Delivery::new();
+    let mut rng = tidepool::rng::Rng::new(1);
+    let (mut records, mut commands) = (0u64, 0u64);
+    let start = Instant::now();
+    tidepool::wal::reader::scan(&off.join("wal"), |_, _, f| {
+        let r = tidepool::record::Record::decode(f.kind, f.payload).map_err(|e| e.to_string())?;
+        records += 1;
+        if let tidepool::record::Record::KvCommands(c) = &r {
+            commands += c.len() as u64;
+        }
+        tidepool::executor::apply_record(&mut db, &mut delivery, &mut rng, f.timestamp_unix_ms, &r);
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    let replay_s = start.elapsed().as_secs_f64();
+    println!();
+    println!("| in process | time | rate |");
+    println!("|---|---|---|");
+    println!(
+        "| load the snapshot ({} keys) | {load_s:.2} s | {:.0} keys/s |",
+        loaded.keys,
+        loaded.keys as f64 / load_s
+    );
+    println!(
+        "| replay the whole log ({records} records, {commands} commands) | {replay_s:.2} s | {:.0} records/s, {:.0} commands/s |",
+        records as f64 / replay_s,
+        commands as f64 / replay_s
+    );
+    drop((loaded, db, delivery));
+    // Latency under a steady load, with and without a background snapshot of all the keys.
+    let (_tp, port) = tidepool_with(bin, &on, "never", &["--auto-snapshot-percentage", "0"])?;
+    let write_start = Instant::now();
+    let mut c = Client::connect(port)?;
+    c.post("/", r#"["SAVE"]"#)?;
+    let save_s = write_start.elapsed().as_secs_f64();
+    let quiet = steady(port, keys, 4000, false)?;
+    let during = steady(port, keys, 4000, true)?;
+    let mut c = Client::connect(port)?;
+    let info = String::from_utf8_lossy(&c.post("/", r#"["INFO","persistence"]"#)?).to_string();
+    let took = info
+        .split("rdb_last_bgsave_time_sec:")
+        .nth(1)
+        .and_then(|r| r.split('\\').next())
+        .unwrap_or("?")
+        .to_string();
+    println!();
+    println!(
+        "A steady load (8 connections, SET and GET of random keys among {keys}) for 4 s, without and with a BGSAVE of the whole keyspace a second in (a SAVE in place took {save_s:.2} s; the background one {took} s):"
+    );
+    println!();
+    println!("| load | requests | p50 | p99 | longest |");
+    println!("|---|---|---|---|---|");
+    for (name, (max, p99, p50, n)) in [("no snapshot", quiet), ("BGSAVE during it", during)] {
+        println!(
+            "| {name} | {n} | {:.0} µs | {:.0} µs | {:.1} ms |",
+            p50,
+            p99,
+            max / 1000.0
+        );
+    }
+    Ok(())
+}
+
 fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     let (_tp, port) = tidepool(bin, &tmp.join("structures"), "never")?;
     let mut c = Client::connect(port)?;
@@ -421,6 +658,17 @@ fn run() -> Result<(), String> {
             arg("--messages", 30_000),
             arg("--connections", 64),
             arg("--pending", 1_000_000),
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if args.iter().any(|a| a == "--snapshots") {
+        let r = snapshots(
+            &bin,
+            &tmp,
+            arg("--writes", 10_000_000),
+            arg("--keys", 1_000_000),
+            arg("--min-bytes", 64 << 20),
         );
         let _ = std::fs::remove_dir_all(&tmp);
         return r;

@@ -196,6 +196,7 @@ pub fn start(
     };
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
+    db.set_bulk(true);
     let mut apply = |seq, ts, kind, payload: &[u8]| {
         let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
         delivery.applying_seq = seq;
@@ -212,6 +213,7 @@ pub fn start(
         _ => wal::recover(dir, config::SEGMENT_BYTES_MAX, base, &mut apply)?,
     };
     report.snapshot = last_snapshot.map(|(seq, _)| seq);
+    db.set_bulk(false);
     // What a crash left of an interrupted snapshot goes now (it was never published); what
     // the retention no longer keeps too.
     if read_only.is_none() {

@@ -156,6 +156,7 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
     };
     let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
     let mut db = Db::new();
+    db.set_bulk(true);
     let mut delivery = None;
     let (mut acl, mut functions) = (false, false);
     let mut keys_total = 0u64;
@@ -215,6 +216,7 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
                 let Some(delivery) = delivery else {
                     return Err(in_chunk("the delivery chunk is missing".into()));
                 };
+                db.set_bulk(false);
                 return Ok(Loaded {
                     header,
                     db,
@@ -248,6 +250,7 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
     };
     let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
     let mut db = Db::new();
+    db.set_bulk(true);
     let mut delivery = None;
     let mut keys_total = 0u64;
     let mut lost = Vec::new();
@@ -306,6 +309,7 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
         }
         offset += CHUNK_HEADER_BYTES + chunk.payload.len();
     }
+    db.set_bulk(false);
     if delivery.is_none() {
         lost.push(damage(
             offset,

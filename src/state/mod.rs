@@ -12,7 +12,7 @@ pub mod scanmap;
 pub mod stream;
 pub mod zset;
 
-use scanmap::ScanMap;
+use scanmap::{IndexedScanMap, ScanMap};
 use std::collections::{BTreeSet, VecDeque};
 
 /// A stored value.
@@ -59,7 +59,7 @@ pub struct Entry {
 /// next write that touches them or by a logged expiry record.
 #[derive(Debug, Default)]
 pub struct Db {
-    keys: ScanMap<Entry>,
+    keys: IndexedScanMap<Entry>,
     /// (expiry, key) for every key with a TTL, to find expired keys without a full scan.
     expires: BTreeSet<(u64, Box<[u8]>)>,
     /// (time, key) for hashes with field TTLs: each such hash has an entry at or before its
@@ -309,8 +309,13 @@ impl Db {
             .collect()
     }
 
+    /// Bulk mode for loading and replay (see `IndexedScanMap`): on before, off after.
+    pub fn set_bulk(&mut self, bulk: bool) {
+        self.keys.set_bulk(bulk);
+    }
+
     /// All entries, including expired ones (callers filter).
-    pub fn raw(&self) -> &ScanMap<Entry> {
+    pub fn raw(&self) -> &IndexedScanMap<Entry> {
         &self.keys
     }
 
