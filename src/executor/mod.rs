@@ -218,13 +218,12 @@ pub fn start(
     // the retention no longer keeps too.
     if read_only.is_none() {
         if let Some((seq, _)) = last_snapshot {
-            let _ = crate::snapshot::compact(
-                data_dir,
-                dir,
-                seq,
-                setup.snapshots.retention,
-                clock::wall_unix_ms(),
-            );
+            let now = clock::wall_unix_ms();
+            if let Err(e) =
+                crate::snapshot::compact(data_dir, dir, seq, setup.snapshots.retention, now)
+            {
+                crate::log::line(&format!("warning: compacting the log failed: {e}"));
+            }
         }
     }
     if replay_errors > 0 {

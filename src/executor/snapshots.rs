@@ -275,8 +275,10 @@ impl Snapshots {
                         None => format!("the snapshot's child process ended with status {wstatus}"),
                     }),
                 };
-                status.lock().unwrap_or_else(|p| p.into_inner()).running = None;
                 finish(&status, &data_dir, &wal_dir, policy, header, now_ms, result);
+                // Only now may another snapshot start: its compaction must not run beside this
+                // one (which removes leftover temporary files).
+                status.lock().unwrap_or_else(|p| p.into_inner()).running = None;
             });
         if let Err(e) = spawned {
             // Without a thread to wait for it, the child is stopped and its file left for the
