@@ -61,6 +61,8 @@ pub struct Ctx<'a> {
     pub scripts: Option<&'a mut Scripts>,
     /// The request's commands to log, in deterministic form, in order.
     pub logged: &'a mut Vec<Vec<Vec<u8>>>,
+    /// Replaying the log: nothing is logged again, so no logged form need be built.
+    pub replaying: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -88,6 +90,7 @@ impl<'a> Ctx<'a> {
             server,
             scripts,
             logged,
+            replaying: false,
         }
     }
 
@@ -116,6 +119,9 @@ impl<'a> Ctx<'a> {
     /// Logs `cmd` in place of the command as sent (adds to the list: one command may need
     /// several deterministic commands).
     pub fn log_as(&mut self, cmd: Vec<Vec<u8>>) {
+        if self.replaying {
+            return;
+        }
         self.rewrite.get_or_insert_with(Vec::new).push(cmd);
     }
 }

@@ -501,5 +501,6 @@ pub fn replay(db: &mut Db, rng: &mut crate::rng::Rng, ts: u64, args: &[Vec<u8>])
     let mut server = Replay;
     let mut logged = Vec::new();
     let ctx = &mut Ctx::new(db, ts, rng, &Perm::Full, "", &mut server, None, &mut logged);
+    ctx.replaying = true;
     super::dispatch::execute(ctx, info, args)
 }

@@ -171,14 +171,16 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     ctx.db
         .insert(key, Value::Str(a[2].clone()), expire, ctx.now_ms);
     ctx.dirty = true;
-    let mut logged = vec![b"SET".to_vec(), key.clone(), a[2].clone()];
-    if let Ttl::At(t) = ttl {
-        logged.push(b"PXAT".to_vec());
-        logged.push(abs_ms_arg(t));
-    } else if ttl == Ttl::Keep {
-        logged.push(b"KEEPTTL".to_vec());
+    if !ctx.replaying {
+        let mut logged = vec![b"SET".to_vec(), key.clone(), a[2].clone()];
+        if let Ttl::At(t) = ttl {
+            logged.push(b"PXAT".to_vec());
+            logged.push(abs_ms_arg(t));
+        } else if ttl == Ttl::Keep {
+            logged.push(b"KEEPTTL".to_vec());
+        }
+        ctx.log_as(logged);
     }
-    ctx.log_as(logged);
     if get {
         Reply::opt_bulk(old.as_deref())
     } else {

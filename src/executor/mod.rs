@@ -315,6 +315,14 @@ pub fn apply_record(
             }
         }
         Record::KvCommands(cmds) => {
+            // Look up every command's first key before running any: the lookups of a record's
+            // commands are independent, so their cache misses overlap instead of coming one
+            // after another (a record of a pipeline holds up to hundreds of keys).
+            for args in cmds {
+                if let Some(key) = args.get(1) {
+                    db.warm(key);
+                }
+            }
             for args in cmds {
                 if pipeline::replay(db, rng, ts, args).is_error() {
                     errors += 1;

@@ -309,6 +309,11 @@ impl Db {
             .collect()
     }
 
+    /// Looks `key` up only to bring it into the cache (see `executor::apply_record`).
+    pub fn warm(&self, key: &[u8]) {
+        std::hint::black_box(self.keys.get(key));
+    }
+
     /// Bulk mode for loading and replay (see `IndexedScanMap`): on before, off after.
     pub fn set_bulk(&mut self, bulk: bool) {
         self.keys.set_bulk(bulk);

@@ -168,31 +168,72 @@ impl std::hash::Hasher for PassThrough {
 
 type PassThroughState = std::hash::BuildHasherDefault<PassThrough>;
 
+/// A key as [`IndexedScanMap`] keeps it: up to 22 bytes in place (most keys: comparing one
+/// then reads the slot's own cache line, not a pointer's), longer ones on the heap.
+#[derive(Clone)]
+enum Key {
+    Inline([u8; 22], u8),
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    fn new(k: &[u8]) -> Key {
+        if k.len() <= 22 {
+            let mut b = [0u8; 22];
+            b[..k.len()].copy_from_slice(k);
+            Key::Inline(b, k.len() as u8)
+        } else {
+            Key::Heap(k.into())
+        }
+    }
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Key::Inline(b, n) => &b[..*n as usize],
+            Key::Heap(b) => b,
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.bytes()))
+    }
+}
+
 /// The elements of one hash in [`IndexedScanMap`]: almost always one, kept in the table's slot
 /// itself (no allocation and no pointer to follow); a collision of 64-bit hashes spills to a list.
 #[derive(Debug, Clone, PartialEq)]
 enum Slot<V> {
-    One(Box<[u8]>, V),
-    Many(Vec<(Box<[u8]>, V)>),
+    One(Key, V),
+    Many(Vec<(Key, V)>),
 }
 
 impl<V> Slot<V> {
     fn find(&self, key: &[u8]) -> Option<&V> {
         match self {
-            Slot::One(k, v) => (**k == *key).then_some(v),
-            Slot::Many(list) => list.iter().find(|(k, _)| **k == *key).map(|(_, v)| v),
+            Slot::One(k, v) => (k.bytes() == key).then_some(v),
+            Slot::Many(list) => list.iter().find(|(k, _)| k.bytes() == key).map(|(_, v)| v),
         }
     }
     fn find_mut(&mut self, key: &[u8]) -> Option<&mut V> {
         match self {
-            Slot::One(k, v) => (**k == *key).then_some(v),
-            Slot::Many(list) => list.iter_mut().find(|(k, _)| **k == *key).map(|(_, v)| v),
+            Slot::One(k, v) => (k.bytes() == key).then_some(v),
+            Slot::Many(list) => list
+                .iter_mut()
+                .find(|(k, _)| k.bytes() == key)
+                .map(|(_, v)| v),
         }
     }
     fn iter(&self) -> impl Iterator<Item = (&[u8], &V)> {
         let (one, many) = match self {
-            Slot::One(k, v) => (Some((&**k, v)), None),
-            Slot::Many(list) => (None, Some(list.iter().map(|(k, v)| (&**k, v)))),
+            Slot::One(k, v) => (Some((k.bytes(), v)), None),
+            Slot::Many(list) => (None, Some(list.iter().map(|(k, v)| (k.bytes(), v)))),
         };
         one.into_iter().chain(many.into_iter().flatten())
     }
@@ -301,7 +342,7 @@ impl<V> IndexedScanMap<V> {
         let h = stable_hash(key);
         match self.buckets.entry(h) {
             Entry::Vacant(e) => {
-                e.insert(Slot::One(key.into(), value));
+                e.insert(Slot::One(Key::new(key), value));
                 if !self.bulk {
                     self.order.insert(h);
                 }
@@ -312,9 +353,9 @@ impl<V> IndexedScanMap<V> {
                     return Some(std::mem::replace(v, value));
                 }
                 let list = match std::mem::replace(slot, Slot::Many(Vec::new())) {
-                    Slot::One(k, v) => vec![(k, v), (key.into(), value)],
+                    Slot::One(k, v) => vec![(k, v), (Key::new(key), value)],
                     Slot::Many(mut list) => {
-                        list.push((key.into(), value));
+                        list.push((Key::new(key), value));
                         list
                     }
                 };
@@ -329,7 +370,7 @@ impl<V> IndexedScanMap<V> {
         let h = stable_hash(key);
         let slot = self.buckets.get_mut(&h)?;
         let v = match slot {
-            Slot::One(k, _) if **k != *key => return None,
+            Slot::One(k, _) if k.bytes() != key => return None,
             Slot::One(..) => match self.buckets.remove(&h) {
                 Some(Slot::One(_, v)) => {
                     self.order.remove(&h);
@@ -338,7 +379,7 @@ impl<V> IndexedScanMap<V> {
                 _ => return None,
             },
             Slot::Many(list) => {
-                let pos = list.iter().position(|(k, _)| **k == *key)?;
+                let pos = list.iter().position(|(k, _)| k.bytes() == key)?;
                 let (_, v) = list.swap_remove(pos);
                 if list.is_empty() {
                     self.buckets.remove(&h);
@@ -398,23 +439,28 @@ mod indexed_tests {
     /// counts each of them.
     #[test]
     fn a_slot_of_colliding_keys_keeps_them_all() {
-        let mut slot = Slot::One(b"a".to_vec().into_boxed_slice(), 1);
+        let long = [b'x'; 40];
+        let mut slot = Slot::One(Key::new(b"a"), 1);
         assert_eq!(slot.find(b"a"), Some(&1));
         assert_eq!(slot.find(b"b"), None);
+        assert_eq!(slot.find(b""), None);
         slot = Slot::Many(vec![
-            (b"a".to_vec().into_boxed_slice(), 1),
-            (b"b".to_vec().into_boxed_slice(), 2),
+            (Key::new(b"a"), 1),
+            (Key::new(b"b"), 2),
+            (Key::new(&long), 4),
         ]);
+        assert_eq!(slot.find(&long), Some(&4));
+        assert_eq!(slot.find(&long[..22]), None);
         if let Some(v) = slot.find_mut(b"b") {
             *v = 3;
         }
         assert_eq!(slot.find(b"b"), Some(&3));
-        assert_eq!(slot.len(), 2);
+        assert_eq!(slot.len(), 3);
         assert_eq!(
             slot.iter()
                 .map(|(k, v)| (k.to_vec(), *v))
                 .collect::<Vec<_>>(),
-            [(b"a".to_vec(), 1), (b"b".to_vec(), 3)]
+            [(b"a".to_vec(), 1), (b"b".to_vec(), 3), (long.to_vec(), 4)]
         );
     }
 
