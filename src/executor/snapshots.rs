@@ -213,6 +213,8 @@ impl Snapshots {
         }
         let (mut reader, writer) =
             std::io::pipe().map_err(|e| format!("cannot open a pipe for the snapshot: {e}"))?;
+        // SAFETY: getpid takes nothing and cannot fail.
+        let parent = unsafe { libc::getpid() };
         // SAFETY: fork() duplicates this process. The child only writes the state it inherited
         // to a file and leaves through _exit: it takes no lock another thread could have held
         // (glibc's fork resets the allocator's), runs no destructor, and touches no runtime.
@@ -224,6 +226,15 @@ impl Snapshots {
             ));
         }
         if pid == 0 {
+            // Die with the server: an orphaned child would hold its port and data directory.
+            #[cfg(target_os = "linux")]
+            // SAFETY: prctl with integer arguments; getppid takes none.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+            }
             crate::fault::in_child();
             drop(reader);
             let mut w = writer;
