@@ -628,8 +628,26 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// What `--help` prints: the module doc's forms.
+const USAGE: &str = "usage: tidepool-bench [--seconds N] [--connections C] [--rounds R]
+       tidepool-bench --structures
+       tidepool-bench --delivery [--messages N] [--connections C] [--pending P]
+       tidepool-bench --replay [--commands N] [--singles S]
+       tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
+Build with `cargo build --release` first: it runs target/release/tidepool (and, for the load
+form, webdis, redis-server and wrk) and prints Markdown tables for the README.";
+
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // Answered at once, with nothing started.
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "-V" || a == "--version") {
+        println!("tidepool-bench {}", env!("CARGO_PKG_VERSION"));
+        return Ok(());
+    }
     let arg = |name: &str, default: u64| {
         args.iter()
             .position(|a| a == name)

@@ -336,4 +336,6 @@ pub struct Config {
     /// Open the data directory at this past point of its log, read-only (`--at`).
     pub at: Option<crate::point::Point>,
     pub snapshots: SnapshotPolicy,
+    /// Origins a browser may call the REST routes from (`--cors-origin`); none by default.
+    pub cors_origins: Vec<String>,
 }

@@ -7,7 +7,7 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                                             [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
-                      [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B]
+                      [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
@@ -21,7 +21,9 @@ nothing is written into DIR), TIDEPOOL_LOG_RETENTION (log history kept behind th
 snapshot: 0, a duration such as 7d or a size such as 10GiB; default 1d),
 TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE (take a snapshot when the log since the last one reaches this
 percentage of its size; default 100, 0 = never automatically), TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES
-(but not before the log since the last one has this many bytes; default 64 MiB).
+(but not before the log since the last one has this many bytes; default 64 MiB),
+TIDEPOOL_CORS_ORIGIN (origins, comma-separated, or *, that browsers may call the REST routes
+from; default none).
 Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
@@ -45,7 +47,12 @@ fn run() -> Result<(), String> {
             Ok(())
         }
         Some("-V" | "--version") => {
-            println!("tidepool {}", env!("CARGO_PKG_VERSION"));
+            println!(
+                "tidepool {} (log format {}, snapshot format {})",
+                env!("CARGO_PKG_VERSION"),
+                tidepool::wal::format::FORMAT_VERSION,
+                tidepool::snapshot::format::SNAPSHOT_VERSION
+            );
             Ok(())
         }
         Some(other) => Err(format!("unknown command '{other}'\n{USAGE}")),
@@ -72,6 +79,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut retention = env("TIDEPOOL_LOG_RETENTION");
     let mut auto_pct = env("TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE");
     let mut auto_min = env("TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES");
+    let mut cors = env("TIDEPOOL_CORS_ORIGIN");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -96,6 +104,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--log-retention" => &mut retention,
             "--auto-snapshot-percentage" => &mut auto_pct,
             "--auto-snapshot-min-bytes" => &mut auto_min,
+            "--cors-origin" => &mut cors,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -185,7 +194,22 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         )
         .map_err(|e| format!("--log-retention {e}"))?,
     };
+    let cors_origins: Vec<String> = cors
+        .iter()
+        .flat_map(|c| c.split(','))
+        .map(|o| o.trim().trim_end_matches('/').to_string())
+        .filter(|o| !o.is_empty())
+        .collect();
+    if let Some(bad) = cors_origins
+        .iter()
+        .find(|o| *o != "*" && !(o.starts_with("http://") || o.starts_with("https://")))
+    {
+        return Err(format!(
+            "--cors-origin '{bad}' must be * or an origin such as https://app.example.com"
+        ));
+    }
     Ok(Config {
+        cors_origins,
         snapshots,
         at,
         delivery_limits,

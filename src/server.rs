@@ -266,13 +266,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
             },
             message_bytes_max: cfg.message_bytes_max,
         };
-        let app = Arc::new(App::new(
+        let mut app = App::new(
             ex.tx.clone(),
             ex.shared.clone(),
             token,
             ro_token,
             Some(qstash),
-        ));
+        );
+        app.cors_origins = cfg.cors_origins.clone();
+        app.read_only = cfg.at.is_some();
+        let app = Arc::new(app);
         let ticker = ex.tx.clone();
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(std::time::Duration::from_millis(

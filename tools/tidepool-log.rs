@@ -166,6 +166,15 @@ fn run() -> Result<(), Failure> {
         println!("{USAGE}");
         return Ok(());
     }
+    if cmd == "-V" || cmd == "--version" {
+        println!(
+            "tidepool-log {} (reads log format {}, snapshot format {})",
+            env!("CARGO_PKG_VERSION"),
+            tidepool::wal::format::FORMAT_VERSION,
+            tidepool::snapshot::format::SNAPSHOT_VERSION
+        );
+        return Ok(());
+    }
     // `tail -f`, as the shell's tail takes it.
     let raw: Vec<String> = args[1..]
         .iter()

@@ -575,6 +575,12 @@ impl Executor {
         if wrote {
             if let Err(e) = self.wal.write_buffered() {
                 crate::log::line(&format!("error: {e}; the log now refuses writes"));
+                // Shared, so that /readyz and whoever waits for a sync learn it too.
+                let _ = self
+                    .shared
+                    .log
+                    .fsync_failed
+                    .set(format!("write to the log failed: {e}"));
             }
         }
         let last = self.wal.last_seq();

@@ -38,6 +38,10 @@ pub struct App {
     pub read_only_token: String,
     /// The delivery service's token and signing keys (`/v2/...`).
     pub qstash: Option<qstash::QstashAuth>,
+    /// Origins allowed to call the REST routes from a browser (`--cors-origin`; `*` for any).
+    pub cors_origins: Vec<String>,
+    /// The server shows a past point of its log, read-only (`--at`): ready, but not writable.
+    pub read_only: bool,
     next_stream_id: AtomicU64,
 }
 
@@ -55,6 +59,8 @@ impl App {
             token,
             read_only_token,
             qstash,
+            cors_origins: Vec::new(),
+            read_only: false,
             next_stream_id: AtomicU64::new(1),
         }
     }
@@ -346,6 +352,94 @@ async fn execute(
     Ok(answer)
 }
 
+/// `GET /healthz` (the process answers) and `GET /readyz` (start-up's replay is done, since
+/// the listener opens after it, and the log takes writes: 503 once a failed write or sync
+/// has made it refuse them). No token: they tell a load balancer or an orchestrator only
+/// whether to send traffic. A server at a past point (`--at`) is ready, and says it is
+/// read-only.
+fn health(app: &App, path: &str) -> Response<Body> {
+    let json = |status: StatusCode, v: serde_json::Value| {
+        let mut r = Response::new(Body::Full(Some(Bytes::from(v.to_string()))));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        r
+    };
+    if path == "/healthz" {
+        return json(StatusCode::OK, serde_json::json!({"status": "ok"}));
+    }
+    let log = &app.shared.log;
+    let last_seq = log.last_seq.load(std::sync::atomic::Ordering::SeqCst);
+    match log.fsync_failed.get() {
+        Some(why) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "not ready", "error": format!("the log refuses writes: {why}; restart the server")}),
+        ),
+        None => json(
+            StatusCode::OK,
+            serde_json::json!({"status": "ready", "log_last_seq": last_seq, "writable": !app.read_only}),
+        ),
+    }
+}
+
+/// The origin to allow for a browser's request from `origin`, when `--cors-origin` allows it.
+fn cors_origin(app: &App, origin: Option<&hyper::header::HeaderValue>) -> Option<String> {
+    let origin = origin?.to_str().ok()?;
+    app.cors_origins
+        .iter()
+        .find(|o| *o == "*" || o.as_str() == origin)
+        .map(|o| {
+            if o == "*" {
+                "*".to_string()
+            } else {
+                origin.to_string()
+            }
+        })
+}
+
+/// Adds the CORS headers a browser needs to read the answer (and the sync token).
+fn with_cors(mut r: Response<Body>, allow: Option<String>) -> Response<Body> {
+    let Some(allow) = allow else {
+        return r;
+    };
+    let h = r.headers_mut();
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&allow) {
+        h.insert("access-control-allow-origin", v);
+    }
+    h.insert(
+        "access-control-expose-headers",
+        hyper::header::HeaderValue::from_static("upstash-sync-token"),
+    );
+    if allow != "*" {
+        h.append("vary", hyper::header::HeaderValue::from_static("Origin"));
+    }
+    r
+}
+
+/// A preflight (`OPTIONS` with `Access-Control-Request-Method`) from an allowed origin.
+fn preflight(allow: Option<String>) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::new())));
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    let h = r.headers_mut();
+    h.insert(
+        "access-control-allow-methods",
+        hyper::header::HeaderValue::from_static("GET, POST, PUT, HEAD, OPTIONS"),
+    );
+    h.insert(
+        "access-control-allow-headers",
+        hyper::header::HeaderValue::from_static(
+            "Authorization, Content-Type, Upstash-Encoding, Upstash-Response-Format, Upstash-Sync-Token, Upstash-Telemetry-Runtime, Upstash-Telemetry-Platform, Upstash-Telemetry-Sdk",
+        ),
+    );
+    h.insert(
+        "access-control-max-age",
+        hyper::header::HeaderValue::from_static("86400"),
+    );
+    with_cors(r, allow)
+}
+
 async fn handle(
     req: Request<Incoming>,
     app: &App,
@@ -356,6 +450,17 @@ async fn handle(
     if p == "/v2" || p.starts_with("/v2/") {
         return qstash::handle(req, app, peer).await;
     }
+    if matches!(req.method(), &Method::GET | &Method::HEAD) && (p == "/healthz" || p == "/readyz") {
+        return health(app, p);
+    }
+    let allow = cors_origin(app, req.headers().get(hyper::header::ORIGIN));
+    if req.method() == Method::OPTIONS && allow.is_some() {
+        return preflight(allow);
+    }
+    with_cors(handle_rest(req, app, client).await, allow)
+}
+
+async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let method = parts.method.clone();
     if !matches!(

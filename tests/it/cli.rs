@@ -205,3 +205,47 @@ fn a_closed_stdout_does_not_stop_the_server() {
         assert_eq!(child.wait().unwrap().code(), Some(0));
     }
 }
+
+/// Every binary answers `--help` and `--version` at once, with nothing started or written
+/// (`tidepool-bench --help` used to run the whole benchmark); `tidepool --version` names the
+/// log format it writes.
+#[test]
+fn every_binary_answers_help_and_version_at_once() {
+    for bin in [
+        env!("CARGO_BIN_EXE_tidepool"),
+        env!("CARGO_BIN_EXE_tidepool-log"),
+        env!("CARGO_BIN_EXE_tidepool-bench"),
+    ] {
+        for flag in ["--help", "--version"] {
+            // Its working and temporary directory: a benchmark that started would make its
+            // directory there (and a server its data directory).
+            let dir = TempDir::new("cli-help");
+            let out = Command::new(bin)
+                .arg(flag)
+                .current_dir(dir.path())
+                .env("TMPDIR", dir.path())
+                .output()
+                .expect("run");
+            assert_eq!(out.status.code(), Some(0), "{bin} {flag}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                if flag == "--help" {
+                    text.contains("usage")
+                } else {
+                    text.contains(env!("CARGO_PKG_VERSION"))
+                },
+                "{bin} {flag}: {text}"
+            );
+            assert_eq!(
+                std::fs::read_dir(dir.path()).expect("ls").count(),
+                0,
+                "{bin} {flag} wrote into its directory"
+            );
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .arg("--version")
+        .output()
+        .expect("run");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("log format 1"));
+}

@@ -189,3 +189,28 @@ fn a_crash_at_any_point_of_a_snapshot_loses_nothing() {
         }
     }
 }
+
+/// `/readyz` answers 503 once a failed sync has made the log refuse writes (`/healthz` still
+/// answers: the process is alive).
+#[test]
+fn readiness_fails_when_the_log_refuses_writes() {
+    let dir = TempDir::new("readyz");
+    let s = Server::try_start_env(
+        &dir.path().join("data"),
+        &["--fsync", "always"],
+        &[("TIDEPOOL_FAULT_FSYNC_FAIL_AFTER", "2")],
+    )
+    .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let mut c = s.client();
+    for i in 0..5 {
+        c.cmd_str(&["SET", &format!("k{i}"), "v"]);
+    }
+    let mut anon = Http::connect(&s.addr, "");
+    let r = anon.get("/readyz");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["status"], "not ready");
+    assert!(r.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("refuses writes")));
+    assert_eq!(anon.get("/healthz").status, 200);
+}

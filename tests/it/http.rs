@@ -476,3 +476,107 @@ fn a_subscriber_that_falls_behind_is_told_and_closed() {
         Some("data: unsubscribe,flood,0")
     );
 }
+
+/// `GET /healthz` and `GET /readyz` answer without a token (issue 17's operator surface);
+/// a server at a past point is ready and says it is read-only.
+#[test]
+fn health_and_readiness_answer_without_a_token() {
+    let (dir, s) = server();
+    let mut anon = Http::connect(&s.addr, "");
+    let h = anon.get("/healthz");
+    assert_eq!((h.status, h.json()), (200, json!({"status": "ok"})));
+    let r = anon.get("/readyz");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["status"], "ready");
+    assert_eq!(r.json()["writable"], true);
+    // Other paths still need the token.
+    assert_eq!(anon.get("/dbsize").status, 401);
+    s.client().cmd_str(&["SET", "k", "v"]);
+    assert_eq!(s.terminate(), Some(0));
+    let at = Server::start(&dir.path().join("data"), &["--at", "1"]);
+    let r = Http::connect(&at.addr, "").get("/readyz");
+    assert_eq!(
+        (r.status, r.json()["writable"].clone()),
+        (200, json!(false))
+    );
+}
+
+/// CORS on the REST routes: nothing without `--cors-origin`; with it, a preflight from an
+/// allowed origin is answered and every answer to it carries the origin; another origin gets
+/// no CORS header; `*` allows any.
+#[test]
+fn cors_follows_the_cors_origin_flag() {
+    let (_d, s) = server();
+    let mut c = s.client();
+    let origin = [("Origin", "https://app.example.com")];
+    let r = c.request("GET", "/get/k", &origin, b"");
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(c.request("OPTIONS", "/get/k", &origin, b"").status, 405);
+    drop(s);
+
+    let dir = TempDir::new("cors");
+    let s = Server::start(
+        &dir.path().join("data"),
+        &[
+            "--cors-origin",
+            "https://app.example.com,https://other.example",
+        ],
+    );
+    let mut anon = Http::connect(&s.addr, "");
+    let pre = anon.request(
+        "OPTIONS",
+        "/pipeline",
+        &[
+            ("Origin", "https://app.example.com"),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            ),
+        ],
+        b"",
+    );
+    assert_eq!(pre.status, 204);
+    assert_eq!(
+        pre.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert!(pre
+        .header("access-control-allow-headers")
+        .is_some_and(|h| h.contains("Authorization")));
+    assert!(pre
+        .header("access-control-allow-methods")
+        .is_some_and(|h| h.contains("POST")));
+    let mut c = s.client();
+    let r = c.request("GET", "/set/k/v", &origin, b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(
+        r.header("access-control-expose-headers"),
+        Some("upstash-sync-token")
+    );
+    // A refusal is readable by the page too (it is the answer to its request).
+    let r = anon.request("GET", "/get/k", &origin, b"");
+    assert_eq!(r.status, 401);
+    assert!(r.header("access-control-allow-origin").is_some());
+    let r = c.request("GET", "/get/k", &[("Origin", "https://evil.example")], b"");
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    drop(s);
+
+    let dir = TempDir::new("cors-any");
+    let s = Server::start(&dir.path().join("data"), &["--cors-origin", "*"]);
+    let r = s
+        .client()
+        .request("GET", "/get/k", &[("Origin", "http://localhost:3000")], b"");
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let e = Server::try_start(
+        &dir.path().join("data2"),
+        &["--cors-origin", "app.example.com"],
+    )
+    .err()
+    .expect("refused");
+    assert!(e.contains("--cors-origin 'app.example.com'"), "{e}");
+}
