@@ -831,13 +831,43 @@ fn read_mode() -> reader::ReadMode {
     }
 }
 
-/// A scan's summary, with a live server's torn tail taken for the record it is writing.
+/// Times a live server's newest segment is read again to tell a record being written from
+/// damage, and the pause between two reads.
+const LIVE_RECHECKS: u32 = 20;
+const LIVE_RECHECK_MS: u64 = 10;
+
+/// Whether damage found in a running server's newest segment was a record caught while being
+/// written: a read that runs beside the server's `pwrite` can see part of it (a page of the
+/// new bytes and not the next), which looks like a bad CRC with a good frame after it. Read
+/// again, such a frame is whole; real damage stays.
+fn being_written(d: &Damage) -> bool {
+    let newest = reader::list_segments(d.path.parent().unwrap_or(Path::new(".")))
+        .ok()
+        .and_then(|segs| segs.last().map(|s| s.path.clone()));
+    if newest.as_deref() != Some(d.path.as_path()) {
+        return false;
+    }
+    for _ in 0..LIVE_RECHECKS {
+        std::thread::sleep(std::time::Duration::from_millis(LIVE_RECHECK_MS));
+        if let Ok(data) = fs::read(&d.path) {
+            if let tidepool::wal::format::FrameRead::Frame(_) =
+                tidepool::wal::format::read_frame(&data, d.offset as usize)
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// A scan's summary, with a live server's torn tail, or a record caught while being written,
+/// taken for the end of what was readable then.
 fn settled(mut s: reader::ScanSummary) -> reader::ScanSummary {
     let live = LIVE.load(std::sync::atomic::Ordering::Relaxed);
     if live
         && s.damage
             .as_ref()
-            .is_some_and(|d| d.action == Action::CutTail)
+            .is_some_and(|d| d.action == Action::CutTail || being_written(d))
     {
         s.damage = None;
     }
