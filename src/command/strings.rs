@@ -150,7 +150,13 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     } else {
         None
     };
-    let existing = ctx.db.get_mut(key, ctx.now_ms);
+    // Only NX, XX and KEEPTTL look at the key first; a plain SET replaces whatever is there
+    // (saves two lookups of the key, the most common write's).
+    let existing = if nx || xx || ttl == Ttl::Keep {
+        ctx.db.get_mut(key, ctx.now_ms)
+    } else {
+        None
+    };
     let found = existing.is_some();
     if (nx && found) || (xx && !found) {
         return if get {
