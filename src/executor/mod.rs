@@ -197,7 +197,9 @@ pub fn start(
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
     db.set_bulk(true);
+    let mut replayed_bytes = 0u64;
     let mut apply = |seq, ts, kind, payload: &[u8]| {
+        replayed_bytes += (wal::format::FRAME_HEADER_BYTES + payload.len()) as u64;
         let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
         delivery.applying_seq = seq;
         replay_errors += apply_record(&mut db, &mut delivery, &mut rng, ts, &record);
@@ -279,6 +281,7 @@ pub fn start(
             dir.to_path_buf(),
             setup.snapshots,
             last_snapshot,
+            replayed_bytes,
             read_only.clone(),
             clock::wall_unix_ms(),
         ),

@@ -46,6 +46,10 @@ pub struct Snapshots {
     pub status: Arc<Mutex<Status>>,
     /// The log's written bytes when the last snapshot was taken (for the automatic trigger).
     base_written: u64,
+    /// Bytes of records after the last snapshot that were already in the log at start-up
+    /// (replayed, not written by this process): they count toward the trigger too, so that a
+    /// server restarted often still takes its snapshots.
+    backlog: u64,
     /// Why snapshots are refused (a server at a past point writes nothing).
     refused: Option<String>,
 }
@@ -56,6 +60,7 @@ impl Snapshots {
         wal_dir: PathBuf,
         policy: SnapshotPolicy,
         last: Option<(u64, u64)>,
+        backlog: u64,
         refused: Option<String>,
         now_ms: u64,
     ) -> Snapshots {
@@ -72,6 +77,7 @@ impl Snapshots {
                 ..Status::default()
             })),
             base_written: 0,
+            backlog,
             refused,
         }
     }
@@ -140,7 +146,7 @@ impl Snapshots {
         if p.auto_percentage == 0 {
             return false;
         }
-        let grown = wal.written_bytes().saturating_sub(self.base_written);
+        let grown = (wal.written_bytes() + self.backlog).saturating_sub(self.base_written);
         grown >= p.auto_min_bytes && grown >= s.last_bytes.saturating_mul(p.auto_percentage) / 100
     }
 
@@ -184,6 +190,7 @@ impl Snapshots {
             .map_err(|e| format!("rolling the log before the snapshot failed: {e}"))?;
         crate::fault::point("log-rolled");
         self.base_written = wal.written_bytes();
+        self.backlog = 0;
         let header = SnapshotHeader {
             seq: wal.last_seq(),
             record_unix_ms: wal.last_timestamp(),

@@ -748,3 +748,42 @@ fn the_tools_and_past_points_work_with_snapshots() {
         "{out}"
     );
 }
+
+/// The automatic trigger counts the log written before a restart too: a server restarted
+/// before its log reaches the threshold still takes its snapshot once the log does (it used to
+/// count only what the running process wrote, so frequent restarts put it off for good).
+#[test]
+fn the_automatic_trigger_counts_the_log_from_before_a_restart() {
+    let dir = TempDir::new("snap-auto-restart");
+    let data = dir.path().join("data");
+    let flags = [
+        "--auto-snapshot-percentage",
+        "100",
+        "--auto-snapshot-min-bytes",
+        "100000",
+    ];
+    let v = "v".repeat(500);
+    for round in 0..2 {
+        let server = Server::start(&data, &flags);
+        let mut c = server.client();
+        for i in 0..110 {
+            c.cmd_str(&["SET", &format!("k{round}-{i}"), &v]);
+        }
+        if round == 0 {
+            // About 60 KB: below the threshold.
+            assert_eq!(info_field(&mut c, "rdb_saves"), "0");
+        } else {
+            // About 120 KB since the beginning, half of it from before the restart.
+            let until = Instant::now() + Duration::from_secs(20);
+            while info_field(&mut c, "rdb_saves") == "0" {
+                assert!(Instant::now() < until, "no snapshot after the restart");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            wait_saved(&mut c);
+            assert_eq!(c.cmd_str(&["DBSIZE"]), Canon::Int(220));
+        }
+        drop(c);
+        assert_eq!(server.terminate(), Some(0));
+    }
+    assert!(!snapshots_in(&data).is_empty());
+}
