@@ -6,8 +6,9 @@ use std::path::PathBuf;
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:8079";
 pub const DATA_DIR_DEFAULT: &str = "./tidepool-data";
 
-/// Largest request body (and so largest command) accepted. Upstash's hosted default is 10 MB;
-/// a self-hosted server defaults higher and says so in the same words when it refuses.
+/// Largest request body (and so largest command) accepted, by default (`--max-request-bytes`
+/// sets it; at most this much). Upstash's hosted default is 10 MB; a self-hosted server defaults
+/// higher and says so in the same words when it refuses.
 pub const REQUEST_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Largest string value (Redis's proto-max-bulk-len).
 pub const STRING_BYTES_MAX: usize = 512 * 1024 * 1024;
@@ -338,4 +339,6 @@ pub struct Config {
     pub snapshots: SnapshotPolicy,
     /// Origins a browser may call the REST routes from (`--cors-origin`); none by default.
     pub cors_origins: Vec<String>,
+    /// The largest REST request body (`--max-request-bytes`).
+    pub request_bytes_max: usize,
 }

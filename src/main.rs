@@ -8,6 +8,7 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
+                      [--max-request-bytes B]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
@@ -23,7 +24,8 @@ TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE (take a snapshot when the log since the last o
 percentage of its size; default 100, 0 = never automatically), TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES
 (but not before the log since the last one has this many bytes; default 64 MiB),
 TIDEPOOL_CORS_ORIGIN (origins, comma-separated, or *, that browsers may call the REST routes
-from; default none).
+from; default none), TIDEPOOL_MAX_REQUEST_BYTES (the largest REST request body; default and
+most 64 MiB; the hosted service's is 10 MB).
 Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
@@ -80,6 +82,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut auto_pct = env("TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE");
     let mut auto_min = env("TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES");
     let mut cors = env("TIDEPOOL_CORS_ORIGIN");
+    let mut max_request = env("TIDEPOOL_MAX_REQUEST_BYTES");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -105,6 +108,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--auto-snapshot-percentage" => &mut auto_pct,
             "--auto-snapshot-min-bytes" => &mut auto_min,
             "--cors-origin" => &mut cors,
+            "--max-request-bytes" => &mut max_request,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -208,7 +212,21 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--cors-origin '{bad}' must be * or an origin such as https://app.example.com"
         ));
     }
+    let request_bytes_max = match max_request {
+        None => config::REQUEST_BYTES_MAX,
+        Some(m) => m
+            .parse()
+            .ok()
+            .filter(|n| (1..=config::REQUEST_BYTES_MAX).contains(n))
+            .ok_or_else(|| {
+                format!(
+                    "--max-request-bytes '{m}' must be a number from 1 to {}",
+                    config::REQUEST_BYTES_MAX
+                )
+            })?,
+    };
     Ok(Config {
+        request_bytes_max,
         cors_origins,
         snapshots,
         at,

@@ -274,6 +274,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Some(qstash),
         );
         app.cors_origins = cfg.cors_origins.clone();
+        app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         let app = Arc::new(app);
         let ticker = ex.tx.clone();

@@ -42,6 +42,9 @@ pub struct App {
     pub cors_origins: Vec<String>,
     /// The server shows a past point of its log, read-only (`--at`): ready, but not writable.
     pub read_only: bool,
+    /// The largest REST request body (`--max-request-bytes`; the hosted service's limit,
+    /// `REQUEST_BYTES_MAX` by default).
+    pub request_bytes_max: usize,
     next_stream_id: AtomicU64,
 }
 
@@ -61,6 +64,7 @@ impl App {
             qstash,
             cors_origins: Vec::new(),
             read_only: false,
+            request_bytes_max: REQUEST_BYTES_MAX,
             next_stream_id: AtomicU64::new(1),
         }
     }
@@ -260,7 +264,7 @@ enum Format {
 }
 
 async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
-    body::read(body, REQUEST_BYTES_MAX)
+    body::read(body, app.request_bytes_max)
         .await
         .map_err(|e| match e {
             BodyError::TooSlow => error(

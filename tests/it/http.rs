@@ -580,3 +580,45 @@ fn cors_follows_the_cors_origin_flag() {
     .expect("refused");
     assert!(e.contains("--cors-origin 'app.example.com'"), "{e}");
 }
+
+/// `--max-request-bytes` (issue 17's limits): a request past it is refused whole with the
+/// hosted service's text and 413, in every body form; a transaction over it is discarded
+/// whole (nothing of it runs), as the spec asks.
+#[test]
+fn the_max_request_size_flag_refuses_larger_requests_whole() {
+    let dir = TempDir::new("maxreq");
+    let s = Server::start(&dir.path().join("data"), &["--max-request-bytes", "2000"]);
+    let mut c = s.client();
+    let big = "x".repeat(3000);
+    let over = [
+        ("/", json!(["SET", "k", big]).to_string()),
+        (
+            "/pipeline",
+            json!([["SET", "a", "1"], ["SET", "k", big]]).to_string(),
+        ),
+        (
+            "/multi-exec",
+            json!([["SET", "a", "1"], ["SET", "k", big]]).to_string(),
+        ),
+        ("/set/k", big.clone()),
+    ];
+    for (path, body) in over {
+        let r = c.post(path, body.as_bytes());
+        assert_eq!(r.status, 413, "{path}");
+        assert_eq!(
+            r.json(),
+            json!({"error": "ERR max request size exceeded"}),
+            "{path}"
+        );
+    }
+    assert_eq!(c.cmd_str(&["EXISTS", "a", "k"]), Canon::Int(0));
+    let r = c.post(
+        "/multi-exec",
+        json!([["SET", "a", "1"]]).to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    let e = Server::try_start(&dir.path().join("data2"), &["--max-request-bytes", "0"])
+        .err()
+        .expect("refused");
+    assert!(e.contains("--max-request-bytes '0'"), "{e}");
+}
