@@ -341,4 +341,6 @@ pub struct Config {
     pub cors_origins: Vec<String>,
     /// The largest REST request body (`--max-request-bytes`).
     pub request_bytes_max: usize,
+    /// The longest key a request may name (`--max-key-bytes`); None: no limit.
+    pub key_bytes_max: Option<usize>,
 }

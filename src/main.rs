@@ -8,7 +8,7 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
-                      [--max-request-bytes B]
+                      [--max-request-bytes B] [--max-key-bytes B]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
@@ -25,7 +25,8 @@ percentage of its size; default 100, 0 = never automatically), TIDEPOOL_AUTO_SNA
 (but not before the log since the last one has this many bytes; default 64 MiB),
 TIDEPOOL_CORS_ORIGIN (origins, comma-separated, or *, that browsers may call the REST routes
 from; default none), TIDEPOOL_MAX_REQUEST_BYTES (the largest REST request body; default and
-most 64 MiB; the hosted service's is 10 MB).
+most 64 MiB; the hosted service's is 10 MB), TIDEPOOL_MAX_KEY_BYTES (the longest key a command
+may name; default no limit; the hosted service's is 32 KB).
 Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
@@ -83,6 +84,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut auto_min = env("TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES");
     let mut cors = env("TIDEPOOL_CORS_ORIGIN");
     let mut max_request = env("TIDEPOOL_MAX_REQUEST_BYTES");
+    let mut max_key = env("TIDEPOOL_MAX_KEY_BYTES");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -109,6 +111,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--auto-snapshot-min-bytes" => &mut auto_min,
             "--cors-origin" => &mut cors,
             "--max-request-bytes" => &mut max_request,
+            "--max-key-bytes" => &mut max_key,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -225,7 +228,17 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
                 )
             })?,
     };
+    let key_bytes_max = match max_key {
+        None => None,
+        Some(m) => Some(
+            m.parse()
+                .ok()
+                .filter(|n: &usize| *n > 0)
+                .ok_or_else(|| format!("--max-key-bytes '{m}' must be a positive number"))?,
+        ),
+    };
     Ok(Config {
+        key_bytes_max,
         request_bytes_max,
         cors_origins,
         snapshots,

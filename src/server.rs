@@ -218,6 +218,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             delivery_limits: cfg.delivery_limits,
             at: cfg.at,
             snapshots: cfg.snapshots,
+            key_bytes_max: cfg.key_bytes_max,
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {

@@ -157,8 +157,18 @@ pub fn run_request(
 ) -> Result<Vec<Reply>, String> {
     if mode == ExecMode::Multi {
         for args in &cmds {
-            if let Err(Reply::Error(e)) = check(args, ctx.perm, ctx.origin) {
-                return Err(format!("EXECABORT Transaction discarded because of: {e}"));
+            match check(args, ctx.perm, ctx.origin) {
+                Err(Reply::Error(e)) => {
+                    return Err(format!("EXECABORT Transaction discarded because of: {e}"))
+                }
+                // A command over one of the hosted service's limits discards the transaction
+                // whole, with the limit's own text (the spec's rule).
+                Ok(info) => {
+                    if let Some(Reply::Error(e)) = over_limits(ctx, info, args) {
+                        return Err(e);
+                    }
+                }
+                Err(_) => {}
             }
         }
     }
@@ -184,6 +194,9 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         Ok(i) => i,
         Err(r) => return r,
     };
+    if let Some(refusal) = over_limits(ctx, info, &args) {
+        return refusal;
+    }
     if info.write || matches!(info.name.as_str(), "acl|setuser" | "acl|deluser") {
         if let Some(refusal) = ctx.server.writes_refused() {
             return Reply::Error(refusal);
@@ -216,6 +229,7 @@ impl Ctx<'_> {
     /// change becomes this command's logged form (scripts are logged by their effects).
     pub fn run_lua<R>(&mut self, f: impl FnOnce(&mut crate::lua::Call) -> R) -> R {
         let mut logged = Vec::new();
+        let key_bytes_max = self.key_bytes_max;
         let out = {
             let mut call = |argv: Vec<Vec<u8>>, read_only: bool| {
                 let mut inner = Ctx::new(
@@ -229,6 +243,7 @@ impl Ctx<'_> {
                     &mut logged,
                 );
                 inner.origin = Origin::Script { read_only };
+                inner.key_bytes_max = key_bytes_max;
                 run_checked(&mut inner, argv)
             };
             f(&mut call)
@@ -239,6 +254,18 @@ impl Ctx<'_> {
         }
         out
     }
+}
+
+/// The hosted service's limits that a command's arguments can pass (`--max-key-bytes`): the
+/// refusal, in the hosted service's words, or None.
+fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply> {
+    let max = ctx.key_bytes_max?;
+    let long = info.keys(args).into_iter().map(<[u8]>::len).max()?;
+    (long > max).then(|| {
+        Reply::Error(format!(
+            "ERR max key size exceeded. Limit: {max} bytes, Actual: {long} bytes"
+        ))
+    })
 }
 
 /// Finds `args` in the table and checks it for `perm` coming from `origin`.

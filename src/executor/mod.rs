@@ -127,6 +127,8 @@ pub struct Executor {
     /// The time of that point: every job runs at it.
     frozen_ms: Option<u64>,
     snapshots: snapshots::Snapshots,
+    /// The longest key a request may name (`--max-key-bytes`).
+    key_bytes_max: Option<usize>,
 }
 
 /// What the executor needs at start besides the log: the delivery service's settings and the
@@ -144,6 +146,8 @@ pub struct Setup {
     pub at: Option<Point>,
     /// When snapshots are taken, and how much log is kept behind them.
     pub snapshots: config::SnapshotPolicy,
+    /// The longest key a request may name (`--max-key-bytes`); None: no limit.
+    pub key_bytes_max: Option<usize>,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -287,6 +291,7 @@ pub fn start(
         ),
         read_only,
         frozen_ms,
+        key_bytes_max: setup.key_bytes_max,
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -675,6 +680,7 @@ impl Executor {
             commands_processed,
             listen_port,
             snapshots,
+            key_bytes_max,
             ..
         } = self;
         let mut around = Around {
@@ -700,6 +706,7 @@ impl Executor {
             Some(scripts),
             &mut logged,
         );
+        ctx.key_bytes_max = *key_bytes_max;
         let mut replies = pipeline::run_request(&mut ctx, cmds, mode);
         let asked = around.snapshot_asked;
         // At a past point only reads run; what they change (hash fields whose time has passed

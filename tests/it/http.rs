@@ -622,3 +622,70 @@ fn the_max_request_size_flag_refuses_larger_requests_whole() {
         .expect("refused");
     assert!(e.contains("--max-request-bytes '0'"), "{e}");
 }
+
+/// `--max-key-bytes` (issue 17's limits): a command naming a longer key is refused with the
+/// hosted service's text through every door and from Lua; a transaction holding one is
+/// discarded whole; keys the log already holds are kept when the limit is lowered.
+#[test]
+fn the_max_key_size_flag_holds_at_every_door() {
+    let dir = TempDir::new("maxkey");
+    let data = dir.path().join("data");
+    let s = Server::start(&data, &["--max-key-bytes", "10"]);
+    let mut c = s.client();
+    let long = "k".repeat(11);
+    let text = "ERR max key size exceeded. Limit: 10 bytes, Actual: 11 bytes";
+    for door in DOORS {
+        let r = c.cmd_via(
+            *door,
+            &[b"SET".to_vec(), long.clone().into_bytes(), b"v".to_vec()],
+        );
+        assert_eq!(r, Canon::Err(text.into()), "{door:?}");
+        let r = c.cmd_via(*door, &[b"SET".to_vec(), b"k".repeat(10), b"v".to_vec()]);
+        assert_eq!(r, Canon::s("OK"), "{door:?}");
+    }
+    // Every key a command names counts, not only the first.
+    assert_eq!(
+        c.cmd_str(&["MSET", "a", "1", &long, "2"]),
+        Canon::Err(text.into())
+    );
+    let r = c.post(
+        "/multi-exec",
+        json!([["SET", "a", "1"], ["SET", long, "v"]])
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.json(), json!({"error": text}));
+    assert_eq!(
+        c.cmd_str(&["EXISTS", "a"]),
+        Canon::Int(0),
+        "nothing of it ran"
+    );
+    assert_eq!(
+        c.cmd_str(&[
+            "EVAL",
+            "return redis.pcall('SET', KEYS[1], 'v')",
+            "1",
+            &long
+        ]),
+        Canon::Err(text.into())
+    );
+    // A key the script makes up itself is held to it too, inside the script.
+    assert_eq!(
+        c.cmd_str(&[
+            "EVAL",
+            "return redis.pcall('SET', string.rep('k', 11), 'v')",
+            "0"
+        ]),
+        Canon::Err(text.into())
+    );
+    drop(c);
+    assert_eq!(s.terminate(), Some(0));
+    let s = Server::start(&data, &["--max-key-bytes", "5"]);
+    let mut c = s.client();
+    assert_eq!(
+        c.cmd_str(&["DBSIZE"]),
+        Canon::Int(1),
+        "the log's keys are all there"
+    );
+    assert!(c.cmd_str(&["GET", &"k".repeat(10)]).is_err());
+}
