@@ -1,7 +1,6 @@
 //! The one dispatch on command names: a checked command (`pipeline::run_checked`) or a logged
 //! one (replay) goes to its family's function here.
 
-use super::pipeline::SnapshotAsk;
 use super::*;
 use crate::reply::Reply;
 
@@ -192,18 +191,7 @@ pub(super) fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Re
         "dbsize" => Reply::Int(ctx.db.len() as i64),
         "flushdb" | "flushall" => sv::flush(ctx, args),
         "time" => sv::time(ctx),
-        "lastsave" => Reply::Int(ctx.server.facts().snapshots.last_save_s as i64),
-        "save" => ctx.server.snapshot(SnapshotAsk::Save),
-        "bgsave" => match args.get(1) {
-            None => ctx
-                .server
-                .snapshot(SnapshotAsk::Background { schedule: false }),
-            Some(a) if a.eq_ignore_ascii_case(b"schedule") => ctx
-                .server
-                .snapshot(SnapshotAsk::Background { schedule: true }),
-            Some(_) => Reply::err("ERR syntax error"),
-        },
-        "bgrewriteaof" => ctx.server.snapshot(SnapshotAsk::Rewrite),
+        name @ ("lastsave" | "save" | "bgsave" | "bgrewriteaof") => sv::snapshot(ctx, name, args),
         // No replicas: every write is already as replicated as it will be (as a standalone
         // Redis answers).
         "wait" => match (args::int_arg(&args[1]), args::int_arg(&args[2])) {

@@ -7,6 +7,7 @@
 //! command changed for the log. Only the wording of a refusal depends on where the command
 //! came from, as in Redis.
 
+use super::server::SnapshotAsk;
 use super::table::{self, CommandInfo};
 use super::Ctx;
 use crate::config;
@@ -82,18 +83,6 @@ pub struct SnapshotFacts {
     /// Bytes of the log on disk, and of the newest snapshot.
     pub log_bytes: u64,
     pub snapshot_bytes: u64,
-}
-
-/// Which command asks for a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotAsk {
-    /// SAVE: written before the reply.
-    Save,
-    /// BGSAVE [SCHEDULE]: written by a child process while the server goes on.
-    Background { schedule: bool },
-    /// BGREWRITEAOF: the same as BGSAVE SCHEDULE (the log is rewritten as a snapshot), with
-    /// Redis's texts for AOF rewrites.
-    Rewrite,
 }
 
 /// What some commands need from the server around the state (the executor implements it):

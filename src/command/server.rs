@@ -217,3 +217,34 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     text.push_str("\r\n");
     Reply::Bulk(text.into_bytes())
 }
+
+/// Which command asks for a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotAsk {
+    /// SAVE: written before the reply.
+    Save,
+    /// BGSAVE [SCHEDULE]: written by a child process while the server goes on.
+    Background { schedule: bool },
+    /// BGREWRITEAOF: the same as BGSAVE SCHEDULE (the log is rewritten as a snapshot), with
+    /// Redis's texts for AOF rewrites.
+    Rewrite,
+}
+
+/// SAVE, BGSAVE [SCHEDULE], BGREWRITEAOF and LASTSAVE: the snapshot itself is the server's
+/// (`pipeline::Server::snapshot`).
+pub fn snapshot(ctx: &mut Ctx, name: &str, a: &[Vec<u8>]) -> Reply {
+    match name {
+        "lastsave" => Reply::Int(ctx.server.facts().snapshots.last_save_s as i64),
+        "save" => ctx.server.snapshot(SnapshotAsk::Save),
+        "bgrewriteaof" => ctx.server.snapshot(SnapshotAsk::Rewrite),
+        _ => match a.get(1) {
+            None => ctx
+                .server
+                .snapshot(SnapshotAsk::Background { schedule: false }),
+            Some(s) if s.eq_ignore_ascii_case(b"schedule") => ctx
+                .server
+                .snapshot(SnapshotAsk::Background { schedule: true }),
+            Some(_) => Reply::err("ERR syntax error"),
+        },
+    }
+}

@@ -827,7 +827,7 @@ impl Server for Around<'_> {
                 .facts(self.wal.last_seq(), clock::wall_unix_ms()),
         }
     }
-    fn snapshot(&mut self, ask: pipeline::SnapshotAsk) -> Reply {
+    fn snapshot(&mut self, ask: crate::command::server::SnapshotAsk) -> Reply {
         if self.snapshot_asked.is_some() {
             return Reply::err("ERR Background save already in progress");
         }

@@ -12,7 +12,8 @@
 //! runtime, no logging (only what is async-signal-tolerant with glibc's fork handlers: memory
 //! allocation and plain system calls), and it leaves with `_exit`.
 
-use crate::command::pipeline::{SnapshotAsk, SnapshotFacts};
+use crate::command::pipeline::SnapshotFacts;
+use crate::command::server::SnapshotAsk;
 use crate::config::SnapshotPolicy;
 use crate::delivery::Delivery;
 use crate::reply::Reply;

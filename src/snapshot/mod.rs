@@ -134,6 +134,16 @@ pub struct Damage {
     pub what: String,
 }
 
+impl Damage {
+    fn at(path: &Path, offset: usize, what: String) -> Damage {
+        Damage {
+            path: path.to_path_buf(),
+            offset: offset as u64,
+            what,
+        }
+    }
+}
+
 impl std::fmt::Display for Damage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -149,11 +159,7 @@ impl std::fmt::Display for Damage {
 /// Reads a whole snapshot; any damage (a bad checksum, a short file, a payload that does not
 /// decode, a missing part) is an error naming the offset.
 pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<Loaded, Damage> {
-    let damage = |offset: usize, what: String| Damage {
-        path: path.to_path_buf(),
-        offset: offset as u64,
-        what,
-    };
+    let damage = |offset: usize, what: String| Damage::at(path, offset, what);
     let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
     let mut db = Db::new();
     db.set_bulk(true);
@@ -243,11 +249,7 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
 /// Returns the state so rebuilt and each damage passed over (whose keys are lost). A
 /// missing delivery chunk leaves the delivery state empty.
 pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage> {
-    let damage = |offset: usize, what: String| Damage {
-        path: path.to_path_buf(),
-        offset: offset as u64,
-        what,
-    };
+    let damage = |offset: usize, what: String| Damage::at(path, offset, what);
     let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
     let mut db = Db::new();
     db.set_bulk(true);
@@ -329,11 +331,8 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
 
 /// Reads the snapshot file at `path`.
 pub fn read_file(path: &Path, progress: impl FnMut(u64)) -> Result<Loaded, Damage> {
-    let data = std::fs::read(path).map_err(|e| Damage {
-        path: path.to_path_buf(),
-        offset: 0,
-        what: format!("cannot read it: {e}"),
-    })?;
+    let data =
+        std::fs::read(path).map_err(|e| Damage::at(path, 0, format!("cannot read it: {e}")))?;
     read(path, &data, progress)
 }
 
@@ -548,11 +547,7 @@ pub fn choose(
             Ok(h) if !fits(&h) => continue,
             Ok(_) => {}
             Err(what) => {
-                skipped.push(Damage {
-                    path: s.path.clone(),
-                    offset: 0,
-                    what,
-                });
+                skipped.push(Damage::at(&s.path, 0, what));
                 continue;
             }
         }
@@ -563,14 +558,14 @@ pub fn choose(
                     skipped,
                 })
             }
-            Ok(loaded) => skipped.push(Damage {
-                path: s.path.clone(),
-                offset: 12,
-                what: format!(
+            Ok(loaded) => skipped.push(Damage::at(
+                &s.path,
+                12,
+                format!(
                     "the header says record {}, the file name says {}",
                     loaded.header.seq, s.seq
                 ),
-            }),
+            )),
             Err(d) => skipped.push(d),
         }
     }
