@@ -96,11 +96,17 @@ fn count_keys(c: &mut Http, prefix: &str, n: usize) -> usize {
 }
 
 /// Waits for a server killed by a crash point to be gone.
-fn wait_dead(mut s: Server) {
+/// A background save's child dies a moment after the server it kills, and holds the data
+/// directory's lock (an inherited descriptor) until then: wait for the lock to be free too.
+fn wait_dead(mut s: Server, data: &std::path::Path) {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
+        let lock_free =
+            || std::fs::File::open(data.join("LOCK")).is_ok_and(|f| f.try_lock().is_ok());
         if let Ok(Some(_)) = s.child.try_wait() {
-            return;
+            if lock_free() {
+                return;
+            }
         }
         assert!(
             std::time::Instant::now() < until,
@@ -166,7 +172,7 @@ fn a_crash_at_any_point_of_a_snapshot_loses_nothing() {
                             ask.to_lowercase()
                         );
                     }
-                    wait_dead(s);
+                    wait_dead(s, &data);
                     drop(held);
                 }
             }
