@@ -492,7 +492,7 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
     let start = Instant::now();
     let loaded = tidepool::snapshot::read_file(&newest.path, |_| {}).map_err(|d| d.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
-    let mut db = tidepool::state::Db::new();
+    let mut dbs = tidepool::state::databases::Databases::default();
     let mut delivery = tidepool::delivery::Delivery::new();
     let mut rng = tidepool::rng::Rng::new(1);
     let (mut records, mut commands) = (0u64, 0u64);
@@ -500,10 +500,16 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
     tidepool::wal::reader::scan(&off.join("wal"), |_, _, f| {
         let r = tidepool::record::Record::decode(f.kind, f.payload).map_err(|e| e.to_string())?;
         records += 1;
-        if let tidepool::record::Record::KvCommands(c) = &r {
+        if let Some((_, c)) = r.kv_commands() {
             commands += c.len() as u64;
         }
-        tidepool::executor::apply_record(&mut db, &mut delivery, &mut rng, f.timestamp_unix_ms, &r);
+        tidepool::executor::apply_record(
+            &mut dbs,
+            &mut delivery,
+            &mut rng,
+            f.timestamp_unix_ms,
+            &r,
+        );
         Ok(())
     })
     .map_err(|e| e.to_string())?;
@@ -521,7 +527,7 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
         records as f64 / replay_s,
         commands as f64 / replay_s
     );
-    drop((loaded, db, delivery));
+    drop((loaded, dbs, delivery));
     // Latency under a steady load, with and without a background snapshot of all the keys.
     let (_tp, port) = tidepool_with(bin, &on, "never", &["--auto-snapshot-percentage", "0"])?;
     let write_start = Instant::now();

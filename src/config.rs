@@ -10,6 +10,10 @@ pub const DATA_DIR_DEFAULT: &str = "./tidepool-data";
 /// sets it; at most this much). Upstash's hosted default is 10 MB; a self-hosted server defaults
 /// higher and says so in the same words when it refuses.
 pub const REQUEST_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Days of usage counts kept per database (`INFO commandstats`, the admin API).
+pub const USAGE_DAYS_KEPT: usize = 31;
+/// How often the counted usage is logged (a crash loses at most this much of it).
+pub const USAGE_LOG_INTERVAL_MS: u64 = 1_000;
 /// Largest string value (Redis's proto-max-bulk-len).
 pub const STRING_BYTES_MAX: usize = 512 * 1024 * 1024;
 /// Commands waiting for the executor before HTTP handlers wait for room.
@@ -343,4 +347,37 @@ pub struct Config {
     pub request_bytes_max: usize,
     /// The longest key a request may name (`--max-key-bytes`); None: no limit.
     pub key_bytes_max: Option<usize>,
+    /// The most a write may store in one go (`--max-value-bytes`); None: no limit.
+    pub value_bytes_max: Option<usize>,
+    /// Commands one database may run per day (`--max-requests-per-day`); None: no limit.
+    pub requests_per_day: Option<u64>,
+    /// The admin API's token (`--admin-token`); generated on first start when not given.
+    pub admin_token: Option<String>,
+    /// Where `POST` creates a scratch database (`--start-path`); None: switched off.
+    pub start_path: Option<String>,
+    /// How long a scratch database lives unless claimed (`--scratch-ttl`).
+    pub scratch_ttl_ms: u64,
+    /// Scratch databases one client address may create per hour (`--start-per-hour`).
+    pub start_per_hour: u32,
 }
+
+/// What `POST /start` creates a scratch database at, by default.
+pub const START_PATH_DEFAULT: &str = "/start";
+/// How long a scratch database lives unless claimed, by default (the hosted service's 72 h).
+pub const SCRATCH_TTL_MS_DEFAULT: u64 = 72 * 3_600_000;
+/// Scratch databases one client address may create per hour, by default.
+pub const START_PER_HOUR_DEFAULT: u32 = 10;
+/// Client addresses whose scratch-database creations are remembered for the rate limit; past
+/// it the oldest are forgotten.
+pub const START_CLIENTS_TRACKED_MAX: usize = 100_000;
+/// Databases one server holds at most (each costs its catalog entry and an empty keyspace).
+pub const DATABASES_MAX: usize = 100_000;
+/// The largest admin API request body.
+pub const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
+/// How long `tidepool db` waits for the server's answer.
+pub const ADMIN_CLIENT_TIMEOUT_MS: u64 = 30_000;
+/// The longest database name.
+pub const DATABASE_NAME_BYTES_MAX: usize = 64;
+/// The prefix of the admin API's routes: no Redis command starts with `_`, so it can never be
+/// taken for a command in the path.
+pub const ADMIN_PREFIX: &str = "/_admin";

@@ -19,6 +19,7 @@
 //!
 //! Module map:
 //! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
+//! - [`admin_cli`]: `tidepool db ...`, the admin API from the command line.
 //! - [`http`]: the hyper service: auth, the request forms (path, JSON body, pipeline,
 //!   multi-exec), envelopes, base64 and RESP2, server-sent event streams, per-connection
 //!   limits; `http::qstash` holds the delivery API's routes and request parsing.
@@ -47,6 +48,7 @@
 //!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic),
 //!   [`point`] (a position in the log: a sequence number or a time).
 
+pub mod admin_cli;
 pub mod clock;
 pub mod command;
 pub mod config;

@@ -8,7 +8,11 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
-                      [--max-request-bytes B] [--max-key-bytes B]
+                      [--max-request-bytes B] [--max-key-bytes B] [--max-value-bytes B]
+                      [--max-requests-per-day N] [--admin-token A] [--start-path PATH|off]
+                      [--scratch-ttl DURATION] [--start-per-hour N]
+       tidepool db create [NAME] | list | get NAME | delete NAME | reset NAME | claim NAME
+                      [--url URL] [--admin-token A] [--data DIR]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
 TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
@@ -26,7 +30,14 @@ percentage of its size; default 100, 0 = never automatically), TIDEPOOL_AUTO_SNA
 TIDEPOOL_CORS_ORIGIN (origins, comma-separated, or *, that browsers may call the REST routes
 from; default none), TIDEPOOL_MAX_REQUEST_BYTES (the largest REST request body; default and
 most 64 MiB; the hosted service's is 10 MB), TIDEPOOL_MAX_KEY_BYTES (the longest key a command
-may name; default no limit; the hosted service's is 32 KB).
+may name; default no limit; the hosted service's is 32 KB), TIDEPOOL_MAX_VALUE_BYTES (the most
+one write may store: its arguments besides the keys, or the length a string grows to; default no
+limit; the hosted service's is 100 MB), TIDEPOOL_MAX_REQUESTS_PER_DAY (commands one database may
+run per UTC day; default no limit), TIDEPOOL_ADMIN_TOKEN (the admin API's token, for
+/_admin/databases and `tidepool db`), TIDEPOOL_START_PATH (where POST creates a scratch
+database; default /start; off switches it off), TIDEPOOL_SCRATCH_TTL (how long a scratch
+database lives unless claimed; default 72h), TIDEPOOL_START_PER_HOUR (scratch databases one
+client address may create per hour; default 10).
 Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
@@ -45,6 +56,13 @@ fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => tidepool::server::run(parse_serve(&args[1..])?),
+        Some("db") => tidepool::admin_cli::run(&args[1..]).map_err(|e| {
+            if e.starts_with("usage") {
+                format!("{e}\n{USAGE}")
+            } else {
+                e
+            }
+        }),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -85,6 +103,12 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut cors = env("TIDEPOOL_CORS_ORIGIN");
     let mut max_request = env("TIDEPOOL_MAX_REQUEST_BYTES");
     let mut max_key = env("TIDEPOOL_MAX_KEY_BYTES");
+    let mut max_value = env("TIDEPOOL_MAX_VALUE_BYTES");
+    let mut per_day = env("TIDEPOOL_MAX_REQUESTS_PER_DAY");
+    let mut admin_token = env("TIDEPOOL_ADMIN_TOKEN");
+    let mut start_path = env("TIDEPOOL_START_PATH");
+    let mut scratch_ttl = env("TIDEPOOL_SCRATCH_TTL");
+    let mut start_per_hour = env("TIDEPOOL_START_PER_HOUR");
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
@@ -112,6 +136,12 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--cors-origin" => &mut cors,
             "--max-request-bytes" => &mut max_request,
             "--max-key-bytes" => &mut max_key,
+            "--max-value-bytes" => &mut max_value,
+            "--max-requests-per-day" => &mut per_day,
+            "--admin-token" => &mut admin_token,
+            "--start-path" => &mut start_path,
+            "--scratch-ttl" => &mut scratch_ttl,
+            "--start-per-hour" => &mut start_per_hour,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -237,7 +267,62 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
                 .ok_or_else(|| format!("--max-key-bytes '{m}' must be a positive number"))?,
         ),
     };
+    let positive = |flag: &str, v: Option<String>| -> Result<Option<u64>, String> {
+        v.map(|m| {
+            m.parse()
+                .ok()
+                .filter(|n: &u64| *n > 0)
+                .ok_or_else(|| format!("{flag} '{m}' must be a positive number"))
+        })
+        .transpose()
+    };
+    let value_bytes_max = positive("--max-value-bytes", max_value)?.map(|n| n as usize);
+    let requests_per_day = positive("--max-requests-per-day", per_day)?;
+    let start_path = match start_path.as_deref() {
+        None => Some(config::START_PATH_DEFAULT.to_string()),
+        Some("off") => None,
+        Some(p)
+            if p.starts_with('/')
+                && p.len() > 1
+                && !p.starts_with("/v2")
+                && !p.starts_with(config::ADMIN_PREFIX) =>
+        {
+            Some(p.trim_end_matches('/').to_string())
+        }
+        Some(p) => {
+            return Err(format!(
+                "--start-path '{p}' must be off or a path such as /start (not under /v2 or {})",
+                config::ADMIN_PREFIX
+            ))
+        }
+    };
+    let scratch_ttl_ms = match scratch_ttl {
+        None => config::SCRATCH_TTL_MS_DEFAULT,
+        Some(t) => match config::Retention::parse(&t) {
+            Ok(config::Retention::Millis(ms)) if ms > 0 => ms,
+            _ => {
+                return Err(format!(
+                    "--scratch-ttl '{t}' must be a duration such as 72h or 30m"
+                ))
+            }
+        },
+    };
+    let start_per_hour = match start_per_hour {
+        None => config::START_PER_HOUR_DEFAULT,
+        Some(n) => n
+            .parse()
+            .map_err(|_| format!("--start-per-hour '{n}' must be a whole number"))?,
+    };
+    if admin_token.as_deref().is_some_and(str::is_empty) {
+        return Err("--admin-token must not be empty".into());
+    }
     Ok(Config {
+        value_bytes_max,
+        requests_per_day,
+        admin_token,
+        start_path,
+        scratch_ttl_ms,
+        start_per_hour,
         key_bytes_max,
         request_bytes_max,
         cors_origins,

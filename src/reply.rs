@@ -97,6 +97,10 @@ impl Reply {
 /// Redis's standard error texts, in one place so that every command says them the same way.
 pub mod errors {
     pub const SYNTAX: &str = "ERR syntax error";
+    /// The hosted service's texts for its plan limits (`--max-requests-per-day`,
+    /// `--max-value-bytes`).
+    pub const DAILY_LIMIT: &str = "ERR max daily request limit exceeded";
+    pub const RECORD_SIZE: &str = "ERR max single record size exceeded";
     pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
     pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
     pub const NOT_FLOAT: &str = "ERR value is not a valid float";

@@ -23,9 +23,13 @@ struct Credentials {
     qstash_current_signing_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     qstash_next_signing_key: Option<String>,
-    /// Keys the MACs of ACL REST tokens (`ACL RESTTOKEN`).
+    /// Keys the MACs of ACL REST tokens (`ACL RESTTOKEN`), and derives the tokens of every
+    /// database but the default one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     acl_token_secret: Option<String>,
+    /// The admin API's token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admin_token: Option<String>,
 }
 
 /// Every credential the server runs with, after flags and the stored file.
@@ -35,6 +39,7 @@ pub struct Resolved {
     pub qstash_token: String,
     pub keys: SigningKeys,
     pub acl_secret: Vec<u8>,
+    pub admin_token: String,
 }
 
 fn write_credentials(dir: &Path, c: &Credentials) -> Result<(), String> {
@@ -77,6 +82,7 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
             qstash_current_signing_key: None,
             qstash_next_signing_key: None,
             acl_token_secret: None,
+            admin_token: None,
         },
     };
     // Fill in what is missing (a new directory, or one from before the delivery service) and
@@ -93,6 +99,9 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
     }
     if stored.acl_token_secret.is_none() {
         stored.acl_token_secret = Some(random_token()?);
+    }
+    if stored.admin_token.is_none() {
+        stored.admin_token = Some(format!("admin_{}", random_token()?));
     }
     let exists = dir.join("credentials.json").exists();
     let changed = before != serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
@@ -128,6 +137,7 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
             ),
         },
         acl_secret: stored_q.acl_token_secret.unwrap_or_default().into_bytes(),
+        admin_token: pick(&cfg.admin_token, stored_q.admin_token),
     };
     if resolved.qstash_token.is_empty()
         || resolved.keys.current.is_empty()
@@ -212,19 +222,38 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let setup = executor::Setup {
             acl_secret: creds.acl_secret.clone(),
+            default_tokens: executor::tenants::DbTokens {
+                standard: token.clone(),
+                read_only: ro_token.clone(),
+            },
             keys: keys.clone(),
             backoff_unit_ms: cfg.retry_backoff_unit_ms,
             message_bytes_max: cfg.message_bytes_max,
             delivery_limits: cfg.delivery_limits,
             at: cfg.at,
             snapshots: cfg.snapshots,
-            key_bytes_max: cfg.key_bytes_max,
+            limits: crate::command::pipeline::Limits {
+                key_bytes_max: cfg.key_bytes_max,
+                value_bytes_max: cfg.value_bytes_max,
+                commands_left: None,
+            },
+            commands_per_day: cfg.requests_per_day,
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {
             crate::log::line(&format!("warning: {cut}"));
         }
         let url = format!("http://{addr}");
+        // After a reset of the default database its tokens are derived ones, not the
+        // configured ones.
+        let (token, ro_token) = match ex.shared.tokens_of(crate::state::databases::DEFAULT_DB) {
+            Some(t) => (t.standard, t.read_only),
+            None => (token, ro_token),
+        };
+        let start_line = match &cfg.start_path {
+            Some(p) => format!("  scratch databases: curl -X POST {url}{p}\n"),
+            None => String::new(),
+        };
         // The banner goes out with errors ignored: a closed stdout (`tidepool serve | head -1`)
         // must not take the server down, and println! would panic on EPIPE.
         let state = match cfg.at {
@@ -244,12 +273,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
             ),
         };
         let banner = format!(
-            "tidepool {} listening on {url}\n  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n",
+            "tidepool {} listening on {url}\n  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}",
             env!("CARGO_PKG_VERSION"),
             dir.display(),
             creds.qstash_token,
             creds.keys.current,
             creds.keys.next,
+            creds.admin_token,
+            crate::config::ADMIN_PREFIX,
         );
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(banner.as_bytes()).and_then(|_| out.flush());
@@ -267,13 +298,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
             },
             message_bytes_max: cfg.message_bytes_max,
         };
-        let mut app = App::new(
-            ex.tx.clone(),
-            ex.shared.clone(),
-            token,
-            ro_token,
-            Some(qstash),
-        );
+        let mut app = App::new(ex.tx.clone(), ex.shared.clone(), Some(qstash));
+        app.admin_token = creds.admin_token.clone();
+        app.start = cfg.start_path.clone().map(|path| http::StartConfig {
+            path,
+            ttl_ms: cfg.scratch_ttl_ms,
+            per_hour: cfg.start_per_hour,
+        });
         app.cors_origins = cfg.cors_origins.clone();
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();

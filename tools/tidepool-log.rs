@@ -364,7 +364,15 @@ fn verify_snapshots(data_dir: &Path, wal: &Path) -> Result<(), Failure> {
 fn state_at_end(
     data_dir: &Path,
     wal: &Path,
-) -> Result<(tidepool::state::Db, tidepool::delivery::Delivery, u64, u64), Failure> {
+) -> Result<
+    (
+        tidepool::state::databases::Databases,
+        tidepool::delivery::Delivery,
+        u64,
+        u64,
+    ),
+    Failure,
+> {
     let start = tidepool::snapshot::choose(data_dir, wal, |_| true, |_| {}).map_err(Failure::Io)?;
     for d in &start.skipped {
         eprintln!("warning: the snapshot {d} is damaged; using an older point");
@@ -373,7 +381,7 @@ fn state_at_end(
     let (mut seq, mut ts) = (0, 0);
     if let Some(l) = start.loaded {
         (seq, ts) = (l.header.seq, l.header.record_unix_ms);
-        st.db = l.db;
+        st.dbs = l.dbs;
         st.delivery = l.delivery;
     }
     let progress = Progress::over(wal, "replaying the log");
@@ -390,7 +398,7 @@ fn state_at_end(
         eprintln!("DAMAGE: {}", describe(d));
         return Err(Failure::Found);
     }
-    Ok((st.db, st.delivery, seq, ts))
+    Ok((st.dbs, st.delivery, seq, ts))
 }
 
 /// `snapshot`: the state at the log's end, written as the server writes it; the log then
@@ -400,7 +408,7 @@ fn take_snapshot(
     wal: &Path,
     retention: tidepool::config::Retention,
 ) -> Result<(), Failure> {
-    let (db, delivery, seq, ts) = state_at_end(data_dir, wal)?;
+    let (dbs, delivery, seq, ts) = state_at_end(data_dir, wal)?;
     let io = |e: io::Error| Failure::Io(e.to_string());
     // A new segment at the next record, so that every record so far is in closed segments.
     let segments = reader::list_segments(wal).map_err(io)?;
@@ -420,7 +428,7 @@ fn take_snapshot(
     let bar = PROGRESS
         .load(std::sync::atomic::Ordering::Relaxed)
         .then(|| {
-            indicatif::ProgressBar::new(db.len() as u64).with_style(
+            indicatif::ProgressBar::new(dbs.iter().map(|(_, d)| d.len() as u64).sum()).with_style(
                 indicatif::ProgressStyle::with_template(
                     "writing the snapshot [{bar:40}] {pos}/{len} keys",
                 )
@@ -433,7 +441,7 @@ fn take_snapshot(
         record_unix_ms: ts,
         created_unix_ms: tidepool::clock::wall_unix_ms(),
     };
-    let written = tidepool::snapshot::write_file(data_dir, &db, &delivery, header, |n| {
+    let written = tidepool::snapshot::write_file(data_dir, &dbs, &delivery, header, |n| {
         if let Some(b) = &bar {
             b.set_position(n);
         }
@@ -502,7 +510,7 @@ fn repair_snapshots(data_dir: &Path, wal: &Path, yes: bool) -> Result<(), Failur
         }
         fs::rename(&s.path, &aside).map_err(|e| Failure::Io(e.to_string()))?;
         if let Some(l) = salvage {
-            tidepool::snapshot::write_file(data_dir, &l.db, &l.delivery, l.header, |_| {})
+            tidepool::snapshot::write_file(data_dir, &l.dbs, &l.delivery, l.header, |_| {})
                 .map_err(|e| Failure::Io(e.to_string()))?;
         }
         tidepool::wal::writer::sync_dir(&dir).map_err(|e| Failure::Io(e.to_string()))?;
@@ -670,7 +678,7 @@ impl DumpFilter<'_> {
         let Some(pattern) = &self.key else {
             return true;
         };
-        let Record::KvCommands(cmds) = record else {
+        let Some((_, cmds)) = record.kv_commands() else {
             return false;
         };
         cmds.iter()
@@ -715,13 +723,11 @@ fn print_record(
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let cmds: &[Vec<Vec<u8>>] = match record {
-        Record::KvCommands(c) => c,
-        Record::Delivery(_) => &[],
-    };
+    let (db, cmds) = record.kv_commands().unwrap_or((0, &[]));
     let events: Vec<String> = match record {
         Record::Delivery(es) => es.iter().map(|e| e.summary()).collect(),
-        Record::KvCommands(_) => Vec::new(),
+        Record::Databases(es) => es.iter().map(|e| format!("{e:?}")).collect(),
+        Record::KvCommands(_) | Record::KvCommandsIn { .. } => Vec::new(),
     };
     if json {
         let cmds: Vec<Vec<serde_json::Value>> = cmds
@@ -730,13 +736,17 @@ fn print_record(
             .collect();
         let v = serde_json::json!({
             "seq": seq, "timestamp_ms": ts, "kind": kind, "kind_name": Record::kind_name(kind),
-            "file": file, "offset": offset, "commands": cmds, "events": events,
+            "file": file, "offset": offset, "database": db, "commands": cmds, "events": events,
         });
         out(&v.to_string());
     } else {
         let secs = ts / 1000;
+        let in_db = match record {
+            Record::KvCommandsIn { db, .. } => format!(" db {db}"),
+            _ => String::new(),
+        };
         out(&format!(
-            "#{seq} {}.{:03} {} {file}@{offset}",
+            "#{seq} {}.{:03} {}{in_db} {file}@{offset}",
             secs,
             ts % 1000,
             Record::kind_name(kind)
@@ -768,10 +778,7 @@ fn stats(wal: &Path) -> Result<(), Failure> {
                     .or_default() += 1;
             }
         }
-        let cmds: &[Vec<Vec<u8>>] = match &record {
-            Record::KvCommands(c) => c,
-            Record::Delivery(_) => &[],
-        };
+        let cmds = record.kv_commands().map_or(&[][..], |(_, c)| c);
         for c in cmds {
             let name = c
                 .first()
@@ -980,7 +987,7 @@ fn reply_text(r: &tidepool::reply::Reply) -> String {
 
 /// The state the log builds, record by record, to read values from (`history --values`).
 struct Replayed {
-    db: tidepool::state::Db,
+    dbs: tidepool::state::databases::Databases,
     delivery: tidepool::delivery::Delivery,
     rng: tidepool::rng::Rng,
 }
@@ -988,7 +995,7 @@ struct Replayed {
 impl Replayed {
     fn new() -> Replayed {
         Replayed {
-            db: tidepool::state::Db::new(),
+            dbs: Default::default(),
             delivery: tidepool::delivery::Delivery::new(),
             // Replay draws nothing: every random choice is in the log as it was made.
             rng: tidepool::rng::Rng::new(1),
@@ -997,7 +1004,7 @@ impl Replayed {
     fn apply(&mut self, seq: u64, ts: u64, record: &Record) {
         self.delivery.applying_seq = seq;
         tidepool::executor::apply_record(
-            &mut self.db,
+            &mut self.dbs,
             &mut self.delivery,
             &mut self.rng,
             ts,
@@ -1007,7 +1014,7 @@ impl Replayed {
     /// Runs a read at `ts` (a command's read of the state, unchecked: this is the tool's own).
     fn read(&mut self, ts: u64, args: &[&[u8]]) -> tidepool::reply::Reply {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
-        tidepool::command::pipeline::replay(&mut self.db, &mut self.rng, ts, &args)
+        tidepool::command::pipeline::replay(self.dbs.default_db_mut(), &mut self.rng, ts, &args)
     }
     /// The value of `key` at `ts`, by its type, as one line.
     fn value(&mut self, key: &[u8], ts: u64) -> String {
@@ -1041,7 +1048,7 @@ fn oldest_state(data_dir: &Path, wal: &Path) -> Result<(Replayed, u64), Failure>
         match tidepool::snapshot::read_file(&s.path, |_| {}) {
             Ok(l) => {
                 let mut st = Replayed::new();
-                st.db = l.db;
+                st.dbs = l.dbs;
                 st.delivery = l.delivery;
                 return Ok((st, l.header.seq));
             }
@@ -1083,6 +1090,7 @@ fn history(
         if !window.holds(seq, ts) {
             return;
         }
+        // A key's history is the default database's.
         let Record::KvCommands(cmds) = &record else {
             return;
         };

@@ -63,9 +63,8 @@ pub struct Ctx<'a> {
     pub logged: &'a mut Vec<Vec<Vec<u8>>>,
     /// Replaying the log: nothing is logged again, so no logged form need be built.
     pub replaying: bool,
-    /// The longest key a request may name (`--max-key-bytes`); None: no limit. Never applied
-    /// to replay: what the log holds was accepted.
-    pub key_bytes_max: Option<usize>,
+    /// The hosted service's limits this request is held to (none on replay).
+    pub limits: pipeline::Limits,
 }
 
 impl<'a> Ctx<'a> {
@@ -94,7 +93,7 @@ impl<'a> Ctx<'a> {
             scripts,
             logged,
             replaying: false,
-            key_bytes_max: None,
+            limits: pipeline::Limits::default(),
         }
     }
 

@@ -62,6 +62,8 @@ pub struct Facts {
     pub subscribers: usize,
     pub commands_processed: u64,
     pub snapshots: SnapshotFacts,
+    /// This database's usage over the days kept (`INFO commandstats`, `INFO stats`).
+    pub usage: crate::state::databases::DayUsage,
 }
 
 /// What INFO persistence reports about snapshots.
@@ -91,8 +93,10 @@ pub trait Server {
     /// The error a write gets when the server takes none (the log failed, or the server shows
     /// a past point of its log), if it does.
     fn writes_refused(&self) -> Option<String>;
-    /// A command is about to run: counted, and shown to monitors as sent by `client`.
-    fn command_starts(&mut self, client: &str, args: &[Vec<u8>]);
+    /// A command is about to run: counted under its table name (`get`, `acl|setuser`; a
+    /// request's own commands, `top_level`, are also its database's usage), and shown to
+    /// monitors as sent by `client`.
+    fn command_starts(&mut self, client: &str, args: &[Vec<u8>], name: &str, top_level: bool);
     /// Sends a message to a channel's subscribers; how many received it.
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
     /// The channels with at least one subscriber.
@@ -114,7 +118,7 @@ impl Server for Replay {
     fn writes_refused(&self) -> Option<String> {
         None
     }
-    fn command_starts(&mut self, _: &str, _: &[Vec<u8>]) {}
+    fn command_starts(&mut self, _: &str, _: &[Vec<u8>], _: &str, _: bool) {}
     fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 {
         0
     }
@@ -160,6 +164,13 @@ pub fn run_request(
                 Err(_) => {}
             }
         }
+        if ctx
+            .limits
+            .commands_left
+            .is_some_and(|left| left < cmds.len() as u64)
+        {
+            return Err(errors::DAILY_LIMIT.into());
+        }
     }
     let mut replies = Vec::with_capacity(cmds.len());
     let mut reply_bytes = 0usize;
@@ -186,6 +197,15 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     if let Some(refusal) = over_limits(ctx, info, &args) {
         return refusal;
     }
+    let top_level = ctx.origin == Origin::Request;
+    if top_level {
+        if let Some(left) = &mut ctx.limits.commands_left {
+            if *left == 0 {
+                return Reply::err(errors::DAILY_LIMIT);
+            }
+            *left -= 1;
+        }
+    }
     if info.write || matches!(info.name.as_str(), "acl|setuser" | "acl|deluser") {
         if let Some(refusal) = ctx.server.writes_refused() {
             return Reply::Error(refusal);
@@ -195,7 +215,8 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         Origin::Request => ctx.client,
         Origin::Script { .. } => "lua",
     };
-    ctx.server.command_starts(client, &args);
+    ctx.server
+        .command_starts(client, &args, info.name.as_str(), top_level);
     if !info.write && read_bytes(ctx.db, info, &args, ctx.now_ms) > config::REPLY_BYTES_MAX {
         return Reply::err(errors::reply_too_large());
     }
@@ -218,7 +239,12 @@ impl Ctx<'_> {
     /// change becomes this command's logged form (scripts are logged by their effects).
     pub fn run_lua<R>(&mut self, f: impl FnOnce(&mut crate::lua::Call) -> R) -> R {
         let mut logged = Vec::new();
-        let key_bytes_max = self.key_bytes_max;
+        let limits = Limits {
+            // A script's own calls are not counted against the daily limit: the request
+            // that runs the script was.
+            commands_left: None,
+            ..self.limits
+        };
         let out = {
             let mut call = |argv: Vec<Vec<u8>>, read_only: bool| {
                 let mut inner = Ctx::new(
@@ -232,7 +258,7 @@ impl Ctx<'_> {
                     &mut logged,
                 );
                 inner.origin = Origin::Script { read_only };
-                inner.key_bytes_max = key_bytes_max;
+                inner.limits = limits;
                 run_checked(&mut inner, argv)
             };
             f(&mut call)
@@ -245,16 +271,62 @@ impl Ctx<'_> {
     }
 }
 
-/// The hosted service's limits that a command's arguments can pass (`--max-key-bytes`): the
-/// refusal, in the hosted service's words, or None.
+/// The hosted service's limits a request is held to, each off unless its flag sets it. Never
+/// applied to replay: what the log holds was accepted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// The longest key a command may name (`--max-key-bytes`).
+    pub key_bytes_max: Option<usize>,
+    /// The most a write may store in one go (`--max-value-bytes`): the bytes of its arguments
+    /// other than the name and the keys, or the length a string grows to (APPEND, SETRANGE).
+    pub value_bytes_max: Option<usize>,
+    /// Commands the database may still run today (`--max-requests-per-day`).
+    pub commands_left: Option<u64>,
+}
+
+/// The hosted service's limits that a command's arguments can pass (`--max-key-bytes`,
+/// `--max-value-bytes`): the refusal, in the hosted service's words, or None.
 fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply> {
-    let max = ctx.key_bytes_max?;
-    let long = info.keys(args).into_iter().map(<[u8]>::len).max()?;
-    (long > max).then(|| {
-        Reply::Error(format!(
-            "ERR max key size exceeded. Limit: {max} bytes, Actual: {long} bytes"
-        ))
-    })
+    if let Some(max) = ctx.limits.key_bytes_max {
+        let long = info
+            .keys(args)
+            .into_iter()
+            .map(<[u8]>::len)
+            .max()
+            .unwrap_or(0);
+        if long > max {
+            return Some(Reply::Error(format!(
+                "ERR max key size exceeded. Limit: {max} bytes, Actual: {long} bytes"
+            )));
+        }
+    }
+    let max = ctx.limits.value_bytes_max?;
+    if !info.write {
+        return None;
+    }
+    let keys: usize = info.keys(args).into_iter().map(<[u8]>::len).sum();
+    let all: usize = args.iter().skip(1).map(Vec::len).sum();
+    let mut stored = all.saturating_sub(keys);
+    // A string that grows in place: what it holds already counts.
+    if let [_, key, rest @ ..] = args {
+        let held = || match ctx.db.get(key, ctx.now_ms).map(|e| &e.value) {
+            Some(crate::state::Value::Str(s)) => s.len(),
+            _ => 0,
+        };
+        match info.name.as_str() {
+            "append" => stored = held() + rest.first().map_or(0, Vec::len),
+            "setrange" => {
+                let offset = rest
+                    .first()
+                    .and_then(|o| std::str::from_utf8(o).ok()?.parse::<usize>().ok())
+                    .unwrap_or(0);
+                let len = rest.get(1).map_or(0, Vec::len);
+                stored = held().max(offset.saturating_add(len));
+            }
+            _ => {}
+        }
+    }
+    (stored > max).then(|| Reply::err(errors::RECORD_SIZE))
 }
 
 /// Finds `args` in the table and checks it for `perm` coming from `origin`.

@@ -199,9 +199,22 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     if want("stats") {
         out.push_str(&format!(
-            "# Stats\r\ntotal_commands_processed:{}\r\n\r\n",
-            f.commands_processed
+            "# Stats\r\ntotal_commands_processed:{}\r\ntidepool_requests:{}\r\ntidepool_server_commands_processed:{}\r\n\r\n",
+            f.usage.commands, f.usage.requests, f.commands_processed
         ));
+    }
+    // Not in the default set, as in Redis: asked for by name, or with `all`/`everything`.
+    if wanted
+        .iter()
+        .any(|w| w == "commandstats" || w == "all" || w == "everything")
+    {
+        out.push_str("# Commandstats\r\n");
+        for (name, calls) in &f.usage.by_command {
+            out.push_str(&format!(
+                "cmdstat_{name}:calls={calls},usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=0\r\n"
+            ));
+        }
+        out.push_str("\r\n");
     }
     if want("keyspace") {
         out.push_str("# Keyspace\r\n");

@@ -13,9 +13,11 @@
 //! what puts them in execution order; so do Lua scripts, which run inside one job and are
 //! logged by their effects.
 
+pub mod admin;
 mod flusher;
 pub mod pubsub;
 pub mod snapshots;
+pub mod tenants;
 
 use crate::clock;
 use crate::command::pipeline::{self, Facts, Server};
@@ -31,15 +33,18 @@ use crate::point::Point;
 use crate::record::Record;
 use crate::reply::{errors, Reply};
 use crate::rng::Rng;
+use crate::state::databases::{day_of, Databases, DayUsage, DbEvent, DbId, DEFAULT_DB};
 use crate::state::Db;
 use crate::wal::{self, WalWriter};
 use bytes::Bytes;
 use flusher::{FlushItem, Flusher, Pending};
 use pubsub::PubSub;
 pub use pubsub::{SubKind, SubscriberHandle};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
+use tenants::{TokenSource, TokenTable};
 use tokio::sync::{mpsc, oneshot};
 
 /// Which token a request came with.
@@ -66,6 +71,8 @@ pub struct Answer {
 
 pub enum Job {
     Exec {
+        /// The database the request's token opened.
+        db: DbId,
         cmds: Vec<Vec<Vec<u8>>>,
         mode: ExecMode,
         access: Access,
@@ -75,14 +82,21 @@ pub enum Job {
     /// Registers an event stream: a monitor, or a subscriber to channels or patterns.
     Subscribe(SubscriberHandle),
     Unsubscribe {
+        db: DbId,
         id: u64,
     },
     /// Periodic work: expiry of keys whose time has passed.
     Tick,
-    /// Whether a token belongs to a live ACL user.
+    /// Whether a token belongs to a live ACL user of database `db`.
     CheckToken {
+        db: DbId,
         token: Arc<str>,
         reply: oneshot::Sender<bool>,
+    },
+    /// An administration request (create, list, delete a database, ...).
+    Admin {
+        op: admin::AdminOp,
+        reply: oneshot::Sender<admin::AdminReply>,
     },
     /// A delivery-service request (publish, cancel, list, ...).
     Delivery {
@@ -104,17 +118,33 @@ pub struct Shared {
     /// The running script, if any: SCRIPT KILL and FUNCTION KILL are answered through it
     /// while the executor is busy running that script.
     pub scripts: Arc<ScriptControl>,
+    /// Which token opens which database (the executor rebuilds it when databases change).
+    pub tokens: RwLock<TokenTable>,
+}
+
+impl Shared {
+    /// The database and role a database token opens.
+    pub fn lookup_token(&self, token: &str) -> Option<(DbId, tenants::Role)> {
+        self.tokens.read().ok()?.lookup(token)
+    }
+
+    /// The tokens of database `db` now.
+    pub fn tokens_of(&self, db: DbId) -> Option<tenants::DbTokens> {
+        self.tokens.read().ok()?.of(db).cloned()
+    }
 }
 
 /// Everything the executor task owns.
 pub struct Executor {
-    db: Db,
+    dbs: Databases,
+    tokens: TokenSource,
     rng: Rng,
     wal: WalWriter,
     fsync: FsyncMode,
     flusher: Option<Flusher>,
     shared: Arc<Shared>,
-    pubsub: PubSub,
+    /// Monitors and subscribers, per database.
+    pubsubs: HashMap<DbId, PubSub>,
     started_ms: u64,
     commands_processed: u64,
     listen_port: u16,
@@ -127,14 +157,22 @@ pub struct Executor {
     /// The time of that point: every job runs at it.
     frozen_ms: Option<u64>,
     snapshots: snapshots::Snapshots,
-    /// The longest key a request may name (`--max-key-bytes`).
-    key_bytes_max: Option<usize>,
+    /// The hosted service's limits, as configured (`commands_left` unused here).
+    limits: pipeline::Limits,
+    /// Commands a database may run per day (`--max-requests-per-day`).
+    commands_per_day: Option<u64>,
+    /// Usage counted since it was last logged, per database, for `usage_day`.
+    usage: BTreeMap<DbId, DayUsage>,
+    usage_day: u32,
+    usage_logged_ms: u64,
 }
 
 /// What the executor needs at start besides the log: the delivery service's settings and the
 /// secret that keys ACL REST tokens.
 pub struct Setup {
     pub acl_secret: Vec<u8>,
+    /// The default database's configured tokens (until its first reset).
+    pub default_tokens: tenants::DbTokens,
     pub keys: Arc<RwLock<SigningKeys>>,
     /// Milliseconds per "second" of the default retry backoff (1000; tests shrink it).
     pub backoff_unit_ms: u64,
@@ -146,8 +184,10 @@ pub struct Setup {
     pub at: Option<Point>,
     /// When snapshots are taken, and how much log is kept behind them.
     pub snapshots: config::SnapshotPolicy,
-    /// The longest key a request may name (`--max-key-bytes`); None: no limit.
-    pub key_bytes_max: Option<usize>,
+    /// The hosted service's limits (`--max-key-bytes`, `--max-value-bytes`).
+    pub limits: pipeline::Limits,
+    /// Commands a database may run per day (`--max-requests-per-day`); None: no limit.
+    pub commands_per_day: Option<u64>,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -182,7 +222,7 @@ pub fn start(
             "warning: the snapshot {d} is damaged; starting from an older point and a longer log instead"
         ));
     }
-    let (mut db, mut delivery, base, last_snapshot) = match chosen.loaded {
+    let (mut dbs, mut delivery, base, last_snapshot) = match chosen.loaded {
         Some(l) => {
             let bytes = std::fs::metadata(
                 crate::snapshot::snapshot_dir(data_dir)
@@ -194,19 +234,26 @@ pub fn start(
                 seq: l.header.seq,
                 timestamp_unix_ms: l.header.record_unix_ms,
             };
-            (l.db, l.delivery, base, Some((l.header.seq, bytes)))
+            (l.dbs, l.delivery, base, Some((l.header.seq, bytes)))
         }
-        None => (Db::new(), Delivery::new(), wal::Base::default(), None),
+        None => (
+            Databases::default(),
+            Delivery::new(),
+            wal::Base::default(),
+            None,
+        ),
     };
     let mut rng = Rng::new(clock::wall_unix_us());
     let mut replay_errors = 0u64;
-    db.set_bulk(true);
+    for (_, db) in dbs.iter_mut() {
+        db.set_bulk(true);
+    }
     let mut replayed_bytes = 0u64;
     let mut apply = |seq, ts, kind, payload: &[u8]| {
         replayed_bytes += (wal::format::FRAME_HEADER_BYTES + payload.len()) as u64;
         let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
         delivery.applying_seq = seq;
-        replay_errors += apply_record(&mut db, &mut delivery, &mut rng, ts, &record);
+        replay_errors += apply_record(&mut dbs, &mut delivery, &mut rng, ts, &record);
         Ok(())
     };
     let read_only = setup.at.map(|p| {
@@ -219,7 +266,9 @@ pub fn start(
         _ => wal::recover(dir, config::SEGMENT_BYTES_MAX, base, &mut apply)?,
     };
     report.snapshot = last_snapshot.map(|(seq, _)| seq);
-    db.set_bulk(false);
+    for (_, db) in dbs.iter_mut() {
+        db.set_bulk(false);
+    }
     // What a crash left of an interrupted snapshot goes now (it was never published); what
     // the retention no longer keeps too.
     if read_only.is_none() {
@@ -235,9 +284,13 @@ pub fn start(
     if replay_errors > 0 {
         crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
-    db.acl.set_secret(setup.acl_secret);
+    let tokens = TokenSource::new(setup.acl_secret, setup.default_tokens);
+    arm_acl_secrets(&tokens, &mut dbs, None);
     delivery.limits = setup.delivery_limits;
     let shared = Arc::new(Shared::default());
+    if let Ok(mut t) = shared.tokens.write() {
+        *t = TokenTable::build(&tokens, &dbs);
+    }
     shared.log.last_seq.store(wal.last_seq(), Ordering::SeqCst);
     shared
         .log
@@ -265,14 +318,16 @@ pub fn start(
         setup.message_bytes_max,
         results_tx,
     )?;
+    let now = clock::wall_unix_ms();
     let mut ex = Executor {
-        db,
+        dbs,
+        tokens,
         rng,
         wal,
         fsync,
         flusher,
         shared: shared.clone(),
-        pubsub: PubSub::default(),
+        pubsubs: HashMap::new(),
         started_ms: clock::wall_unix_ms(),
         commands_processed: 0,
         listen_port,
@@ -291,7 +346,11 @@ pub fn start(
         ),
         read_only,
         frozen_ms,
-        key_bytes_max: setup.key_bytes_max,
+        limits: setup.limits,
+        commands_per_day: setup.commands_per_day,
+        usage: BTreeMap::new(),
+        usage_day: day_of(now),
+        usage_logged_ms: now,
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -305,11 +364,25 @@ pub fn start(
     })
 }
 
-/// Applies one logged record to `db` at its timestamp. Returns how many commands answered an
-/// error (which a correct log never produces, since only commands that changed state are
-/// logged).
+/// Keys every database's ACL tokens with its own secret (`only`: one database).
+fn arm_acl_secrets(tokens: &TokenSource, dbs: &mut Databases, only: Option<DbId>) {
+    let metas: Vec<_> = dbs
+        .metas()
+        .filter(|m| only.is_none_or(|id| id == m.id))
+        .cloned()
+        .collect();
+    for m in metas {
+        let (secret, suffix) = tokens.acl_secret(&m);
+        if let Some(db) = dbs.get_mut(m.id) {
+            db.acl.set_secret(secret, suffix);
+        }
+    }
+}
+
+/// Applies one logged record at its timestamp. Returns how many commands answered an error
+/// (which a correct log never produces, since only commands that changed state are logged).
 pub fn apply_record(
-    db: &mut Db,
+    dbs: &mut Databases,
     delivery: &mut Delivery,
     rng: &mut Rng,
     ts: u64,
@@ -322,20 +395,34 @@ pub fn apply_record(
                 delivery.apply(ts, e);
             }
         }
-        Record::KvCommands(cmds) => {
-            // Look up every command's first key before running any: the lookups of a record's
-            // commands are independent, so their cache misses overlap instead of coming one
-            // after another (a record of a pipeline holds up to hundreds of keys).
-            for args in cmds {
-                if let Some(key) = args.get(1) {
-                    db.warm(key);
-                }
+        Record::Databases(events) => {
+            for e in events {
+                dbs.apply(ts, e);
             }
-            for args in cmds {
-                if pipeline::replay(db, rng, ts, args).is_error() {
-                    errors += 1;
-                }
-            }
+        }
+        Record::KvCommandsIn { db, cmds } => match dbs.get_mut(*db) {
+            Some(db) => errors += apply_commands(db, rng, ts, cmds),
+            None => errors += cmds.len() as u64,
+        },
+        Record::KvCommands(cmds) => errors += apply_commands(dbs.default_db_mut(), rng, ts, cmds),
+    }
+    errors
+}
+
+/// Applies one record's key-value commands to `db`; how many answered an error.
+fn apply_commands(db: &mut Db, rng: &mut Rng, ts: u64, cmds: &[Vec<Vec<u8>>]) -> u64 {
+    // Look up every command's first key before running any: the lookups of a record's
+    // commands are independent, so their cache misses overlap instead of coming one after
+    // another (a record of a pipeline holds up to hundreds of keys).
+    for args in cmds {
+        if let Some(key) = args.get(1) {
+            db.warm(key);
+        }
+    }
+    let mut errors = 0;
+    for args in cmds {
+        if pipeline::replay(db, rng, ts, args).is_error() {
+            errors += 1;
         }
     }
     errors
@@ -426,6 +513,7 @@ impl Executor {
             for job in batch.drain(..) {
                 match job {
                     Job::Exec {
+                        db,
                         cmds,
                         mode,
                         access,
@@ -433,7 +521,7 @@ impl Executor {
                         reply,
                     } => {
                         let last_seq = self.wal.last_seq();
-                        let Some(perm) = self.resolve(&access) else {
+                        let Some(perm) = self.resolve(db, &access) else {
                             let _ = reply.send(Answer {
                                 replies: Err("WRONGPASS invalid or missing auth token".into()),
                                 sync_token: last_seq,
@@ -441,7 +529,7 @@ impl Executor {
                             });
                             continue;
                         };
-                        let replies = self.exec(cmds, mode, &perm, &client);
+                        let replies = self.exec(db, cmds, mode, &perm, &client);
                         let last_seq = self.wal.last_seq();
                         pending.push(Box::new(move |failure: Option<&str>| {
                             let replies = match failure {
@@ -455,11 +543,34 @@ impl Executor {
                             });
                         }));
                     }
-                    Job::Subscribe(handle) => self.pubsub.add(handle),
-                    Job::Unsubscribe { id } => self.pubsub.remove(id),
-                    Job::Tick => self.expire_cycle(),
-                    Job::CheckToken { token, reply } => {
-                        let _ = reply.send(self.db.acl.resolve(&token).is_some());
+                    Job::Subscribe(handle) => {
+                        // A stream of a database deleted meanwhile ends at once.
+                        if self.dbs.meta(handle.db).is_some() {
+                            self.pubsubs.entry(handle.db).or_default().add(handle);
+                        }
+                    }
+                    Job::Unsubscribe { db, id } => {
+                        if let Some(p) = self.pubsubs.get_mut(&db) {
+                            p.remove(id);
+                        }
+                    }
+                    Job::Tick => self.tick(),
+                    Job::CheckToken { db, token, reply } => {
+                        let known = self
+                            .dbs
+                            .get(db)
+                            .is_some_and(|d| d.acl.resolve(&token).is_some());
+                        let _ = reply.send(known);
+                    }
+                    Job::Admin { op, reply } => {
+                        let answer = self.admin(op);
+                        pending.push(Box::new(move |failure: Option<&str>| {
+                            let answer = match failure {
+                                None => answer,
+                                Some(e) => admin::AdminReply::error(500, e),
+                            };
+                            let _ = reply.send(answer);
+                        }));
                     }
                     Job::Delivery { op, reply } => {
                         let answer = self.delivery_op(*op);
@@ -644,35 +755,46 @@ impl Executor {
         }
     }
 
-    /// The permissions of a request's token (None: the token names no live user).
-    fn resolve(&self, access: &Access) -> Option<Perm> {
+    /// The permissions of a request's token in database `db` (None: the database is gone,
+    /// or the token names no live user of it).
+    fn resolve(&self, db: DbId, access: &Access) -> Option<Perm> {
+        let db = self.dbs.get(db)?;
         match access {
             Access::Full => Some(Perm::Full),
             Access::ReadOnly => Some(Perm::ReadOnly),
-            Access::Token(t) => self
-                .db
+            Access::Token(t) => db
                 .acl
                 .resolve(t)
                 .map(|(name, user)| Perm::User(Arc::from(name), Box::new(user.clone()))),
         }
     }
 
-    /// Runs a request's commands through the one pipeline; their changes become one record.
+    /// Runs a request's commands in database `db_id` through the one pipeline; their changes
+    /// become one record.
     fn exec(
         &mut self,
+        db_id: DbId,
         cmds: Vec<Vec<Vec<u8>>>,
         mode: ExecMode,
         perm: &Perm,
         client: &str,
     ) -> Result<Vec<Reply>, String> {
         let ts = self.now();
+        self.count_request(db_id, ts);
+        let commands_left = self.commands_per_day.map(|max| {
+            let today = self.dbs.usage_on(db_id, self.usage_day);
+            let counted =
+                today.map_or(0, |u| u.commands) + self.usage.get(&db_id).map_or(0, |u| u.commands);
+            max.saturating_sub(counted)
+        });
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
         let refusal = self.write_refusal();
         let Executor {
-            db,
+            dbs,
             rng,
             scripts,
-            pubsub,
+            pubsubs,
+            usage,
             wal,
             shared,
             fsync,
@@ -680,11 +802,18 @@ impl Executor {
             commands_processed,
             listen_port,
             snapshots,
-            key_bytes_max,
+            limits,
             ..
         } = self;
+        let Some((db, kept)) = dbs.split_mut(db_id) else {
+            return Err("WRONGPASS invalid or missing auth token".into());
+        };
+        scripts.enter(db_id);
         let mut around = Around {
-            pubsub,
+            pubsub: pubsubs.entry(db_id).or_default(),
+            usage: usage.entry(db_id).or_default(),
+            kept,
+            db: db_id,
             wal,
             shared,
             fsync: *fsync,
@@ -706,13 +835,16 @@ impl Executor {
             Some(scripts),
             &mut logged,
         );
-        ctx.key_bytes_max = *key_bytes_max;
+        ctx.limits = pipeline::Limits {
+            commands_left,
+            ..*limits
+        };
         let mut replies = pipeline::run_request(&mut ctx, cmds, mode);
         let asked = around.snapshot_asked;
         // At a past point only reads run; what they change (hash fields whose time has passed
         // leave before a read sees them) is a view of that moment, not a record.
         if !logged.is_empty() && self.read_only.is_none() {
-            self.wal.append(ts, &Record::KvCommands(logged));
+            self.append_commands(db_id, ts, logged);
         }
         // SAVE, BGSAVE, BGREWRITEAOF: taken here, between this request's record and the next.
         if let Some((background, index)) = asked {
@@ -730,40 +862,122 @@ impl Executor {
         let now = clock::wall_unix_ms();
         let r = self
             .snapshots
-            .take(background, &mut self.wal, &self.db, &self.delivery, now);
+            .take(background, &mut self.wal, &self.dbs, &self.delivery, now);
         if let Some(why) = self.wal.poisoned() {
             crate::log::line(&format!("error: {why}; the log now refuses writes"));
         }
         r
     }
 
-    /// Removes keys and hash fields whose expiry has passed, through a logged DEL and HDELs
-    /// like any other change.
-    fn expire_cycle(&mut self) {
-        if self.poisoned().is_some() {
+    /// Logs a request's commands of database `db`.
+    fn append_commands(&mut self, db: DbId, ts: u64, cmds: Vec<Vec<Vec<u8>>>) {
+        if db == DEFAULT_DB {
+            self.wal.append(ts, &Record::KvCommands(cmds));
+        } else {
+            self.wal.append(ts, &Record::KvCommandsIn { db, cmds });
+        }
+    }
+
+    /// Periodic work: expiry of keys and of scratch databases, and the usage counts' record.
+    fn tick(&mut self) {
+        if self.poisoned().is_some() || self.read_only.is_some() {
             return;
         }
-        let ts = self.now();
-        let mut cmds = Vec::new();
-        let keys = self.db.expired_keys(ts, config::EXPIRE_CYCLE_KEYS_MAX);
-        if !keys.is_empty() {
-            for k in &keys {
-                self.db.remove(k);
+        self.expire_cycle();
+        let now = self.now();
+        let gone: Vec<DbEvent> = self
+            .dbs
+            .expired(now)
+            .into_iter()
+            .map(|id| DbEvent::Delete { id })
+            .collect();
+        if !gone.is_empty() {
+            self.catalog_change(now, gone);
+        }
+        if now.saturating_sub(self.usage_logged_ms) >= config::USAGE_LOG_INTERVAL_MS {
+            self.log_usage(now);
+        }
+    }
+
+    /// Counts a request of database `db` at `ts`; a new day first logs the old day's counts.
+    fn count_request(&mut self, db: DbId, ts: u64) {
+        let day = day_of(ts);
+        if day != self.usage_day {
+            self.log_usage(ts);
+            self.usage_day = day;
+        }
+        self.usage.entry(db).or_default().requests += 1;
+    }
+
+    /// Logs (and applies) the usage counted since the last time, if any.
+    fn log_usage(&mut self, ts: u64) {
+        self.usage_logged_ms = ts;
+        let counts: Vec<(DbId, DayUsage)> = std::mem::take(&mut self.usage)
+            .into_iter()
+            .filter(|(_, u)| !u.is_empty())
+            .collect();
+        if counts.is_empty() || self.read_only.is_some() || self.poisoned().is_some() {
+            return;
+        }
+        let event = DbEvent::Usage {
+            day: self.usage_day,
+            counts,
+        };
+        self.dbs.apply(ts, &event);
+        self.wal.append(ts, &Record::Databases(vec![event]));
+    }
+
+    /// Applies and logs changes to the set of databases, and brings the tokens, the ACL
+    /// secrets, the streams and the script caches in line with them.
+    fn catalog_change(&mut self, ts: u64, events: Vec<DbEvent>) {
+        for e in &events {
+            self.dbs.apply(ts, e);
+            match e {
+                DbEvent::Create { id, .. } | DbEvent::ResetTokens { id } => {
+                    arm_acl_secrets(&self.tokens, &mut self.dbs, Some(*id));
+                }
+                DbEvent::Delete { id } => {
+                    // Dropping its streams' senders ends them.
+                    self.pubsubs.remove(id);
+                    self.scripts.forget(*id);
+                    self.usage.remove(id);
+                }
+                DbEvent::Claim { .. } | DbEvent::Usage { .. } => {}
             }
-            let mut del = Vec::with_capacity(keys.len() + 1);
-            del.push(b"DEL".to_vec());
-            del.extend(keys);
-            cmds.push(del);
         }
-        for (key, fields) in self
-            .db
-            .due_field_expiries(ts, config::EXPIRE_CYCLE_KEYS_MAX)
-        {
-            self.db.remove_fields(&key, &fields);
-            cmds.push(pipeline::hdel(&key, fields));
+        self.wal.append(ts, &Record::Databases(events));
+        if let Ok(mut t) = self.shared.tokens.write() {
+            *t = TokenTable::build(&self.tokens, &self.dbs);
         }
-        if !cmds.is_empty() {
-            self.wal.append(ts, &Record::KvCommands(cmds));
+    }
+
+    /// Removes keys and hash fields whose expiry has passed, in every database, through a
+    /// logged DEL and HDELs like any other change.
+    fn expire_cycle(&mut self) {
+        let ts = self.now();
+        let ids: Vec<DbId> = self.dbs.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            let Some(db) = self.dbs.get_mut(id) else {
+                continue;
+            };
+            let mut cmds = Vec::new();
+            let keys = db.expired_keys(ts, config::EXPIRE_CYCLE_KEYS_MAX);
+            if !keys.is_empty() {
+                for k in &keys {
+                    db.remove(k);
+                }
+                let mut del = Vec::with_capacity(keys.len() + 1);
+                del.push(b"DEL".to_vec());
+                del.extend(keys);
+                cmds.push(del);
+            }
+            for (key, fields) in db.due_field_expiries(ts, config::EXPIRE_CYCLE_KEYS_MAX) {
+                db.remove_fields(&key, &fields);
+                cmds.push(pipeline::hdel(&key, fields));
+            }
+            if !cmds.is_empty() {
+                self.append_commands(id, ts, cmds);
+            }
         }
     }
 }
@@ -772,6 +986,10 @@ impl Executor {
 /// executor's pub/sub, log and counters, borrowed for one request.
 struct Around<'a> {
     pubsub: &'a mut PubSub,
+    /// This request's database's usage, counted since it was last logged, and as logged.
+    usage: &'a mut DayUsage,
+    kept: Option<&'a BTreeMap<u32, DayUsage>>,
+    db: DbId,
     wal: &'a WalWriter,
     shared: &'a Shared,
     fsync: FsyncMode,
@@ -792,9 +1010,18 @@ impl Server for Around<'_> {
     fn writes_refused(&self) -> Option<String> {
         self.refusal.clone()
     }
-    fn command_starts(&mut self, client: &str, args: &[Vec<u8>]) {
+    fn command_starts(&mut self, client: &str, args: &[Vec<u8>], name: &str, top_level: bool) {
         *self.commands_processed += 1;
         self.started += 1;
+        if top_level {
+            self.usage.commands += 1;
+            match self.usage.by_command.get_mut(name) {
+                Some(n) => *n += 1,
+                None => {
+                    self.usage.by_command.insert(name.to_string(), 1);
+                }
+            }
+        }
         self.pubsub.feed_monitors(client, args);
     }
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
@@ -825,9 +1052,23 @@ impl Server for Around<'_> {
             snapshots: self
                 .snapshots
                 .facts(self.wal.last_seq(), clock::wall_unix_ms()),
+            usage: {
+                let mut total = self.usage.clone();
+                for day in self.kept.into_iter().flat_map(|k| k.values()) {
+                    total.add(day);
+                }
+                total
+            },
         }
     }
     fn snapshot(&mut self, ask: crate::command::server::SnapshotAsk) -> Reply {
+        if self.db != DEFAULT_DB {
+            // Snapshots are the server's, taken by its operator: one database may not take
+            // them, as a hosted database may not.
+            return Reply::err(
+                "ERR snapshots are taken by the server's operator, through the default database",
+            );
+        }
         if self.snapshot_asked.is_some() {
             return Reply::err("ERR Background save already in progress");
         }

@@ -20,6 +20,8 @@ pub enum SubKind {
 /// One event stream as the executor sees it.
 pub struct SubscriberHandle {
     pub id: u64,
+    /// The database whose events it hears.
+    pub db: crate::state::databases::DbId,
     pub kind: SubKind,
     pub tx: mpsc::Sender<Bytes>,
     /// Set when the buffer was full and the stream was dropped.

@@ -18,7 +18,7 @@ use crate::config::SnapshotPolicy;
 use crate::delivery::Delivery;
 use crate::reply::Reply;
 use crate::snapshot::{self, format::SnapshotHeader, Written};
-use crate::state::Db;
+use crate::state::databases::Databases;
 use crate::wal::WalWriter;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -183,7 +183,7 @@ impl Snapshots {
         &mut self,
         background: bool,
         wal: &mut WalWriter,
-        db: &Db,
+        db: &Databases,
         delivery: &Delivery,
         now_ms: u64,
     ) -> Result<(), String> {

@@ -1,6 +1,7 @@
 //! The HTTP side: one hyper service that authenticates, turns each request form into commands,
 //! hands them to the executor, and writes the envelopes back.
 
+pub mod admin;
 pub mod body;
 pub mod qstash;
 pub mod request;
@@ -12,9 +13,10 @@ use crate::config::{
     self, HTTP_BODY_READ_TIMEOUT_MS, HTTP_CONNECTIONS_MAX, HTTP_DESCRIPTORS_RESERVED,
     HTTP_WATCHDOG_INTERVAL_MS, REQUEST_BYTES_MAX,
 };
+use crate::executor::tenants::{acl_token_db, Role};
 use crate::executor::{Access, Answer, ExecMode, Job, Shared, SubKind, SubscriberHandle};
 use crate::reply::Reply;
-use crate::secret::ct_eq;
+use crate::state::databases::DbId;
 use body::BodyError;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming};
@@ -34,8 +36,12 @@ use tokio::sync::{mpsc, oneshot};
 pub struct App {
     pub tx: mpsc::Sender<Job>,
     pub shared: Arc<Shared>,
-    pub token: String,
-    pub read_only_token: String,
+    /// The admin API's token (`/_admin/...`).
+    pub admin_token: String,
+    /// Scratch databases on request (`POST /start`), unless switched off.
+    pub start: Option<StartConfig>,
+    /// Scratch databases created recently, per client address (the rate limit).
+    pub(crate) started: std::sync::Mutex<admin::StartLog>,
     /// The delivery service's token and signing keys (`/v2/...`).
     pub qstash: Option<qstash::QstashAuth>,
     /// Origins allowed to call the REST routes from a browser (`--cors-origin`; `*` for any).
@@ -52,15 +58,14 @@ impl App {
     pub fn new(
         tx: mpsc::Sender<Job>,
         shared: Arc<Shared>,
-        token: String,
-        read_only_token: String,
         qstash: Option<qstash::QstashAuth>,
     ) -> App {
         App {
             tx,
             shared,
-            token,
-            read_only_token,
+            admin_token: String::new(),
+            start: None,
+            started: Default::default(),
             qstash,
             cors_origins: Vec::new(),
             read_only: false,
@@ -68,6 +73,14 @@ impl App {
             next_stream_id: AtomicU64::new(1),
         }
     }
+}
+
+/// Where and how `POST /start` creates scratch databases.
+#[derive(Debug, Clone)]
+pub struct StartConfig {
+    pub path: String,
+    pub ttl_ms: u64,
+    pub per_hour: u32,
 }
 
 /// A response body: a whole buffer, or an event stream.
@@ -241,20 +254,23 @@ fn error(app: &App, status: StatusCode, text: &str) -> Response<Body> {
     json(status, body, app.shared.log.last_seq.load(Ordering::SeqCst))
 }
 
-fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<Access> {
+/// The database a request's token opens, and as whom: a database's Standard or Read Only
+/// token, or (perhaps) an ACL user's token, which names its database and which the executor,
+/// owning the users, checks.
+fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<(DbId, Access)> {
     let presented = request::presented_token(headers, query, "_token")?;
-    let full = ct_eq(presented.as_bytes(), app.token.as_bytes());
-    let ro = ct_eq(presented.as_bytes(), app.read_only_token.as_bytes());
-    if full {
-        Some(Access::Full)
-    } else if ro {
-        Some(Access::ReadOnly)
-    } else if presented.is_empty() {
-        None
-    } else {
-        // Perhaps an ACL user's token: the executor, which owns the users, decides.
-        Some(Access::Token(Arc::from(presented.as_str())))
+    if presented.is_empty() {
+        return None;
     }
+    if let Some((db, role)) = app.shared.lookup_token(&presented) {
+        let access = match role {
+            Role::Standard => Access::Full,
+            Role::ReadOnly => Access::ReadOnly,
+        };
+        return Some((db, access));
+    }
+    let db = acl_token_db(&presented)?;
+    Some((db, Access::Token(Arc::from(presented.as_str()))))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -289,6 +305,7 @@ async fn read_body(app: &App, body: Incoming) -> Result<Bytes, Response<Body>> {
 
 async fn execute(
     app: &App,
+    db: DbId,
     cmds: Vec<Vec<Vec<u8>>>,
     mode: ExecMode,
     access: Access,
@@ -301,7 +318,7 @@ async fn execute(
         _ => None,
     };
     let killed = |app: &App, one: &[Vec<u8>]| {
-        app.shared.scripts.kill(one).map(|r| Answer {
+        app.shared.scripts.kill(one, db).map(|r| Answer {
             replies: Ok(vec![r]),
             sync_token: app.shared.log.last_seq.load(Ordering::Acquire),
             unauthorized: false,
@@ -319,6 +336,7 @@ async fn execute(
     };
     let (reply, rx) = oneshot::channel();
     let job = Job::Exec {
+        db,
         cmds,
         mode,
         access,
@@ -457,6 +475,12 @@ async fn handle(
     if matches!(req.method(), &Method::GET | &Method::HEAD) && (p == "/healthz" || p == "/readyz") {
         return health(app, p);
     }
+    if p == config::ADMIN_PREFIX || p.starts_with(&format!("{}/", config::ADMIN_PREFIX)) {
+        return admin::handle(req, app).await;
+    }
+    if req.method() == Method::POST && app.start.as_ref().is_some_and(|s| s.path == p) {
+        return admin::start(req, app, peer).await;
+    }
     let allow = cors_origin(app, req.headers().get(hyper::header::ORIGIN));
     if req.method() == Method::OPTIONS && allow.is_some() {
         return preflight(allow);
@@ -478,7 +502,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
         );
     }
     let query = parts.uri.query();
-    let Some(access) = authenticate(&parts.headers, query, app) else {
+    let Some((db, access)) = authenticate(&parts.headers, query, app) else {
         return error(
             app,
             StatusCode::UNAUTHORIZED,
@@ -533,7 +557,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
                 return error(app, StatusCode::BAD_REQUEST, "ERR no command: POST a JSON array such as [\"GET\",\"key\"], or put the command in the path");
             }
             match request::parse_single(&body) {
-                Ok(cmd) => single(app, cmd, access, client, enc, format).await,
+                Ok(cmd) => single(app, db, cmd, access, client, enc, format).await,
                 Err(e) => error(app, StatusCode::BAD_REQUEST, &e),
             }
         }
@@ -550,13 +574,13 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
                 Ok(c) => c,
                 Err(e) => return error(app, StatusCode::BAD_REQUEST, &e),
             };
-            batch(app, cmds, multi, access, client, enc, format).await
+            batch(app, db, cmds, multi, access, client, enc, format).await
         }
         Some("monitor") if segments.len() == 1 => {
-            if let Err(r) = known_token(app, &access).await {
+            if let Err(r) = known_token(app, db, &access).await {
                 return r;
             }
-            stream(app, StreamKind::Monitor, access)
+            stream(app, StreamKind::Monitor, db, access)
         }
         Some(kind @ ("subscribe" | "psubscribe")) => {
             let names: Vec<Vec<u8>> = segments[1..]
@@ -575,10 +599,10 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             } else {
                 StreamKind::Patterns(names)
             };
-            if let Err(r) = known_token(app, &access).await {
+            if let Err(r) = known_token(app, db, &access).await {
                 return r;
             }
-            stream(app, k, access)
+            stream(app, k, db, access)
         }
         Some(_) => {
             let mut cmd: Vec<Vec<u8>> = segments
@@ -595,20 +619,21 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
                 }
             }
             cmd.extend(request::query_args(query));
-            single(app, cmd, access, client, enc, format).await
+            single(app, db, cmd, access, client, enc, format).await
         }
     }
 }
 
 async fn single(
     app: &App,
+    db: DbId,
     cmd: Vec<Vec<u8>>,
     access: Access,
     client: Arc<str>,
     enc: Encoding,
     format: Format,
 ) -> Response<Body> {
-    let answer = match execute(app, vec![cmd], ExecMode::Each, access, client).await {
+    let answer = match execute(app, db, vec![cmd], ExecMode::Each, access, client).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -649,8 +674,10 @@ async fn encoded(size: usize, encode: impl FnOnce() -> Vec<u8> + Send + 'static)
         .unwrap_or_else(|_| b"{\"error\":\"ERR the reply could not be encoded\"}".to_vec())
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn batch(
     app: &App,
+    db: DbId,
     cmds: Vec<Vec<Vec<u8>>>,
     multi: bool,
     access: Access,
@@ -670,7 +697,7 @@ async fn batch(
     } else {
         ExecMode::Each
     };
-    let answer = match execute(app, cmds, mode, access, client).await {
+    let answer = match execute(app, db, cmds, mode, access, client).await {
         Ok(a) => a,
         Err(r) => return r,
     };
@@ -713,12 +740,13 @@ enum StreamKind {
 
 /// For a token other than the two fixed ones: 401 unless it is a live ACL user's token (asked of
 /// the executor, which owns the users).
-async fn known_token(app: &App, access: &Access) -> Result<(), Response<Body>> {
+async fn known_token(app: &App, db: DbId, access: &Access) -> Result<(), Response<Body>> {
     let Access::Token(t) = access else {
         return Ok(());
     };
     let (reply, rx) = oneshot::channel();
     let job = Job::CheckToken {
+        db,
         token: t.clone(),
         reply,
     };
@@ -734,7 +762,7 @@ async fn known_token(app: &App, access: &Access) -> Result<(), Response<Body>> {
     }
 }
 
-fn stream(app: &App, kind: StreamKind, access: Access) -> Response<Body> {
+fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Response<Body> {
     let name = match &kind {
         StreamKind::Monitor => "monitor",
         StreamKind::Channels(_) => "subscribe",
@@ -784,6 +812,7 @@ fn stream(app: &App, kind: StreamKind, access: Access) -> Response<Body> {
     };
     let handle = SubscriberHandle {
         id,
+        db,
         kind: sub_kind,
         tx,
         lagged: lagged.clone(),
@@ -802,7 +831,7 @@ fn stream(app: &App, kind: StreamKind, access: Access) -> Response<Body> {
         ping,
         lagged,
         lag_notice: Some(Bytes::from(notice)),
-        unsubscribe: Some((app.tx.clone(), id)),
+        unsubscribe: Some((app.tx.clone(), db, id)),
         done: false,
     };
     let mut r = Response::new(Body::Sse(Box::new(body)));

@@ -18,16 +18,16 @@ pub struct SseBody {
     /// Sent once when the executor dropped this stream for falling behind.
     pub lag_notice: Option<Bytes>,
     /// Tells the executor the stream is gone when the client disconnects.
-    pub unsubscribe: Option<(mpsc::Sender<Job>, u64)>,
+    pub unsubscribe: Option<(mpsc::Sender<Job>, crate::state::databases::DbId, u64)>,
     pub done: bool,
 }
 
 impl Drop for SseBody {
     fn drop(&mut self) {
-        if let Some((tx, id)) = self.unsubscribe.take() {
+        if let Some((tx, db, id)) = self.unsubscribe.take() {
             // If the queue is full the executor still notices the closed channel on the next
             // event it sends to this stream.
-            let _ = tx.try_send(Job::Unsubscribe { id });
+            let _ = tx.try_send(Job::Unsubscribe { db, id });
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::config::{
     LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
 };
 use crate::reply::Reply;
+use crate::state::databases::{DbId, DEFAULT_DB};
 use crate::state::Db;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -50,6 +51,8 @@ pub struct ScriptControl {
     running: AtomicU8,
     /// [`GO_ON`], [`KILLED`] or [`TIMED_OUT`].
     stop: AtomicU8,
+    /// The database whose request runs Lua now: only that database's tokens may stop it.
+    db: std::sync::atomic::AtomicU32,
 }
 
 /// SCRIPT KILL (`Some(false)`) or FUNCTION KILL (`Some(true)`), in any case.
@@ -82,8 +85,12 @@ impl ScriptControl {
     /// `Some(reply)` when a script or function is running (told to stop, when it is of the
     /// kind named), `None` for any other command or when nothing runs (the executor answers
     /// then, as usual).
-    pub fn kill(&self, args: &[Vec<u8>]) -> Option<Reply> {
+    pub fn kill(&self, args: &[Vec<u8>], db: DbId) -> Option<Reply> {
         let function = kill_command(args)?;
+        if self.db.load(Ordering::Acquire) != db {
+            // Another database's script: this one's request waits its turn like any other.
+            return None;
+        }
         let running = self.running.load(Ordering::Acquire);
         match (running, function) {
             (RUNNING_SCRIPT, false) | (RUNNING_FUNCTION, true) => {
@@ -280,14 +287,17 @@ pub struct Scripts {
     lua: Lua,
     bridge: Table,
     control: Arc<ScriptControl>,
-    /// Compiled scripts by their SHA-1 (lowercase hex).
-    compiled: HashMap<String, Compiled>,
+    /// Compiled scripts by database and SHA-1 (lowercase hex): each database has its own
+    /// script cache.
+    compiled: HashMap<(DbId, String), Compiled>,
+    /// The database whose request runs now (see [`Scripts::enter`]).
+    db: DbId,
     /// Library functions by name, loaded from the libraries in the database.
     functions: HashMap<String, FnDef>,
     /// Library name to its code and its functions' names, in registration order.
     pub libraries: BTreeMap<String, (Vec<u8>, Vec<String>)>,
-    /// The database's `functions_version` these were loaded from.
-    loaded_version: Option<u64>,
+    /// The database and its `functions_version` these were loaded from.
+    loaded_version: Option<(DbId, u64)>,
 }
 
 /// A function a library registered.
@@ -431,6 +441,7 @@ impl Scripts {
             bridge,
             control,
             compiled: HashMap::new(),
+            db: DEFAULT_DB,
             functions: HashMap::new(),
             libraries: BTreeMap::new(),
             loaded_version: None,
@@ -469,10 +480,24 @@ impl Scripts {
         }
     }
 
+    /// Scripts and functions from now on are those of database `db`.
+    pub fn enter(&mut self, db: DbId) {
+        self.db = db;
+        self.control.db.store(db, Ordering::Release);
+    }
+
+    /// Forgets a deleted database's scripts.
+    pub fn forget(&mut self, db: DbId) {
+        self.compiled.retain(|(d, _), _| *d != db);
+        if self.loaded_version.is_some_and(|(d, _)| d == db) {
+            self.loaded_version = None;
+        }
+    }
+
     /// Compiles and caches `body`; its SHA-1, or Redis's compile error.
     pub fn load(&mut self, body: &[u8]) -> Result<String, Reply> {
         let sha = sha1hex(body);
-        if self.compiled.contains_key(&sha) {
+        if self.compiled.contains_key(&(self.db, sha.clone())) {
             return Ok(sha);
         }
         let (flags, start) = match shebang(body)? {
@@ -487,7 +512,7 @@ impl Scripts {
         {
             Ok(function) => {
                 self.compiled
-                    .insert(sha.clone(), Compiled { function, flags });
+                    .insert((self.db, sha.clone()), Compiled { function, flags });
                 Ok(sha)
             }
             Err(e) => Err(Reply::Error(format!(
@@ -561,7 +586,7 @@ impl Scripts {
     /// Loads the database's libraries again when they changed (FUNCTION LOAD, DELETE, FLUSH,
     /// or replay at start-up).
     pub fn sync(&mut self, db: &Db) {
-        if self.loaded_version == Some(db.functions_version()) {
+        if self.loaded_version == Some((self.db, db.functions_version())) {
             return;
         }
         // All libraries in one hand-over of the runtime thread, not one each.
@@ -579,7 +604,7 @@ impl Scripts {
             self.functions.extend(defs);
             self.libraries.insert(lib.clone(), (code.clone(), names));
         }
-        self.loaded_version = Some(db.functions_version());
+        self.loaded_version = Some((self.db, db.functions_version()));
     }
 
     pub fn function(&self, name: &str) -> Option<&FnDef> {
@@ -588,11 +613,12 @@ impl Scripts {
 
     pub fn exists(&self, sha: &[u8]) -> bool {
         self.compiled
-            .contains_key(&String::from_utf8_lossy(sha).to_ascii_lowercase())
+            .contains_key(&(self.db, String::from_utf8_lossy(sha).to_ascii_lowercase()))
     }
 
     pub fn flush(&mut self) {
-        self.compiled.clear();
+        let db = self.db;
+        self.compiled.retain(|(d, _), _| *d != db);
         self.lua.gc_collect().ok();
     }
 }
@@ -764,7 +790,7 @@ impl Scripts {
         read_only: bool,
         call: &mut Call,
     ) -> Reply {
-        let Some(compiled) = self.compiled.get(sha) else {
+        let Some(compiled) = self.compiled.get(&(self.db, sha.to_string())) else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
         // A script with a shebang declares whether it writes; without one it may (Redis 7).

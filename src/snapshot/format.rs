@@ -6,8 +6,12 @@
 
 /// Magic at the start of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"TIDESNAP";
-/// Format version written into every snapshot header.
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// Format version written into every snapshot header. Version 2 added the catalog and
+/// database chunks (many databases); a version 1 file, which has neither, still reads as the
+/// default database alone.
+pub const SNAPSHOT_VERSION: u16 = 2;
+/// The oldest version read.
+pub const SNAPSHOT_VERSION_MIN: u16 = 1;
 /// Size of the snapshot header.
 pub const SNAPSHOT_HEADER_BYTES: usize = 40;
 /// Size of a chunk's fixed part (length, CRC, kind).
@@ -20,6 +24,11 @@ pub const CHUNK_KEYS: u8 = 1;
 pub const CHUNK_FUNCTIONS: u8 = 2;
 pub const CHUNK_ACL: u8 = 3;
 pub const CHUNK_DELIVERY: u8 = 4;
+/// The catalog of databases and their usage counts (MessagePack), after the default
+/// database's chunks.
+pub const CHUNK_CATALOG: u8 = 5;
+/// The beginning of another database: the ACL, functions and keys chunks after it are its.
+pub const CHUNK_DATABASE: u8 = 6;
 pub const CHUNK_END: u8 = 255;
 
 /// Human name of a chunk kind (for the inspection tool and error texts).
@@ -29,6 +38,8 @@ pub fn chunk_name(kind: u8) -> &'static str {
         CHUNK_FUNCTIONS => "functions",
         CHUNK_ACL => "acl",
         CHUNK_DELIVERY => "delivery",
+        CHUNK_CATALOG => "catalog",
+        CHUNK_DATABASE => "database",
         CHUNK_END => "end",
         _ => "unknown",
     }
@@ -70,7 +81,7 @@ impl SnapshotHeader {
             return Err("the file does not start with the magic TIDESNAP".into());
         }
         let version = u16::from_le_bytes([b[8], b[9]]);
-        if version != SNAPSHOT_VERSION {
+        if !(SNAPSHOT_VERSION_MIN..=SNAPSHOT_VERSION).contains(&version) {
             return Err(format!("unsupported snapshot version {version}"));
         }
         let len = u16::from_le_bytes([b[10], b[11]]);

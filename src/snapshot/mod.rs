@@ -18,6 +18,7 @@ pub mod keys;
 use crate::config::{Retention, SNAPSHOT_CHUNK_BYTES};
 use crate::delivery::image::DeliveryImage;
 use crate::delivery::Delivery;
+use crate::state::databases::{CatalogImage, Databases, DbId, DEFAULT_DB};
 use crate::state::Db;
 use crate::wal::reader::list_segments;
 use crate::wal::writer::sync_dir;
@@ -51,12 +52,13 @@ impl<W: Write> Chunks<'_, W> {
     }
 }
 
-/// Writes the snapshot of `db` and `delivery` at `header`'s position to `out`: header, ACL,
-/// functions, keys (about `SNAPSHOT_CHUNK_BYTES` per chunk), delivery, end. `progress` hears
-/// how many keys are written so far.
+/// Writes the snapshot of `dbs` and `delivery` at `header`'s position to `out`: header; the
+/// default database's ACL, functions and keys (about `SNAPSHOT_CHUNK_BYTES` per chunk); the
+/// catalog; for every other database a database chunk and its ACL, functions and keys; the
+/// delivery state; the end. `progress` hears how many keys are written so far.
 pub fn write<W: Write>(
     out: &mut W,
-    db: &Db,
+    dbs: &Databases,
     delivery: &Delivery,
     header: SnapshotHeader,
     mut progress: impl FnMut(u64),
@@ -69,40 +71,21 @@ pub fn write<W: Write>(
         chunks: 0,
         bytes: h.len() as u64,
     };
-    let mut payload = Vec::new();
-    keys::put_acl(&mut payload, db);
-    w.emit(CHUNK_ACL, &payload)?;
-    payload.clear();
-    keys::put_functions(&mut payload, db);
-    w.emit(CHUNK_FUNCTIONS, &payload)?;
-    let mut body = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES + 1024);
-    let mut in_chunk = 0u64;
     let mut keys_total = 0u64;
-    let mut keys_chunk = |w: &mut Chunks<'_, W>, body: &mut Vec<u8>, n: &mut u64| {
+    write_db(&mut w, dbs.default_db(), &mut keys_total, &mut progress)?;
+    let mut payload = Vec::new();
+    dbs.catalog_image()
+        .serialize(&mut rmp_serde::Serializer::new(&mut payload).with_struct_map())
+        .map_err(io::Error::other)?;
+    w.emit(CHUNK_CATALOG, &payload)?;
+    for (id, db) in dbs.iter().filter(|(id, _)| *id != DEFAULT_DB) {
         payload.clear();
-        put_uint(&mut payload, *n);
-        payload.extend_from_slice(body);
-        body.clear();
-        *n = 0;
-        w.emit(CHUNK_KEYS, &payload)
-    };
-    for (k, e) in db.raw().iter() {
-        keys::put_entry(&mut body, k, e).map_err(|why| {
-            io::Error::other(format!("key {:?}: {why}", String::from_utf8_lossy(k)))
-        })?;
-        in_chunk += 1;
-        keys_total += 1;
-        if body.len() >= SNAPSHOT_CHUNK_BYTES {
-            keys_chunk(&mut w, &mut body, &mut in_chunk)?;
-            crate::fault::point("snapshot-partial");
-            progress(keys_total);
-        }
-    }
-    if in_chunk > 0 {
-        keys_chunk(&mut w, &mut body, &mut in_chunk)?;
+        put_uint(&mut payload, u64::from(id));
+        w.emit(CHUNK_DATABASE, &payload)?;
+        write_db(&mut w, db, &mut keys_total, &mut progress)?;
     }
     progress(keys_total);
-    let mut payload = Vec::new();
+    payload.clear();
     delivery
         .image()
         .serialize(&mut rmp_serde::Serializer::new(&mut payload).with_struct_map())
@@ -118,10 +101,51 @@ pub fn write<W: Write>(
     })
 }
 
+/// One database's chunks: ACL, functions, keys.
+fn write_db<W: Write>(
+    w: &mut Chunks<'_, W>,
+    db: &Db,
+    keys_total: &mut u64,
+    progress: &mut impl FnMut(u64),
+) -> io::Result<()> {
+    let mut payload = Vec::new();
+    keys::put_acl(&mut payload, db);
+    w.emit(CHUNK_ACL, &payload)?;
+    payload.clear();
+    keys::put_functions(&mut payload, db);
+    w.emit(CHUNK_FUNCTIONS, &payload)?;
+    let mut body = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES + 1024);
+    let mut in_chunk = 0u64;
+    let mut keys_chunk = |w: &mut Chunks<'_, W>, body: &mut Vec<u8>, n: &mut u64| {
+        payload.clear();
+        put_uint(&mut payload, *n);
+        payload.extend_from_slice(body);
+        body.clear();
+        *n = 0;
+        w.emit(CHUNK_KEYS, &payload)
+    };
+    for (k, e) in db.raw().iter() {
+        keys::put_entry(&mut body, k, e).map_err(|why| {
+            io::Error::other(format!("key {:?}: {why}", String::from_utf8_lossy(k)))
+        })?;
+        in_chunk += 1;
+        *keys_total += 1;
+        if body.len() >= SNAPSHOT_CHUNK_BYTES {
+            keys_chunk(w, &mut body, &mut in_chunk)?;
+            crate::fault::point("snapshot-partial");
+            progress(*keys_total);
+        }
+    }
+    if in_chunk > 0 {
+        keys_chunk(w, &mut body, &mut in_chunk)?;
+    }
+    Ok(())
+}
+
 /// A snapshot read back.
 pub struct Loaded {
     pub header: SnapshotHeader,
-    pub db: Db,
+    pub dbs: Databases,
     pub delivery: Delivery,
     pub keys: u64,
 }
@@ -156,14 +180,76 @@ impl std::fmt::Display for Damage {
     }
 }
 
+/// The databases being read back: the catalog, and the database whose chunks come now.
+struct Filling {
+    dbs: Databases,
+    /// The database the ACL, functions and keys chunks now belong to, and that database's
+    /// keyspace being filled (put into `dbs` when the next database starts, or at the end).
+    current: DbId,
+    db: Db,
+    catalog: bool,
+}
+
+impl Filling {
+    fn new() -> Filling {
+        let mut db = Db::new();
+        db.set_bulk(true);
+        Filling {
+            dbs: Databases::default(),
+            current: DEFAULT_DB,
+            db,
+            catalog: false,
+        }
+    }
+
+    fn catalog(&mut self, payload: &[u8]) -> Result<(), String> {
+        if self.catalog || self.current != DEFAULT_DB {
+            return Err("a second catalog".into());
+        }
+        let img: CatalogImage = rmp_serde::from_slice(payload).map_err(|e| e.to_string())?;
+        self.dbs.restore_catalog(img)?;
+        self.catalog = true;
+        Ok(())
+    }
+
+    /// A database chunk: the chunks after it belong to database `id`.
+    fn begin(&mut self, id: DbId) -> Result<(), String> {
+        if !self.catalog {
+            return Err(format!("database {id} begins before the catalog"));
+        }
+        if id == DEFAULT_DB || self.dbs.meta(id).is_none() {
+            return Err(format!("database {id} is not in the catalog"));
+        }
+        if id <= self.current {
+            return Err(format!("database {id} comes out of order"));
+        }
+        self.finish_current()?;
+        self.current = id;
+        Ok(())
+    }
+
+    fn finish_current(&mut self) -> Result<(), String> {
+        let mut db = std::mem::take(&mut self.db);
+        db.set_bulk(false);
+        self.dbs.put(self.current, db)?;
+        self.db.set_bulk(true);
+        Ok(())
+    }
+
+    fn done(mut self) -> Result<Databases, String> {
+        self.finish_current()?;
+        Ok(self.dbs)
+    }
+}
+
 /// Reads a whole snapshot; any damage (a bad checksum, a short file, a payload that does not
 /// decode, a missing part) is an error naming the offset.
 pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<Loaded, Damage> {
     let damage = |offset: usize, what: String| Damage::at(path, offset, what);
     let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
-    let mut db = Db::new();
-    db.set_bulk(true);
+    let mut fill = Filling::new();
     let mut delivery = None;
+    // Whether the current database's ACL and functions chunks were read.
     let (mut acl, mut functions) = (false, false);
     let mut keys_total = 0u64;
     let mut chunks = 0u64;
@@ -174,27 +260,40 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
         let mut c = Cursor::new(chunk.payload);
         match chunk.kind {
             CHUNK_ACL if !acl => {
-                keys::read_acl(&mut c, &mut db).map_err(in_chunk)?;
+                keys::read_acl(&mut c, &mut fill.db).map_err(in_chunk)?;
                 acl = true;
             }
             CHUNK_FUNCTIONS if !functions => {
-                keys::read_functions(&mut c, &mut db).map_err(in_chunk)?;
+                keys::read_functions(&mut c, &mut fill.db).map_err(in_chunk)?;
                 functions = true;
             }
             CHUNK_KEYS => {
                 let n = c.count().map_err(in_chunk)?;
                 for _ in 0..n {
                     let (k, e) = keys::read_entry(&mut c).map_err(in_chunk)?;
-                    if db.raw().contains_key(&k) {
+                    if fill.db.raw().contains_key(&k) {
                         return Err(in_chunk(format!(
                             "key {:?} appears twice",
                             String::from_utf8_lossy(&k)
                         )));
                     }
-                    db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
+                    fill.db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
                 }
                 keys_total += n as u64;
                 progress(keys_total);
+            }
+            CHUNK_CATALOG => {
+                fill.catalog(chunk.payload).map_err(in_chunk)?;
+                c = Cursor::new(&[]);
+            }
+            CHUNK_DATABASE => {
+                if !(acl && functions) {
+                    return Err(in_chunk("the ACL or functions chunk is missing".into()));
+                }
+                let id = c.uint().map_err(in_chunk)?;
+                let id = DbId::try_from(id).map_err(|_| in_chunk(format!("database {id}")))?;
+                fill.begin(id).map_err(in_chunk)?;
+                (acl, functions) = (false, false);
             }
             CHUNK_DELIVERY if delivery.is_none() => {
                 let img: DeliveryImage =
@@ -222,10 +321,9 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
                 let Some(delivery) = delivery else {
                     return Err(in_chunk("the delivery chunk is missing".into()));
                 };
-                db.set_bulk(false);
                 return Ok(Loaded {
                     header,
-                    db,
+                    dbs: fill.done().map_err(in_chunk)?,
                     delivery,
                     keys: keys_total,
                 });
@@ -247,20 +345,30 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
 /// says which record the snapshot ends at); then every chunk whose checksum holds is read,
 /// and a damaged one is skipped to the next offset where a whole chunk of a known kind starts.
 /// Returns the state so rebuilt and each damage passed over (whose keys are lost). A
-/// missing delivery chunk leaves the delivery state empty.
+/// missing delivery chunk leaves the delivery state empty; a missing catalog, the default
+/// database alone. After a damaged chunk, the ACL, functions and keys chunks are passed over
+/// until the next database chunk, since the damaged one may have been the chunk that said
+/// which database they belong to.
 pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage> {
     let damage = |offset: usize, what: String| Damage::at(path, offset, what);
     let header = SnapshotHeader::decode(data).map_err(|e| damage(0, e))?;
-    let mut db = Db::new();
-    db.set_bulk(true);
+    let mut fill = Filling::new();
     let mut delivery = None;
     let mut keys_total = 0u64;
     let mut lost = Vec::new();
+    // Chunks of a database whose beginning was lost have no home: they are passed over.
+    let mut homeless = false;
     let mut offset = SNAPSHOT_HEADER_BYTES;
     let known = |k: u8| {
         matches!(
             k,
-            CHUNK_KEYS | CHUNK_FUNCTIONS | CHUNK_ACL | CHUNK_DELIVERY | CHUNK_END
+            CHUNK_KEYS
+                | CHUNK_FUNCTIONS
+                | CHUNK_ACL
+                | CHUNK_DELIVERY
+                | CHUNK_CATALOG
+                | CHUNK_DATABASE
+                | CHUNK_END
         )
     };
     while offset < data.len() {
@@ -277,6 +385,9 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
                     .find(|&o| read_chunk(data, o).is_ok_and(|c| known(c.kind)));
                 match next {
                     Some(o) => {
+                        // What follows may belong to a database whose chunk was the damaged
+                        // one: only a database chunk says for sure where keys belong again.
+                        homeless = fill.catalog;
                         offset = o;
                         continue;
                     }
@@ -285,18 +396,27 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
             }
         };
         let mut c = Cursor::new(chunk.payload);
+        let homeless_chunk =
+            homeless && matches!(chunk.kind, CHUNK_ACL | CHUNK_FUNCTIONS | CHUNK_KEYS);
         let decoded = match chunk.kind {
-            CHUNK_ACL => keys::read_acl(&mut c, &mut db),
-            CHUNK_FUNCTIONS => keys::read_functions(&mut c, &mut db),
+            _ if homeless_chunk => Err("it belongs to a database whose beginning is lost".into()),
+            CHUNK_ACL => keys::read_acl(&mut c, &mut fill.db),
+            CHUNK_FUNCTIONS => keys::read_functions(&mut c, &mut fill.db),
             CHUNK_KEYS => (|| {
                 let n = c.count()?;
                 for _ in 0..n {
                     let (k, e) = keys::read_entry(&mut c)?;
-                    db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
+                    fill.db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
                     keys_total += 1;
                 }
                 Ok(())
             })(),
+            CHUNK_CATALOG => fill.catalog(chunk.payload),
+            CHUNK_DATABASE => c
+                .uint()
+                .and_then(|id| DbId::try_from(id).map_err(|_| format!("database {id}")))
+                .and_then(|id| fill.begin(id))
+                .map(|()| homeless = false),
             CHUNK_DELIVERY => rmp_serde::from_slice::<DeliveryImage>(chunk.payload)
                 .map_err(|e| e.to_string())
                 .and_then(Delivery::from_image)
@@ -311,17 +431,17 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
         }
         offset += CHUNK_HEADER_BYTES + chunk.payload.len();
     }
-    db.set_bulk(false);
     if delivery.is_none() {
         lost.push(damage(
             offset,
             "no readable delivery chunk: the delivery state is empty".into(),
         ));
     }
+    let dbs = fill.done().map_err(|e| damage(offset, e))?;
     Ok((
         Loaded {
             header,
-            db,
+            dbs,
             delivery: delivery.unwrap_or_default(),
             keys: keys_total,
         },
@@ -377,12 +497,12 @@ pub fn list(dir: &Path) -> io::Result<Vec<SnapshotFile>> {
 /// directory synced. Used by SAVE, by the offline tool, and by the child a background save forks.
 pub fn write_file(
     data_dir: &Path,
-    db: &Db,
+    dbs: &Databases,
     delivery: &Delivery,
     header: SnapshotHeader,
     progress: impl FnMut(u64),
 ) -> io::Result<Written> {
-    let tmp = write_tmp(data_dir, db, delivery, header, progress)?;
+    let tmp = write_tmp(data_dir, dbs, delivery, header, progress)?;
     publish(data_dir, &tmp, header.seq)?;
     Ok(tmp.1)
 }
@@ -390,7 +510,7 @@ pub fn write_file(
 /// Writes and syncs `<seq>.snap.tmp`; returns its path and what it holds.
 pub fn write_tmp(
     data_dir: &Path,
-    db: &Db,
+    dbs: &Databases,
     delivery: &Delivery,
     header: SnapshotHeader,
     progress: impl FnMut(u64),
@@ -400,7 +520,7 @@ pub fn write_tmp(
     let tmp = dir.join(format!("{}.tmp", snapshot_file_name(header.seq)));
     let file = std::fs::File::create(&tmp)?;
     let mut out = io::BufWriter::with_capacity(1 << 20, file);
-    let written = write(&mut out, db, delivery, header, progress)?;
+    let written = write(&mut out, dbs, delivery, header, progress)?;
     let file = out.into_inner().map_err(|e| e.into_error())?;
     crate::fault::point("snapshot-written");
     file.sync_all()?;

@@ -191,6 +191,8 @@ pub struct Acl {
     deleted: BTreeMap<String, u64>,
     /// Keys the token MACs; configuration, not state (never logged).
     secret: Vec<u8>,
+    /// What this database's tokens end with (`.<number>`; empty for the default database).
+    suffix: String,
 }
 
 impl Default for Acl {
@@ -201,6 +203,7 @@ impl Default for Acl {
             users,
             deleted: BTreeMap::new(),
             secret: Vec::new(),
+            suffix: String::new(),
         }
     }
 }
@@ -215,8 +218,10 @@ pub fn password_hash(password: &[u8]) -> String {
 const TOKEN_PREFIX: &str = "acl_";
 
 impl Acl {
-    pub fn set_secret(&mut self, secret: Vec<u8>) {
+    /// Keys this database's tokens with `secret`; they end with `suffix`.
+    pub fn set_secret(&mut self, secret: Vec<u8>, suffix: String) {
         self.secret = secret;
+        self.suffix = suffix;
     }
 
     /// Deletions per user name (what a snapshot keeps besides the users).
@@ -275,17 +280,23 @@ impl Acl {
             return Err(wrong());
         };
         Ok(format!(
-            "{TOKEN_PREFIX}{}.{}",
+            "{TOKEN_PREFIX}{}.{}{}",
             URL_SAFE_NO_PAD.encode(user),
-            URL_SAFE_NO_PAD.encode(self.mac(user, u.generation, &bound))
+            URL_SAFE_NO_PAD.encode(self.mac(user, u.generation, &bound)),
+            self.suffix
         ))
     }
 
     /// The user a token stands for, if it is valid now (user exists, is on, and still has the
     /// password the token was made with).
     pub fn resolve(&self, token: &str) -> Option<(&str, &AclUser)> {
-        let rest = token.strip_prefix(TOKEN_PREFIX)?;
+        let rest = token
+            .strip_prefix(TOKEN_PREFIX)?
+            .strip_suffix(self.suffix.as_str())?;
         let (u, mac) = rest.split_once('.')?;
+        if mac.contains('.') {
+            return None;
+        }
         let name = String::from_utf8(URL_SAFE_NO_PAD.decode(u).ok()?).ok()?;
         let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
         let (name, user) = self.users.get_key_value(&name)?;
@@ -431,7 +442,7 @@ mod tests {
     #[test]
     fn a_token_dies_with_its_user() {
         let mut acl = Acl::default();
-        acl.set_secret(b"secret".to_vec());
+        acl.set_secret(b"secret".to_vec(), String::new());
         let rules = [
             b"on".to_vec(),
             b">pw".to_vec(),
@@ -531,7 +542,7 @@ mod tests {
     #[test]
     fn tokens_resolve_to_the_user_now() {
         let mut acl = Acl::default();
-        acl.set_secret(b"secret".to_vec());
+        acl.set_secret(b"secret".to_vec(), String::new());
         set(&mut acl, "alice", &["on", ">pw", "allkeys", "+get"]).expect("ok");
         assert!(acl.rest_token("alice", b"nope").is_err());
         assert!(acl.rest_token("nobody", b"pw").is_err());

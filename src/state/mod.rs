@@ -5,6 +5,7 @@
 //! always yields the same state.
 
 pub mod acl;
+pub mod databases;
 pub mod hash;
 pub mod json;
 pub mod ranked;

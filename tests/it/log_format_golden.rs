@@ -331,3 +331,49 @@ fn snapshot_bytes_match_the_document() {
     assert_eq!(sf::CHUNK_HEADER_BYTES, 9);
     assert_eq!(&sf::SNAPSHOT_MAGIC, b"TIDESNAP");
 }
+
+/// A record of another database's commands (kind 2) and a record of the set of databases
+/// (kind 3), as `log-format.md` shows them.
+#[test]
+fn database_record_frames_match_the_document() {
+    use tidepool::state::databases::DbEvent;
+    let hex = |b: &[u8]| {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for (name, seq, record) in [
+        (
+            "kv-in-frame",
+            3,
+            Record::KvCommandsIn {
+                db: 7,
+                cmds: vec![vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]],
+            },
+        ),
+        (
+            "databases-frame",
+            4,
+            Record::Databases(vec![DbEvent::Create {
+                id: 7,
+                name: "app".into(),
+                expires_ms: None,
+                scratch: false,
+            }]),
+        ),
+    ] {
+        let mut payload = Vec::new();
+        record.encode_payload(&mut payload);
+        let mut frame = Vec::new();
+        format::encode_frame(&mut frame, seq, 1_767_225_600_125, record.kind(), &payload);
+        let doc = golden(name);
+        if frame != doc {
+            panic!("{name}: the code writes\n{}", hex(&frame));
+        }
+        assert_eq!(
+            Record::decode(record.kind(), &payload).expect("decodes"),
+            record
+        );
+    }
+}

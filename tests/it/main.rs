@@ -13,6 +13,7 @@ mod bad_input;
 mod cli;
 mod collections;
 mod crash;
+mod databases;
 mod delivery;
 mod differential;
 mod dump;

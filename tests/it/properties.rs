@@ -253,7 +253,7 @@ fn sample_snapshot() -> (Vec<u8>, Vec<usize>) {
     let mut bytes = Vec::new();
     tidepool::snapshot::write(
         &mut bytes,
-        &db,
+        &tidepool::state::databases::Databases::with_default(db),
         &tidepool::delivery::Delivery::new(),
         header,
         |_| {},

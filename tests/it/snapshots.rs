@@ -12,17 +12,18 @@ use tidepool::executor::apply_record;
 use tidepool::record::Record;
 use tidepool::rng::Rng;
 use tidepool::snapshot;
+use tidepool::state::databases::Databases;
 use tidepool::state::Db;
 use tidepool::wal::reader::{self, ReadMode};
 
 /// The state after the snapshot at `from` (or none) and every record after it in the log.
-fn rebuild(data: &Path, from: Option<&Path>) -> (Db, Delivery) {
+fn rebuild(data: &Path, from: Option<&Path>) -> (Databases, Delivery) {
     let (mut db, mut delivery, base) = match from {
         Some(p) => {
             let l = snapshot::read_file(p, |_| {}).unwrap_or_else(|d| panic!("{d}"));
-            (l.db, l.delivery, l.header.seq)
+            (l.dbs, l.delivery, l.header.seq)
         }
-        None => (Db::new(), Delivery::new(), 0),
+        None => (Databases::default(), Delivery::new(), 0),
     };
     let mut rng = Rng::new(1);
     let summary = reader::scan_from(&data.join("wal"), ReadMode::Mapped, base + 1, |_, _, f| {
@@ -36,7 +37,7 @@ fn rebuild(data: &Path, from: Option<&Path>) -> (Db, Delivery) {
     (db, delivery)
 }
 
-fn assert_same(what: &str, a: &(Db, Delivery), b: &(Db, Delivery)) {
+fn assert_same(what: &str, a: &(Databases, Delivery), b: &(Databases, Delivery)) {
     if let Some(d) = a.0.difference(&b.0) {
         panic!("{what}: the key-value state differs: {d}");
     }
@@ -333,10 +334,14 @@ fn snapshot_plus_the_log_after_it_is_the_whole_log() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(server.terminate(), Some(0));
     let whole = rebuild(&data, None);
-    assert!(whole.0.len() > 20, "the workload built a keyspace");
+    assert!(
+        whole.0.default_db().len() > 20,
+        "the workload built a keyspace"
+    );
     let img = whole.1.image();
     let types: std::collections::BTreeSet<&str> = whole
         .0
+        .default_db()
         .raw()
         .iter()
         .map(|(_, e)| e.value.type_name())
@@ -351,7 +356,7 @@ fn snapshot_plus_the_log_after_it_is_the_whole_log() {
         ("queues", img.queues.len()),
         ("flow-control keys", img.flows.len()),
         ("dedup ids", img.dedup.len()),
-        ("ACL users", whole.0.acl.users.len() - 1),
+        ("ACL users", whole.0.default_db().acl.users.len() - 1),
     ] {
         assert!(n > 0, "the workload left no {what}");
     }
@@ -375,6 +380,7 @@ fn snapshot_plus_the_log_after_it_is_the_whole_log() {
         let now = tidepool::clock::wall_unix_ms();
         let direct = whole
             .0
+            .default_db()
             .get(key.as_bytes(), now)
             .map_or("none", |e| e.value.type_name());
         assert_eq!(t, Canon::s(direct), "{key}");
@@ -475,19 +481,22 @@ fn every_value_shape_survives_a_snapshot() {
         created_unix_ms: ts,
     };
     let mut bytes = Vec::new();
-    snapshot::write(&mut bytes, &db, &Delivery::new(), header, |_| {}).expect("write");
+    let dbs = Databases::with_default(db);
+    snapshot::write(&mut bytes, &dbs, &Delivery::new(), header, |_| {}).expect("write");
     let loaded = snapshot::read(Path::new("mem"), &bytes, |_| {}).expect("read");
     assert_eq!(loaded.header, header);
-    if let Some(d) = db.difference(&loaded.db) {
+    if let Some(d) = dbs.difference(&loaded.dbs) {
         panic!("{d}");
     }
-    let Some(tidepool::state::Value::ZSet(z)) = loaded.db.get(b"zs", ts).map(|e| &e.value) else {
+    let Some(tidepool::state::Value::ZSet(z)) =
+        loaded.dbs.default_db().get(b"zs", ts).map(|e| &e.value)
+    else {
         panic!("zs")
     };
     assert!(z.is_skiplist() && z.score(b"a").is_some_and(|s| s.is_sign_negative()));
     // A second write of the same state gives the same bytes.
     let mut again = Vec::new();
-    snapshot::write(&mut again, &loaded.db, &loaded.delivery, header, |_| {}).expect("write");
+    snapshot::write(&mut again, &loaded.dbs, &loaded.delivery, header, |_| {}).expect("write");
     assert_eq!(bytes, again);
 }
 

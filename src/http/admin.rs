@@ -1,0 +1,317 @@
+//! The admin API (`/_admin/databases...`, with the admin token) and scratch databases on
+//! request (`POST /start`, no token).
+//!
+//! - `GET    /_admin/databases`              every database (without tokens)
+//! - `POST   /_admin/databases`              a new one; JSON body `{"name": "..."}` (optional)
+//! - `GET    /_admin/databases/NAME`         one, with its tokens
+//! - `DELETE /_admin/databases/NAME`         deletes it (not the default database)
+//! - `POST   /_admin/databases/NAME/reset`   new tokens; the old ones answer 401 at once
+//! - `POST   /_admin/databases/NAME/claim`   a scratch database no longer expires
+
+use super::{request, App, Body};
+use crate::clock;
+use crate::config;
+use crate::executor::admin::{AdminOp, AdminReply};
+use crate::executor::Job;
+use crate::secret::ct_eq;
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use tokio::sync::oneshot;
+
+/// Scratch databases created in the last hour, per client address.
+#[derive(Default)]
+pub struct StartLog {
+    by_client: HashMap<IpAddr, VecDeque<u64>>,
+}
+
+impl StartLog {
+    /// Whether `client` may create one more at `now_ms` with `per_hour` allowed; counts it if so.
+    fn admit(&mut self, client: IpAddr, now_ms: u64, per_hour: u32) -> bool {
+        let hour_ago = now_ms.saturating_sub(3_600_000);
+        if self.by_client.len() >= config::START_CLIENTS_TRACKED_MAX {
+            self.by_client
+                .retain(|_, times| times.back().is_some_and(|t| *t > hour_ago));
+            if self.by_client.len() >= config::START_CLIENTS_TRACKED_MAX {
+                return false;
+            }
+        }
+        let times = self.by_client.entry(client).or_default();
+        while times.front().is_some_and(|t| *t <= hour_ago) {
+            times.pop_front();
+        }
+        if times.len() >= per_hour as usize {
+            return false;
+        }
+        times.push_back(now_ms);
+        true
+    }
+}
+
+fn json_response(status: u16, body: &serde_json::Value) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn refuse(status: u16, text: &str) -> Response<Body> {
+    json_response(status, &serde_json::json!({ "error": text }))
+}
+
+/// The address clients reach this server at, as the request names it (`Host`).
+fn base_url(req: &Request<Incoming>) -> String {
+    let host = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
+        .unwrap_or("127.0.0.1");
+    format!("http://{host}")
+}
+
+async fn ask(app: &App, op: AdminOp) -> AdminReply {
+    let (reply, rx) = oneshot::channel();
+    if app.tx.send(Job::Admin { op, reply }).await.is_err() {
+        return AdminReply::error(503, "the server is shutting down");
+    }
+    rx.await
+        .unwrap_or_else(|_| AdminReply::error(503, "the server is shutting down"))
+}
+
+/// An admin API request.
+pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
+    let query = req.uri().query().map(str::to_string);
+    let presented = request::presented_token(req.headers(), query.as_deref(), "_token");
+    let authorized = presented.is_some_and(|t| {
+        !app.admin_token.is_empty() && ct_eq(t.as_bytes(), app.admin_token.as_bytes())
+    });
+    if !authorized {
+        return refuse(
+            401,
+            "the admin API needs the admin token (Authorization: Bearer ...)",
+        );
+    }
+    let url = base_url(&req);
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let rest = path
+        .strip_prefix(config::ADMIN_PREFIX)
+        .unwrap_or("")
+        .trim_matches('/')
+        .to_string();
+    let segments: Vec<String> = rest
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(&request::percent_decode(s, false)).into_owned())
+        .collect();
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let op = match (&method, seg.as_slice()) {
+        (&Method::GET, ["databases"]) => AdminOp::List,
+        (&Method::POST, ["databases"]) => {
+            let body = match super::body::read(req.into_body(), config::ADMIN_BODY_BYTES_MAX).await
+            {
+                Ok(b) => b,
+                Err(_) => return refuse(400, "the body must be a small JSON object"),
+            };
+            let name = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                match serde_json::from_slice::<serde_json::Value>(&body) {
+                    Ok(serde_json::Value::Object(o)) => match o.get("name") {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(serde_json::Value::String(n)) => Some(n.clone()),
+                        Some(_) => return refuse(400, "\"name\" must be a string"),
+                    },
+                    _ => {
+                        return refuse(
+                            400,
+                            "the body must be a JSON object such as {\"name\": \"app\"}",
+                        )
+                    }
+                }
+            };
+            AdminOp::Create {
+                name,
+                expires_in_ms: None,
+            }
+        }
+        (&Method::GET, ["databases", name]) => AdminOp::Get(name.to_string()),
+        (&Method::DELETE, ["databases", name]) => AdminOp::Delete(name.to_string()),
+        (&Method::POST, ["databases", name, "reset"]) => AdminOp::ResetTokens(name.to_string()),
+        (&Method::POST, ["databases", name, "claim"]) => AdminOp::Claim(name.to_string()),
+        _ => {
+            return refuse(
+                404,
+                &format!(
+                    "no such admin route: {method} {path} (see GET {}/databases)",
+                    config::ADMIN_PREFIX
+                ),
+            )
+        }
+    };
+    let mut answer = ask(app, op).await;
+    with_url(&mut answer.body, &url);
+    json_response(answer.status, &answer.body)
+}
+
+/// Adds the REST URL to a database (or to each of a list).
+fn with_url(body: &mut serde_json::Value, url: &str) {
+    if let Some(list) = body.get_mut("databases").and_then(|d| d.as_array_mut()) {
+        for d in list {
+            d["rest_url"] = serde_json::json!(url);
+        }
+    } else if body.get("name").is_some() && body.get("id").is_some() {
+        body["rest_url"] = serde_json::json!(url);
+    }
+}
+
+/// `POST /start`: a scratch database, answered as a Markdown document with its credentials
+/// and a quickstart.
+pub async fn start(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Response<Body> {
+    let Some(cfg) = &app.start else {
+        return refuse(404, "scratch databases are switched off on this server");
+    };
+    let now = clock::wall_unix_ms();
+    let admitted = match app.started.lock() {
+        Ok(mut log) => log.admit(peer.ip(), now, cfg.per_hour),
+        Err(_) => false,
+    };
+    if !admitted {
+        return refuse(
+            429,
+            &format!(
+                "too many scratch databases from {}: at most {} per hour; try again later",
+                peer.ip(),
+                cfg.per_hour
+            ),
+        );
+    }
+    let url = base_url(&req);
+    let answer = ask(
+        app,
+        AdminOp::Create {
+            name: None,
+            expires_in_ms: Some(cfg.ttl_ms),
+        },
+    )
+    .await;
+    if answer.status != 201 {
+        return json_response(answer.status, &answer.body);
+    }
+    let b = &answer.body;
+    let text = |k: &str| {
+        b.get(k)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let time = |ms: u64| {
+        chrono::DateTime::from_timestamp_millis(ms as i64)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default()
+    };
+    let created = b.get("created_at").and_then(|v| v.as_u64()).unwrap_or(now);
+    let expires = b.get("expires_at").and_then(|v| v.as_u64()).unwrap_or(now);
+    let doc = quickstart(
+        &text("name"),
+        &url,
+        &text("token"),
+        &text("read_only_token"),
+        &time(created),
+        &time(expires),
+        cfg.ttl_ms,
+    );
+    let mut r = Response::new(Body::Full(Some(Bytes::from(doc))));
+    *r.status_mut() = StatusCode::CREATED;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/markdown; charset=utf-8"),
+    );
+    r
+}
+
+/// The Markdown a scratch database is answered with.
+fn quickstart(
+    name: &str,
+    url: &str,
+    token: &str,
+    ro: &str,
+    created: &str,
+    expires: &str,
+    ttl_ms: u64,
+) -> String {
+    let hours = ttl_ms as f64 / 3_600_000.0;
+    format!(
+        r#"# Your scratch database: `{name}`
+
+Created {created}. It **expires at {expires}** ({hours} hours after creation) and is deleted
+then, unless the server's operator claims it (`tidepool db claim {name}`).
+
+## Credentials
+
+```sh
+export UPSTASH_REDIS_REST_URL="{url}"
+export UPSTASH_REDIS_REST_TOKEN="{token}"
+# Read Only token (reads only, for browsers and dashboards):
+export UPSTASH_REDIS_REST_READONLY_TOKEN="{ro}"
+```
+
+## Quickstart
+
+### curl
+
+```sh
+curl {url}/set/hello/world -H "Authorization: Bearer {token}"
+curl {url}/get/hello -H "Authorization: Bearer {token}"
+```
+
+### Python (`pip install upstash-redis`)
+
+```python
+from upstash_redis import Redis
+
+redis = Redis(url="{url}", token="{token}")
+redis.set("hello", "world")
+print(redis.get("hello"))
+```
+
+### JavaScript (`npm install @upstash/redis`)
+
+```js
+import {{ Redis }} from "@upstash/redis";
+
+const redis = new Redis({{ url: "{url}", token: "{token}" }});
+await redis.set("hello", "world");
+console.log(await redis.get("hello"));
+```
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_limit_counts_per_client_and_per_hour() {
+        let mut log = StartLog::default();
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        assert!(log.admit(a, 1_000, 2));
+        assert!(log.admit(a, 2_000, 2));
+        assert!(!log.admit(a, 3_000, 2));
+        assert!(log.admit(b, 3_000, 2));
+        // An hour after the first, one more is allowed.
+        assert!(log.admit(a, 3_601_000, 2));
+        assert!(!log.admit(a, 3_601_500, 2));
+    }
+}
