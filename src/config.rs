@@ -359,8 +359,20 @@ pub struct Config {
     pub scratch_ttl_ms: u64,
     /// Scratch databases one client address may create per hour (`--start-per-hour`).
     pub start_per_hour: u32,
+    /// `GET /metrics` answers loopback clients without the admin token (`--metrics-open`).
+    pub metrics_open: bool,
+    /// `serve --dev`: the QStash dev server's four users and a fixed Redis token, on loopback.
+    pub dev: bool,
+    /// Request logging (`--log-level`, `RUST_LOG` style): None, off.
+    pub log_level: Option<String>,
 }
 
+/// Where `serve --dev` listens (the QStash dev server's address, which the SDKs' dev mode
+/// probes).
+pub const DEV_LISTEN: &str = "127.0.0.1:8080";
+/// The fixed Redis tokens of `serve --dev`.
+pub const DEV_REDIS_TOKEN: &str = "dev-token";
+pub const DEV_REDIS_READ_ONLY_TOKEN: &str = "dev-read-only-token";
 /// What `POST /start` creates a scratch database at, by default.
 pub const START_PATH_DEFAULT: &str = "/start";
 /// How long a scratch database lives unless claimed, by default (the hosted service's 72 h).

@@ -46,7 +46,8 @@
 //!   them), [`glob`] (Redis's patterns), [`rng`] (the deterministic random source), [`secret`]
 //!   (constant-time comparison, generated credentials), [`msgpack`] (byte strings as `bin`),
 //!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic),
-//!   [`point`] (a position in the log: a sequence number or a time).
+//!   [`point`] (a position in the log: a sequence number or a time), [`metrics`] (what
+//!   `GET /metrics` reports, kept with `prometheus-client`).
 
 pub mod admin_cli;
 pub mod clock;
@@ -59,6 +60,7 @@ pub mod glob;
 pub mod http;
 pub mod log;
 pub mod lua;
+pub mod metrics;
 pub mod msgpack;
 pub mod num;
 pub mod point;

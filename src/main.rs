@@ -10,7 +10,8 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
                       [--max-request-bytes B] [--max-key-bytes B] [--max-value-bytes B]
                       [--max-requests-per-day N] [--admin-token A] [--start-path PATH|off]
-                      [--scratch-ttl DURATION] [--start-per-hour N]
+                      [--scratch-ttl DURATION] [--start-per-hour N] [--metrics-open]
+                      [--log-level LEVEL] [--dev]
        tidepool db create [NAME] | list | get NAME | delete NAME | reset NAME | claim NAME
                       [--url URL] [--admin-token A] [--data DIR]
 
@@ -37,7 +38,11 @@ run per UTC day; default no limit), TIDEPOOL_ADMIN_TOKEN (the admin API's token,
 /_admin/databases and `tidepool db`), TIDEPOOL_START_PATH (where POST creates a scratch
 database; default /start; off switches it off), TIDEPOOL_SCRATCH_TTL (how long a scratch
 database lives unless claimed; default 72h), TIDEPOOL_START_PER_HOUR (scratch databases one
-client address may create per hour; default 10).
+client address may create per hour; default 10), TIDEPOOL_METRICS_OPEN=1 (GET /metrics answers
+clients on loopback without the admin token), TIDEPOOL_LOG_LEVEL or RUST_LOG (one line per
+request at info, e.g. info or tidepool=debug; default off), TIDEPOOL_DEV=1 (--dev: listen on
+127.0.0.1:8080 with the QStash dev server's four users and the fixed Redis token `dev-token`;
+refused on any address but loopback).
 Defaults: 127.0.0.1:8079,
 ./tidepool-data, tokens and keys generated on first start and kept in DIR/credentials.json,
 fsync always.";
@@ -109,13 +114,31 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut start_path = env("TIDEPOOL_START_PATH");
     let mut scratch_ttl = env("TIDEPOOL_SCRATCH_TTL");
     let mut start_per_hour = env("TIDEPOOL_START_PER_HOUR");
+    let truthy = |v: Option<String>| v.is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    let mut metrics_open = truthy(env("TIDEPOOL_METRICS_OPEN"));
+    let mut dev = truthy(env("TIDEPOOL_DEV"));
+    let mut log_level = env("TIDEPOOL_LOG_LEVEL").or_else(|| env("RUST_LOG"));
     let mut i = 0;
     while i < args.len() {
         let (flag, inline) = match args[i].split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
             _ => (args[i].clone(), None),
         };
+        match flag.as_str() {
+            "--metrics-open" if inline.is_none() => {
+                metrics_open = true;
+                i += 1;
+                continue;
+            }
+            "--dev" if inline.is_none() => {
+                dev = true;
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
         let slot = match flag.as_str() {
+            "--log-level" => &mut log_level,
             "--listen" => &mut listen,
             "--data" => &mut data,
             "--token" => &mut token,
@@ -160,10 +183,33 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         *slot = Some(value);
         i += 1;
     }
-    let listen_text = listen.unwrap_or_else(|| config::LISTEN_DEFAULT.into());
-    let listen = listen_text.parse().map_err(|_| {
+    let listen_default = if dev {
+        config::DEV_LISTEN
+    } else {
+        config::LISTEN_DEFAULT
+    };
+    let listen_text = listen.unwrap_or_else(|| listen_default.into());
+    let listen: std::net::SocketAddr = listen_text.parse().map_err(|_| {
         format!("--listen '{listen_text}' is not an address such as 127.0.0.1:8079")
     })?;
+    if dev && !listen.ip().is_loopback() {
+        return Err(format!(
+            "--dev uses public, well-known credentials: it listens on loopback only, not on {listen}"
+        ));
+    }
+    if dev
+        && (token.is_some()
+            || ro.is_some()
+            || qtoken.is_some()
+            || qcurrent.is_some()
+            || qnext.is_some())
+    {
+        return Err("--dev sets the credentials itself: leave out --token, --read-only-token and the --qstash-* flags".into());
+    }
+    if dev {
+        token = Some(config::DEV_REDIS_TOKEN.into());
+        ro = Some(config::DEV_REDIS_READ_ONLY_TOKEN.into());
+    }
     let fsync_text = fsync.unwrap_or_else(|| "always".into());
     let fsync = FsyncMode::parse(&fsync_text)
         .ok_or_else(|| format!("--fsync '{fsync_text}' must be always, everysec or never"))?;
@@ -313,10 +359,18 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             .parse()
             .map_err(|_| format!("--start-per-hour '{n}' must be a whole number"))?,
     };
+    if let Some(level) = &log_level {
+        tracing_subscriber::EnvFilter::try_new(level).map_err(|e| {
+            format!("--log-level '{level}' is not a level such as info or tidepool=debug: {e}")
+        })?;
+    }
     if admin_token.as_deref().is_some_and(str::is_empty) {
         return Err("--admin-token must not be empty".into());
     }
     Ok(Config {
+        metrics_open,
+        dev,
+        log_level,
         value_bytes_max,
         requests_per_day,
         admin_token,

@@ -108,6 +108,14 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
     if cfg.at.is_none() && (!exists || changed) {
         write_credentials(dir, &stored)?;
     }
+    if cfg.dev {
+        // The QStash dev server's first test user, whose credentials dev-mode SDKs look for;
+        // the other three are accepted beside it (`QstashAuth::dev_users`).
+        let user = &crate::delivery::sign::DEV_USERS[0];
+        stored.qstash_token = Some(user.token.into());
+        stored.qstash_current_signing_key = Some(user.current.into());
+        stored.qstash_next_signing_key = Some(user.next.into());
+    }
     let stored_q = stored.clone();
     let token = cfg.token.clone().unwrap_or(stored.token);
     let ro = cfg
@@ -199,6 +207,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
     }
     crate::fault::init();
+    if let Some(level) = &cfg.log_level {
+        let filter = tracing_subscriber::EnvFilter::try_new(level)
+            .map_err(|e| format!("--log-level '{level}': {e}"))?;
+        // Lines go to stderr: stdout carries the start banner that scripts read.
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init()
+            .map_err(|e| format!("cannot start request logging: {e}"))?;
+    }
     let creds = credentials(dir, &cfg)?;
     let (token, ro_token) = (creds.token.clone(), creds.read_only_token.clone());
     let keys = Arc::new(RwLock::new(creds.keys.clone()));
@@ -289,6 +308,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let key_dir = dir.to_path_buf();
         let qstash = crate::http::qstash::QstashAuth {
             token: creds.qstash_token.clone(),
+            dev_users: cfg.dev,
             keys,
             save_keys: match cfg.at {
                 None => Box::new(move |k: &SigningKeys| save_keys(&key_dir, k)),
@@ -306,6 +326,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             per_hour: cfg.start_per_hour,
         });
         app.cors_origins = cfg.cors_origins.clone();
+        app.metrics_open = cfg.metrics_open;
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         let app = Arc::new(app);

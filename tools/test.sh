@@ -10,9 +10,9 @@ if ! command -v redis-server >/dev/null 2>&1; then
   apt-get update -qq
   apt-get install -y -qq redis-server >/dev/null
 fi
-if ! python3 -c "import upstash_redis, qstash, pytest" >/dev/null 2>&1; then
-  echo "== installing upstash-redis, qstash and pytest"
-  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest
+if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client" >/dev/null 2>&1; then
+  echo "== installing upstash-redis, qstash, pytest and prometheus-client (its OpenMetrics parser checks /metrics)"
+  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest "prometheus-client==0.21.1"
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -97,6 +97,8 @@ pub trait Server {
     /// request's own commands, `top_level`, are also its database's usage), and shown to
     /// monitors as sent by `client`.
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>], name: &str, top_level: bool);
+    /// The command `command_starts` announced last has run (timed when `top_level`).
+    fn command_ends(&mut self, name: &str, top_level: bool);
     /// Sends a message to a channel's subscribers; how many received it.
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
     /// The channels with at least one subscriber.
@@ -119,6 +121,7 @@ impl Server for Replay {
         None
     }
     fn command_starts(&mut self, _: &str, _: &[Vec<u8>], _: &str, _: bool) {}
+    fn command_ends(&mut self, _: &str, _: bool) {}
     fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 {
         0
     }
@@ -224,6 +227,7 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     ctx.dirty = false;
     ctx.rewrite = None;
     let reply = super::dispatch::execute(ctx, info, &args);
+    ctx.server.command_ends(info.name.as_str(), top_level);
     if ctx.dirty {
         match ctx.rewrite.take() {
             Some(rw) => ctx.logged.extend(rw),

@@ -41,6 +41,23 @@ pub struct Conf {
     /// API, delivered unchanged.
     #[serde(default)]
     pub redact: Vec<String>,
+    /// `serve --dev`: the dev user (other than the first) whose keys sign the deliveries of
+    /// this message. Absent otherwise, and then not written at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+}
+
+impl Conf {
+    /// Signs this message's deliveries, and its callbacks', with dev user `user`'s keys.
+    pub fn sign_as(&mut self, user: &str) {
+        self.signer = Some(user.to_string());
+        for hook in [&mut self.callback, &mut self.failure_callback]
+            .into_iter()
+            .flatten()
+        {
+            hook.conf.signer = Some(user.to_string());
+        }
+    }
 }
 
 /// A callback or failure callback: where it goes and how it is sent.

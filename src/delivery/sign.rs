@@ -26,6 +26,57 @@ impl SigningKeys {
     }
 }
 
+/// One of the QStash dev server's public test users: its name, token and signing keys.
+pub struct DevUser {
+    pub name: &'static str,
+    pub token: &'static str,
+    pub current: &'static str,
+    pub next: &'static str,
+}
+
+/// The QStash dev server's four test users (public values, from its documentation and the
+/// SDKs' dev mode). `serve --dev` accepts them all; the first is the one dev-mode SDKs use.
+pub const DEV_USERS: [DevUser; 4] = [
+    DevUser {
+        name: "defaultUser",
+        token: "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0=",
+        current: "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r",
+        next: "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs",
+    },
+    DevUser {
+        name: "testUser1",
+        token: "eyJVc2VySUQiOiJ0ZXN0VXNlcjEiLCJQYXNzd29yZCI6InRlc3RQYXNzd29yZCJ9",
+        current: "sig_7GVPjvuwsfqF65iC8fSrs1dfYruM",
+        next: "sig_5NoELc3EFnZn4DVS5bDs2Nk4b7Ua",
+    },
+    DevUser {
+        name: "testUser2",
+        token: "eyJVc2VySUQiOiJ0ZXN0VXNlcjIiLCJQYXNzd29yZCI6InRlc3RQYXNzd29yZCJ9",
+        current: "sig_6jWGaWRxHsw4vMSPJprXadyvrybF",
+        next: "sig_7qHbvhmahe5GwfePDiS5Lg3pi6Qx",
+    },
+    DevUser {
+        name: "testUser3",
+        token: "eyJVc2VySUQiOiJ0ZXN0VXNlcjMiLCJQYXNzd29yZCI6InRlc3RQYXNzd29yZCJ9",
+        current: "sig_5T8FcSsynBjn9mMLBsXhpacRovJf",
+        next: "sig_7GFR4YaDshFcqsxWRZpRB161jguD",
+    },
+];
+
+impl DevUser {
+    pub fn keys(&self) -> SigningKeys {
+        SigningKeys {
+            current: self.current.to_string(),
+            next: self.next.to_string(),
+        }
+    }
+}
+
+/// The keys of dev user `name` (none: not a dev user).
+pub fn dev_user_keys(name: &str) -> Option<SigningKeys> {
+    DEV_USERS.iter().find(|u| u.name == name).map(DevUser::keys)
+}
+
 /// A signing key in the hosted shape: `sig_` and 28 base58 characters.
 pub fn new_key() -> Result<String, String> {
     const B58: &[u8] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";

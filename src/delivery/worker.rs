@@ -103,9 +103,17 @@ impl Workers {
             .unwrap_or(crate::config::DELIVERY_ATTEMPT_TIMEOUT_MS_DEFAULT)
             .max(1);
         let now_s = clock::wall_unix_ms() / 1000;
-        let key = match self.keys.read() {
-            Ok(k) => k.current.clone(),
-            Err(p) => p.into_inner().current.clone(),
+        // A dev user's message (`serve --dev`) is signed with that user's keys.
+        let dev_key = m
+            .conf
+            .signer
+            .as_deref()
+            .and_then(sign::dev_user_keys)
+            .map(|k| k.current);
+        let key = match (dev_key, self.keys.read()) {
+            (Some(k), _) => k,
+            (None, Ok(k)) => k.current.clone(),
+            (None, Err(p)) => p.into_inner().current.clone(),
         };
         let jti = format!("jwt_{}", &m.id[m.id.len().saturating_sub(20)..]);
         let signature = sign::sign(

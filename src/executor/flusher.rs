@@ -66,8 +66,10 @@ fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     if seq <= shared.durable_seq.load(Ordering::SeqCst) {
         return None;
     }
+    let started = Instant::now();
     match sync_data(file) {
         Ok(()) => {
+            shared.sync_seconds.observe(started.elapsed());
             shared.durable_seq.store(seq, Ordering::SeqCst);
             shared.synced.notify_waiters();
             shared.syncs.fetch_add(1, Ordering::Relaxed);

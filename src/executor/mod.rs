@@ -87,6 +87,10 @@ pub enum Job {
     },
     /// Periodic work: expiry of keys whose time has passed.
     Tick,
+    /// The numbers `GET /metrics` asks the state for.
+    Metrics {
+        reply: oneshot::Sender<crate::metrics::Scrape>,
+    },
     /// Whether a token belongs to a live ACL user of database `db`.
     CheckToken {
         db: DbId,
@@ -120,6 +124,8 @@ pub struct Shared {
     pub scripts: Arc<ScriptControl>,
     /// Which token opens which database (the executor rebuilds it when databases change).
     pub tokens: RwLock<TokenTable>,
+    /// What is measured as it happens (`GET /metrics`).
+    pub metrics: crate::metrics::Live,
 }
 
 impl Shared {
@@ -165,6 +171,9 @@ pub struct Executor {
     usage: BTreeMap<DbId, DayUsage>,
     usage_day: u32,
     usage_logged_ms: u64,
+    /// Commands per database and name since the server started (`GET /metrics`), added to
+    /// when the usage is logged.
+    command_totals: BTreeMap<DbId, BTreeMap<String, u64>>,
 }
 
 /// What the executor needs at start besides the log: the delivery service's settings and the
@@ -351,6 +360,7 @@ pub fn start(
         usage: BTreeMap::new(),
         usage_day: day_of(now),
         usage_logged_ms: now,
+        command_totals: BTreeMap::new(),
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
     // the reply back costs a task switch, not a thread wake-up (measured: the thread hand-off
@@ -555,6 +565,9 @@ impl Executor {
                         }
                     }
                     Job::Tick => self.tick(),
+                    Job::Metrics { reply } => {
+                        let _ = reply.send(self.scrape());
+                    }
                     Job::CheckToken { db, token, reply } => {
                         let known = self
                             .dbs
@@ -662,8 +675,56 @@ impl Executor {
         f(&mut tx, self.backoff_unit_ms);
         tx.enforce_bounds();
         let events = std::mem::take(&mut tx.events);
+        for e in &events {
+            if let crate::delivery::model::Event::Attempt { outcome, .. } = e {
+                let outcome = match outcome {
+                    crate::delivery::model::Outcome::Delivered => "delivered",
+                    crate::delivery::model::Outcome::Retry { .. } => "retried",
+                    crate::delivery::model::Outcome::Dead { .. } => "failed",
+                };
+                self.shared
+                    .metrics
+                    .delivery_attempts
+                    .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+                    .inc();
+            }
+        }
         if !events.is_empty() {
             self.wal.append(ts, &Record::Delivery(events));
+        }
+    }
+
+    /// The numbers `GET /metrics` reports from the state.
+    fn scrape(&self) -> crate::metrics::Scrape {
+        let now = clock::wall_unix_ms();
+        let facts = self.snapshots.facts(self.wal.last_seq(), now);
+        crate::metrics::Scrape {
+            log_records: self.wal.last_seq(),
+            log_bytes: facts.log_bytes,
+            log_syncs: self.shared.log.syncs.load(Ordering::Relaxed),
+            snapshot_age_s: (facts.saves > 0 || facts.snapshot_bytes > 0)
+                .then(|| (now / 1000).saturating_sub(facts.last_save_s)),
+            databases: self
+                .dbs
+                .metas()
+                .map(|m| {
+                    let keys = self.dbs.get(m.id).map_or(0, |d| d.len() as u64);
+                    let mut by: BTreeMap<String, u64> =
+                        self.command_totals.get(&m.id).cloned().unwrap_or_default();
+                    for (name, n) in self.usage.get(&m.id).iter().flat_map(|u| &u.by_command) {
+                        *by.entry(name.clone()).or_insert(0) += n;
+                    }
+                    crate::metrics::DbScrape {
+                        name: m.name.clone(),
+                        keys,
+                        commands: by.into_iter().collect(),
+                    }
+                })
+                .collect(),
+            messages_pending: self.delivery.msgs.len() as u64,
+            messages_in_flight: self.delivery.in_flight as u64,
+            dlq_entries: self.delivery.dlq.len() as u64,
+            schedules: self.delivery.schedules.len() as u64,
         }
     }
 
@@ -679,6 +740,13 @@ impl Executor {
         }
         let now = clock::wall_unix_ms();
         for d in self.delivery.take_due(now, room) {
+            if d.retried == 0 {
+                let late = now.saturating_sub(d.msg.not_before_ms);
+                self.shared
+                    .metrics
+                    .delivery_lateness_seconds
+                    .observe(late as f64 / 1000.0);
+            }
             self.workers.start(Dispatch {
                 msg: d.msg,
                 retried: d.retried,
@@ -692,6 +760,8 @@ impl Executor {
     fn finish_batch(&mut self, pending: Vec<Pending>) {
         let wrote = self.wal.has_buffered();
         if wrote {
+            // The requests one log write (and with `always`, one sync) covers.
+            self.shared.metrics.batch_jobs.observe(pending.len() as f64);
             if let Err(e) = self.wal.write_buffered() {
                 crate::log::line(&format!("error: {e}; the log now refuses writes"));
                 // Shared, so that /readyz and whoever waits for a sync learn it too.
@@ -811,6 +881,8 @@ impl Executor {
         scripts.enter(db_id);
         let mut around = Around {
             pubsub: pubsubs.entry(db_id).or_default(),
+            command_started: None,
+            metrics: &shared.metrics,
             usage: usage.entry(db_id).or_default(),
             kept,
             db: db_id,
@@ -916,6 +988,12 @@ impl Executor {
             .into_iter()
             .filter(|(_, u)| !u.is_empty())
             .collect();
+        for (id, u) in &counts {
+            let totals = self.command_totals.entry(*id).or_default();
+            for (name, n) in &u.by_command {
+                *totals.entry(name.clone()).or_insert(0) += n;
+            }
+        }
         if counts.is_empty() || self.read_only.is_some() || self.poisoned().is_some() {
             return;
         }
@@ -941,6 +1019,7 @@ impl Executor {
                     self.pubsubs.remove(id);
                     self.scripts.forget(*id);
                     self.usage.remove(id);
+                    self.command_totals.remove(id);
                 }
                 DbEvent::Claim { .. } | DbEvent::Usage { .. } => {}
             }
@@ -986,6 +1065,9 @@ impl Executor {
 /// executor's pub/sub, log and counters, borrowed for one request.
 struct Around<'a> {
     pubsub: &'a mut PubSub,
+    /// When the request's current command started (for its latency).
+    command_started: Option<std::time::Instant>,
+    metrics: &'a crate::metrics::Live,
     /// This request's database's usage, counted since it was last logged, and as logged.
     usage: &'a mut DayUsage,
     kept: Option<&'a BTreeMap<u32, DayUsage>>,
@@ -1014,6 +1096,7 @@ impl Server for Around<'_> {
         *self.commands_processed += 1;
         self.started += 1;
         if top_level {
+            self.command_started = Some(std::time::Instant::now());
             self.usage.commands += 1;
             match self.usage.by_command.get_mut(name) {
                 Some(n) => *n += 1,
@@ -1023,6 +1106,17 @@ impl Server for Around<'_> {
             }
         }
         self.pubsub.feed_monitors(client, args);
+    }
+    fn command_ends(&mut self, name: &str, top_level: bool) {
+        if let (true, Some(started)) = (top_level, self.command_started.take()) {
+            let label = crate::metrics::CommandLabel {
+                command: name.to_string(),
+            };
+            self.metrics
+                .command_seconds
+                .get_or_create(&label)
+                .observe(started.elapsed().as_secs_f64());
+        }
     }
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
         self.pubsub.publish(channel, message)

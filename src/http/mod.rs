@@ -48,6 +48,8 @@ pub struct App {
     pub cors_origins: Vec<String>,
     /// The server shows a past point of its log, read-only (`--at`): ready, but not writable.
     pub read_only: bool,
+    /// `GET /metrics` answers a loopback client without the admin token (`--metrics-open`).
+    pub metrics_open: bool,
     /// The largest REST request body (`--max-request-bytes`; the hosted service's limit,
     /// `REQUEST_BYTES_MAX` by default).
     pub request_bytes_max: usize,
@@ -68,6 +70,7 @@ impl App {
             started: Default::default(),
             qstash,
             cors_origins: Vec::new(),
+            metrics_open: false,
             read_only: false,
             request_bytes_max: REQUEST_BYTES_MAX,
             next_stream_id: AtomicU64::new(1),
@@ -462,13 +465,119 @@ fn preflight(allow: Option<String>) -> Response<Body> {
     with_cors(r, allow)
 }
 
+/// Every request, counted by route and status (`GET /metrics`).
 async fn handle(
     req: Request<Incoming>,
     app: &App,
     client: Arc<str>,
     peer: SocketAddr,
 ) -> Response<Body> {
+    let route = route_of(app, req.uri().path());
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let r = route_request(req, app, client, peer).await;
+    // One line per request when logging is on (`--log-level`); the path is not logged, since
+    // it may hold keys and values, nor the query, which may hold a token.
+    tracing::info!(
+        target: "tidepool::http",
+        %method,
+        route,
+        status = r.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+        client = %peer,
+        "request"
+    );
+    app.shared
+        .metrics
+        .http_requests
+        .get_or_create(&crate::metrics::RouteStatus {
+            route,
+            status: r.status().as_u16(),
+        })
+        .inc();
+    r
+}
+
+/// The route a path belongs to, as `/metrics` names it.
+fn route_of(app: &App, p: &str) -> &'static str {
+    let first = p.trim_start_matches('/').split('/').next().unwrap_or("");
+    match first {
+        "v2" => "qstash",
+        "healthz" | "readyz" => "health",
+        "metrics" => "metrics",
+        "_admin" => "admin",
+        "" => "command",
+        _ if app.start.as_ref().is_some_and(|s| s.path == p) => "start",
+        f if f.eq_ignore_ascii_case("pipeline") => "pipeline",
+        f if f.eq_ignore_ascii_case("multi-exec") => "multi-exec",
+        f if f.eq_ignore_ascii_case("monitor") => "monitor",
+        f if f.eq_ignore_ascii_case("subscribe") || f.eq_ignore_ascii_case("psubscribe") => {
+            "subscribe"
+        }
+        _ => "command",
+    }
+}
+
+/// `GET /metrics`: the Prometheus text, for the admin token (or, with `--metrics-open`, for
+/// any client on loopback).
+async fn metrics(req: &Request<Incoming>, app: &App, peer: SocketAddr) -> Response<Body> {
+    let query = req.uri().query();
+    let presented = request::presented_token(req.headers(), query, "_token");
+    let admin = presented.is_some_and(|t| {
+        !app.admin_token.is_empty()
+            && crate::secret::ct_eq(t.as_bytes(), app.admin_token.as_bytes())
+    });
+    if !(admin || (app.metrics_open && peer.ip().is_loopback())) {
+        return error(
+            app,
+            StatusCode::UNAUTHORIZED,
+            "ERR /metrics needs the admin token (or --metrics-open, for loopback clients)",
+        );
+    }
+    let (reply, rx) = oneshot::channel();
+    if app.tx.send(Job::Metrics { reply }).await.is_err() {
+        return error(
+            app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        );
+    }
+    let Ok(scrape) = rx.await else {
+        return error(
+            app,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        );
+    };
+    match crate::metrics::encode(&app.shared.metrics, &app.shared.log.sync_seconds, &scrape) {
+        Ok(text) => {
+            let mut r = Response::new(Body::Full(Some(Bytes::from(text))));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        Err(e) => error(
+            app,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("ERR the metrics could not be encoded: {e}"),
+        ),
+    }
+}
+
+async fn route_request(
+    req: Request<Incoming>,
+    app: &App,
+    client: Arc<str>,
+    peer: SocketAddr,
+) -> Response<Body> {
     let p = req.uri().path();
+    if req.method() == Method::GET && p == "/metrics" {
+        return metrics(&req, app, peer).await;
+    }
     if p == "/v2" || p.starts_with("/v2/") {
         return qstash::handle(req, app, peer).await;
     }

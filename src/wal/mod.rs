@@ -35,6 +35,8 @@ pub struct Progress {
     pub fsync_failed: OnceLock<String>,
     /// Woken after every successful sync.
     pub synced: tokio::sync::Notify,
+    /// How long each sync took (`GET /metrics`).
+    pub sync_seconds: crate::metrics::Seconds,
 }
 
 impl Progress {

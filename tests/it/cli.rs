@@ -42,6 +42,25 @@ fn bad_flags_fail_clearly() {
     assert_one_clear_line(code, &err, "must be always, everysec or never");
     let (code, err) = run(&["frobnicate"], &[]);
     assert_one_clear_line(code, &err, "unknown command");
+    // The issue 17 flags.
+    let (code, err) = run(&["serve", "--dev", "--listen", "0.0.0.0:0"], &[]);
+    assert_one_clear_line(code, &err, "--dev uses public, well-known credentials");
+    let (code, err) = run(&["serve", "--dev", "--token", "x"], &[]);
+    assert_one_clear_line(code, &err, "--dev sets the credentials itself");
+    let (code, err) = run(&["serve", "--start-path", "v2"], &[]);
+    assert_one_clear_line(code, &err, "--start-path 'v2' must be off or a path");
+    let (code, err) = run(&["serve", "--scratch-ttl", "10GiB"], &[]);
+    assert_one_clear_line(code, &err, "--scratch-ttl '10GiB' must be a duration");
+    let (code, err) = run(&["serve", "--max-value-bytes", "0"], &[]);
+    assert_one_clear_line(
+        code,
+        &err,
+        "--max-value-bytes '0' must be a positive number",
+    );
+    let (code, err) = run(&["serve", "--max-requests-per-day", "many"], &[]);
+    assert_one_clear_line(code, &err, "--max-requests-per-day 'many'");
+    let (code, err) = run(&["serve", "--log-level", "tidepool=[["], &[]);
+    assert_one_clear_line(code, &err, "--log-level");
 }
 
 #[test]

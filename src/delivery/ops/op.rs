@@ -124,6 +124,24 @@ pub enum Op {
     RunFailureCallback(String),
 }
 
+impl Op {
+    /// Signs the messages this operation creates (and their callbacks) with dev user `user`'s
+    /// keys (`serve --dev`).
+    pub fn sign_as(&mut self, user: &str) {
+        match self {
+            Op::Publish(p) => p.conf.sign_as(user),
+            Op::Batch(items) => {
+                for p in items.iter_mut().flatten() {
+                    p.conf.sign_as(user);
+                }
+            }
+            Op::ScheduleCreate(s) => s.conf.sign_as(user),
+            // A DLQ retry keeps the original publisher's signer, as it keeps its other settings.
+            _ => {}
+        }
+    }
+}
+
 /// How a failed workflow run starts again from the DLQ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recovery {

@@ -11,7 +11,7 @@ use super::{request, App, Body};
 use crate::config::{HTTP_BODY_READ_TIMEOUT_MS, REQUEST_BYTES_MAX};
 use crate::delivery::conf::canonical;
 use crate::delivery::ops::{Op, OpReply};
-use crate::delivery::sign::SigningKeys;
+use crate::delivery::sign::{DevUser, SigningKeys, DEV_USERS};
 use crate::executor::Job;
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -28,6 +28,8 @@ use tokio::sync::oneshot;
 /// The delivery service's credentials.
 pub struct QstashAuth {
     pub token: String,
+    /// `serve --dev`: the dev server's other test users (the first one is `token`).
+    pub dev_users: bool,
     pub keys: Arc<RwLock<SigningKeys>>,
     /// Persists rotated keys (to the data directory's credentials file).
     pub save_keys: SaveKeys,
@@ -76,9 +78,24 @@ fn err(status: u16, text: impl Into<String>) -> Response<Body> {
     reply(status, &json!({ "error": text.into() }))
 }
 
-fn authorized(headers: &HeaderMap, query: Option<&str>, auth: &QstashAuth) -> bool {
-    request::presented_token(headers, query, "qstash_token")
-        .is_some_and(|p| crate::secret::ct_eq(p.as_bytes(), auth.token.as_bytes()))
+/// Who a request is: `Some(None)` for the delivery token, `Some(Some(user))` for one of the
+/// dev server's other test users (`serve --dev`), None for anyone else.
+fn authorized(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    auth: &QstashAuth,
+) -> Option<Option<&'static DevUser>> {
+    let p = request::presented_token(headers, query, "qstash_token")?;
+    if crate::secret::ct_eq(p.as_bytes(), auth.token.as_bytes()) {
+        return Some(None);
+    }
+    if !auth.dev_users {
+        return None;
+    }
+    DEV_USERS[1..]
+        .iter()
+        .find(|u| crate::secret::ct_eq(p.as_bytes(), u.token.as_bytes()))
+        .map(Some)
 }
 
 async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Response<Body>> {
@@ -119,12 +136,12 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
     if let Some(rest) = path.strip_prefix("/v2/workflows/hooks/") {
         return webhook(app, auth, rest, &parts, body).await;
     }
-    if !authorized(&parts.headers, parts.uri.query(), auth) {
+    let Some(dev_user) = authorized(&parts.headers, parts.uri.query(), auth) else {
         return err(
             401,
             "unauthorized: use Authorization: Bearer <QSTASH_TOKEN>",
         );
-    }
+    };
     let rest = path.strip_prefix("/v2/").unwrap_or("");
     let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let limit = if head == "batch" {
@@ -163,7 +180,7 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
         "topics" => routes::topics(&r),
         "queues" => routes::queues(&r),
         "schedules" => routes::schedules(&r),
-        "keys" => return keys(&r, auth),
+        "keys" => return keys(&r, auth, dev_user),
         "events" | "logs" => routes::logs(&r),
         "wait" => routes::wait(&r),
         "notify" => routes::notify(&r),
@@ -177,10 +194,13 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
         )),
         _ => Err(Refusal(404, format!("unknown route {path}"))),
     };
-    let op = match routed {
+    let mut op = match routed {
         Ok(op) => op,
         Err(routes::Refusal(status, text)) => return err(status, text),
     };
+    if let Some(u) = dev_user {
+        op.sign_as(u.name);
+    }
     match ask(app, op).await {
         Ok(OpReply { status, body }) => reply(status, &body),
         Err(r) => r,
@@ -188,7 +208,20 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
 }
 
 /// `GET /v2/keys` and `POST /v2/keys/rotate`.
-fn keys(r: &Req, auth: &QstashAuth) -> Response<Body> {
+fn keys(r: &Req, auth: &QstashAuth, dev_user: Option<&DevUser>) -> Response<Body> {
+    if let Some(u) = dev_user {
+        // A dev user's keys are the public ones the SDKs know; they never rotate.
+        return match (&r.method, r.tail) {
+            (&Method::GET, "") => reply(200, &json!({"current": u.current, "next": u.next})),
+            _ => err(
+                400,
+                format!(
+                    "the dev user {}'s keys are fixed: they cannot be rotated",
+                    u.name
+                ),
+            ),
+        };
+    }
     let mut guard = match auth.keys.write() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
