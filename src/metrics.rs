@@ -18,6 +18,95 @@ fn seconds_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.000_01, 2.0, 22)
 }
 
+/// Buckets of [`LocalSeconds`]: upper bounds of 10 µs times 2^i, then +Inf.
+const LOCAL_BUCKETS: usize = 22;
+
+/// A latency histogram kept by one thread (the executor) without locks or atomics, in the
+/// buckets of [`Seconds`]: one observation is an index computed from the nanoseconds and two
+/// adds, cheap enough for every command of a pipeline.
+#[derive(Debug, Clone)]
+pub struct LocalSeconds {
+    counts: [u64; LOCAL_BUCKETS + 1],
+    sum_ns: u64,
+    count: u64,
+}
+
+impl Default for LocalSeconds {
+    fn default() -> LocalSeconds {
+        LocalSeconds {
+            counts: [0; LOCAL_BUCKETS + 1],
+            sum_ns: 0,
+            count: 0,
+        }
+    }
+}
+
+impl LocalSeconds {
+    pub fn observe(&mut self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // The smallest i with ns <= 10 µs * 2^i.
+        let q = ns.saturating_sub(1) / 10_000;
+        let i = (64 - q.leading_zeros()) as usize;
+        if let Some(c) = self.counts.get_mut(i.min(LOCAL_BUCKETS)) {
+            *c += 1;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Each bucket's upper bound in seconds and its own (not cumulative) count.
+    fn buckets(&self) -> Vec<(f64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let bound = if i == LOCAL_BUCKETS {
+                    f64::MAX
+                } else {
+                    0.000_01 * f64::from(1u32 << i)
+                };
+                (bound, *c)
+            })
+            .collect()
+    }
+}
+
+/// The per-command latency histograms, as one family.
+#[derive(Debug)]
+struct CommandSeconds(Vec<(String, LocalSeconds)>);
+
+impl prometheus_client::collector::Collector for CommandSeconds {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "command_duration",
+            "Time to run a request's command in the executor, by command",
+            Some(&Unit::Seconds),
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        for (command, h) in &self.0 {
+            let label = CommandLabel {
+                command: command.clone(),
+            };
+            family
+                .encode_family(&label)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    h.sum_ns as f64 / 1e9,
+                    h.count,
+                    &h.buckets(),
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+}
+
 /// A latency histogram in seconds.
 #[derive(Clone)]
 pub struct Seconds(pub Histogram);
@@ -61,15 +150,10 @@ pub struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
-fn histogram_family() -> Histogram {
-    Histogram::new(seconds_buckets())
-}
-
 /// What is measured as it happens, shared by the HTTP side and the executor.
 #[derive(Clone)]
 pub struct Live {
     pub http_requests: Family<RouteStatus, Counter>,
-    pub command_seconds: Family<CommandLabel, Histogram, fn() -> Histogram>,
     /// Requests answered by one log write (one sync with `always`): group commit at work.
     pub batch_jobs: Histogram,
     /// Delivery attempts by outcome: delivered, retried (failed, to be tried again), failed
@@ -83,13 +167,85 @@ impl Default for Live {
     fn default() -> Live {
         Live {
             http_requests: Family::default(),
-            command_seconds: Family::new_with_constructor(histogram_family),
             batch_jobs: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             delivery_attempts: Family::default(),
             delivery_lateness_seconds: Histogram::new(seconds_buckets()),
         }
     }
 }
+
+/// The routes `tidepool_http_requests_total` names.
+pub const ROUTES: [&str; 11] = [
+    "command",
+    "pipeline",
+    "multi-exec",
+    "monitor",
+    "subscribe",
+    "qstash",
+    "admin",
+    "start",
+    "health",
+    "metrics",
+    "other",
+];
+
+/// Indexes into [`ROUTES`].
+pub mod route {
+    pub const COMMAND: usize = 0;
+    pub const PIPELINE: usize = 1;
+    pub const MULTI_EXEC: usize = 2;
+    pub const MONITOR: usize = 3;
+    pub const SUBSCRIBE: usize = 4;
+    pub const QSTASH: usize = 5;
+    pub const ADMIN: usize = 6;
+    pub const START: usize = 7;
+    pub const HEALTH: usize = 8;
+    pub const METRICS: usize = 9;
+}
+
+/// The statuses most requests get, whose counters are kept at hand.
+const COMMON_STATUSES: [u16; 3] = [200, 400, 401];
+
+impl Live {
+    /// Counts a request of `route` (one of [`ROUTES`]) answered with `status`. The common
+    /// pairs' counters are kept at hand, so the usual request costs one atomic add, not a
+    /// lock and a hash.
+    pub fn count_request(&self, at_hand: &RequestCounters, route: usize, status: u16) {
+        let common = COMMON_STATUSES.iter().position(|s| *s == status);
+        match (at_hand.0.get(route), common) {
+            (Some(row), Some(i)) => {
+                row[i].inc();
+            }
+            _ => {
+                self.http_requests
+                    .get_or_create(&RouteStatus {
+                        route: ROUTES.get(route).copied().unwrap_or("other"),
+                        status,
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    /// The counters of the common route and status pairs.
+    pub fn request_counters(&self) -> RequestCounters {
+        RequestCounters(
+            ROUTES
+                .iter()
+                .map(|route| {
+                    COMMON_STATUSES.map(|status| {
+                        self.http_requests
+                            .get_or_create(&RouteStatus { route, status })
+                            .clone()
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Counters of `tidepool_http_requests_total` for each route and common status.
+pub struct RequestCounters(Vec<[Counter; 3]>);
 
 /// What the executor reports when asked, at scrape time.
 #[derive(Debug, Clone, Default)]
@@ -105,6 +261,8 @@ pub struct Scrape {
     pub messages_in_flight: u64,
     pub dlq_entries: u64,
     pub schedules: u64,
+    /// Each command's latency, by name.
+    pub command_seconds: Vec<(String, LocalSeconds)>,
 }
 
 /// One database at scrape time.
@@ -124,12 +282,7 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
         "HTTP requests answered, by route and status",
         live.http_requests.clone(),
     );
-    r.register_with_unit(
-        "command_duration",
-        "Time to run a request's command in the executor, by command",
-        Unit::Seconds,
-        live.command_seconds.clone(),
-    );
+    r.register_collector(Box::new(CommandSeconds(scrape.command_seconds.clone())));
     let commands: Family<CommandDb, Counter> = Family::default();
     let keys: Family<DbLabel, Gauge> = Family::default();
     for db in &scrape.databases {
@@ -227,4 +380,25 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &r).map_err(|e| e.to_string())?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn local_histogram_buckets_match_the_bounds() {
+        let mut h = LocalSeconds::default();
+        for ns in [0, 10_000, 10_001, 20_000, 20_001, 40_000] {
+            h.observe(Duration::from_nanos(ns));
+        }
+        h.observe(Duration::from_secs(1_000_000));
+        let b = h.buckets();
+        assert_eq!(b[0], (0.000_01, 2));
+        assert_eq!(b[1], (0.000_02, 2));
+        assert_eq!(b[2], (0.000_04, 2));
+        assert_eq!(b[LOCAL_BUCKETS], (f64::MAX, 1));
+        assert_eq!(h.count(), 7);
+    }
 }

@@ -96,9 +96,14 @@ pub trait Server {
     /// A command is about to run: counted under its table name (`get`, `acl|setuser`; a
     /// request's own commands, `top_level`, are also its database's usage), and shown to
     /// monitors as sent by `client`.
-    fn command_starts(&mut self, client: &str, args: &[Vec<u8>], name: &str, top_level: bool);
-    /// The command `command_starts` announced last has run (timed when `top_level`).
-    fn command_ends(&mut self, name: &str, top_level: bool);
+    fn command_starts(
+        &mut self,
+        client: &str,
+        args: &[Vec<u8>],
+        info: &CommandInfo,
+        top_level: bool,
+    );
+
     /// Sends a message to a channel's subscribers; how many received it.
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
     /// The channels with at least one subscriber.
@@ -120,8 +125,8 @@ impl Server for Replay {
     fn writes_refused(&self) -> Option<String> {
         None
     }
-    fn command_starts(&mut self, _: &str, _: &[Vec<u8>], _: &str, _: bool) {}
-    fn command_ends(&mut self, _: &str, _: bool) {}
+    fn command_starts(&mut self, _: &str, _: &[Vec<u8>], _: &CommandInfo, _: bool) {}
+
     fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 {
         0
     }
@@ -218,8 +223,7 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         Origin::Request => ctx.client,
         Origin::Script { .. } => "lua",
     };
-    ctx.server
-        .command_starts(client, &args, info.name.as_str(), top_level);
+    ctx.server.command_starts(client, &args, info, top_level);
     if !info.write && read_bytes(ctx.db, info, &args, ctx.now_ms) > config::REPLY_BYTES_MAX {
         return Reply::err(errors::reply_too_large());
     }
@@ -227,7 +231,6 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     ctx.dirty = false;
     ctx.rewrite = None;
     let reply = super::dispatch::execute(ctx, info, &args);
-    ctx.server.command_ends(info.name.as_str(), top_level);
     if ctx.dirty {
         match ctx.rewrite.take() {
             Some(rw) => ctx.logged.extend(rw),

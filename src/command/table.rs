@@ -228,6 +228,9 @@ pub struct CommandInfo {
     pub summary: String,
     /// Redis 7.0's key specifications; `None` for commands newer than its table.
     pub key_specs: Option<Vec<KeySpec>>,
+    /// The entry's place in the table (names in byte order), for counters kept by command
+    /// without hashing its name on every call.
+    pub id: usize,
 }
 
 impl CommandInfo {
@@ -334,6 +337,8 @@ impl CommandInfo {
 pub struct CommandTable {
     map: HashMap<String, CommandInfo>,
     top_level: usize,
+    /// Every entry's name, in byte order: `names[info.id] == info.name`.
+    names: Vec<String>,
 }
 
 /// The table, parsed once.
@@ -380,6 +385,7 @@ fn newer_entry(
         flags,
         summary: summary.into(),
         key_specs: None,
+        id: 0,
     }
 }
 
@@ -417,6 +423,7 @@ impl CommandTable {
                 flags: r.flags,
                 summary: r.summary,
                 key_specs: None,
+                id: 0,
             };
             map.insert(name, info);
         }
@@ -510,6 +517,7 @@ impl CommandTable {
                 ],
                 summary: "Upstash: a REST token that carries an ACL user's permissions".into(),
                 key_specs: None,
+                id: 0,
             },
         );
         let specs: HashMap<String, Vec<RawKeySpec>> =
@@ -519,7 +527,32 @@ impl CommandTable {
                 info.key_specs = Some(raw.iter().map(KeySpec::from_raw).collect());
             }
         }
-        CommandTable { map, top_level }
+        let mut names: Vec<String> = map.keys().cloned().collect();
+        names.sort();
+        for (id, name) in names.iter().enumerate() {
+            if let Some(info) = map.get_mut(name) {
+                info.id = id;
+            }
+        }
+        CommandTable {
+            map,
+            top_level,
+            names,
+        }
+    }
+
+    /// How many entries (commands and subcommands) the table holds: ids are below it.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The name of the entry numbered `id`.
+    pub fn name_of(&self, id: usize) -> Option<&str> {
+        self.names.get(id).map(String::as_str)
     }
 
     pub fn len_top_level(&self) -> usize {

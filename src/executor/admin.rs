@@ -179,6 +179,7 @@ impl Executor {
             .cloned()
             .unwrap_or_default();
         let pending = self.usage.get(&m.id).cloned().unwrap_or_default();
+        let pending = pending.day();
         let mut v = json!({
             "name": m.name,
             "id": m.id,

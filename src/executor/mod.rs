@@ -22,7 +22,7 @@ pub mod tenants;
 use crate::clock;
 use crate::command::pipeline::{self, Facts, Server};
 pub use crate::command::ExecMode;
-use crate::command::{Ctx, Perm};
+use crate::command::{CommandInfo, Ctx, Perm};
 use crate::config::{self, FsyncMode};
 use crate::delivery::ops::{self, AttemptResult, Op, OpReply, Tx};
 use crate::delivery::sign::SigningKeys;
@@ -40,7 +40,7 @@ use bytes::Bytes;
 use flusher::{FlushItem, Flusher, Pending};
 use pubsub::PubSub;
 pub use pubsub::{SubKind, SubscriberHandle};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -150,7 +150,7 @@ pub struct Executor {
     flusher: Option<Flusher>,
     shared: Arc<Shared>,
     /// Monitors and subscribers, per database.
-    pubsubs: HashMap<DbId, PubSub>,
+    pubsubs: BTreeMap<DbId, PubSub>,
     started_ms: u64,
     commands_processed: u64,
     listen_port: u16,
@@ -168,7 +168,11 @@ pub struct Executor {
     /// Commands a database may run per day (`--max-requests-per-day`).
     commands_per_day: Option<u64>,
     /// Usage counted since it was last logged, per database, for `usage_day`.
-    usage: BTreeMap<DbId, DayUsage>,
+    usage: BTreeMap<DbId, Counting>,
+    /// Each command's latency, by table id (`GET /metrics`).
+    command_seconds: Vec<crate::metrics::LocalSeconds>,
+    /// Requests' own commands so far (one in `COMMAND_TIMING_EVERY` is timed).
+    commands_timed_at: usize,
     usage_day: u32,
     usage_logged_ms: u64,
     /// Commands per database and name since the server started (`GET /metrics`), added to
@@ -336,7 +340,7 @@ pub fn start(
         fsync,
         flusher,
         shared: shared.clone(),
-        pubsubs: HashMap::new(),
+        pubsubs: BTreeMap::new(),
         started_ms: clock::wall_unix_ms(),
         commands_processed: 0,
         listen_port,
@@ -358,6 +362,8 @@ pub fn start(
         limits: setup.limits,
         commands_per_day: setup.commands_per_day,
         usage: BTreeMap::new(),
+        command_seconds: Vec::new(),
+        commands_timed_at: 0,
         usage_day: day_of(now),
         usage_logged_ms: now,
         command_totals: BTreeMap::new(),
@@ -711,8 +717,14 @@ impl Executor {
                     let keys = self.dbs.get(m.id).map_or(0, |d| d.len() as u64);
                     let mut by: BTreeMap<String, u64> =
                         self.command_totals.get(&m.id).cloned().unwrap_or_default();
-                    for (name, n) in self.usage.get(&m.id).iter().flat_map(|u| &u.by_command) {
-                        *by.entry(name.clone()).or_insert(0) += n;
+                    for (name, n) in self
+                        .usage
+                        .get(&m.id)
+                        .map(Counting::day)
+                        .unwrap_or_default()
+                        .by_command
+                    {
+                        *by.entry(name).or_insert(0) += n;
                     }
                     crate::metrics::DbScrape {
                         name: m.name.clone(),
@@ -725,6 +737,15 @@ impl Executor {
             messages_in_flight: self.delivery.in_flight as u64,
             dlq_entries: self.delivery.dlq.len() as u64,
             schedules: self.delivery.schedules.len() as u64,
+            command_seconds: {
+                let table = crate::command::table::global();
+                self.command_seconds
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.count() > 0)
+                    .filter_map(|(id, h)| Some((table.name_of(id)?.to_string(), h.clone())))
+                    .collect()
+            },
         }
     }
 
@@ -865,6 +886,8 @@ impl Executor {
             scripts,
             pubsubs,
             usage,
+            command_seconds,
+            commands_timed_at,
             wal,
             shared,
             fsync,
@@ -882,8 +905,9 @@ impl Executor {
         let mut around = Around {
             pubsub: pubsubs.entry(db_id).or_default(),
             command_started: None,
-            metrics: &shared.metrics,
+            commands_timed_at,
             usage: usage.entry(db_id).or_default(),
+            command_seconds,
             kept,
             db: db_id,
             wal,
@@ -912,6 +936,7 @@ impl Executor {
             ..*limits
         };
         let mut replies = pipeline::run_request(&mut ctx, cmds, mode);
+        around.command_ended(std::time::Instant::now());
         let asked = around.snapshot_asked;
         // At a past point only reads run; what they change (hash fields whose time has passed
         // leave before a read sees them) is a view of that moment, not a record.
@@ -986,6 +1011,7 @@ impl Executor {
         self.usage_logged_ms = ts;
         let counts: Vec<(DbId, DayUsage)> = std::mem::take(&mut self.usage)
             .into_iter()
+            .map(|(id, c)| (id, c.day()))
             .filter(|(_, u)| !u.is_empty())
             .collect();
         for (id, u) in &counts {
@@ -1065,11 +1091,14 @@ impl Executor {
 /// executor's pub/sub, log and counters, borrowed for one request.
 struct Around<'a> {
     pubsub: &'a mut PubSub,
-    /// When the request's current command started (for its latency).
-    command_started: Option<std::time::Instant>,
-    metrics: &'a crate::metrics::Live,
+    /// The timed command (table id) and when it started: it ends when the next one starts,
+    /// or with the request. One request's command in `COMMAND_TIMING_EVERY` is timed.
+    command_started: Option<(usize, std::time::Instant)>,
+    /// Requests' own commands started since the server started (which ones are timed).
+    commands_timed_at: &'a mut usize,
     /// This request's database's usage, counted since it was last logged, and as logged.
-    usage: &'a mut DayUsage,
+    usage: &'a mut Counting,
+    command_seconds: &'a mut Vec<crate::metrics::LocalSeconds>,
     kept: Option<&'a BTreeMap<u32, DayUsage>>,
     db: DbId,
     wal: &'a WalWriter,
@@ -1088,35 +1117,48 @@ struct Around<'a> {
     snapshot_asked: Option<(bool, usize)>,
 }
 
+impl Around<'_> {
+    /// The current command (if any) ended at `now`: its latency is recorded.
+    fn command_ended(&mut self, now: std::time::Instant) {
+        let Some((id, started)) = self.command_started.take() else {
+            return;
+        };
+        if self.command_seconds.len() <= id {
+            self.command_seconds
+                .resize(id + 1, crate::metrics::LocalSeconds::default());
+        }
+        if let Some(h) = self.command_seconds.get_mut(id) {
+            h.observe(now.saturating_duration_since(started));
+        }
+    }
+}
+
 impl Server for Around<'_> {
     fn writes_refused(&self) -> Option<String> {
         self.refusal.clone()
     }
-    fn command_starts(&mut self, client: &str, args: &[Vec<u8>], name: &str, top_level: bool) {
+    fn command_starts(
+        &mut self,
+        client: &str,
+        args: &[Vec<u8>],
+        info: &CommandInfo,
+        top_level: bool,
+    ) {
         *self.commands_processed += 1;
         self.started += 1;
         if top_level {
-            self.command_started = Some(std::time::Instant::now());
-            self.usage.commands += 1;
-            match self.usage.by_command.get_mut(name) {
-                Some(n) => *n += 1,
-                None => {
-                    self.usage.by_command.insert(name.to_string(), 1);
+            let timed = (*self.commands_timed_at).is_multiple_of(config::COMMAND_TIMING_EVERY);
+            *self.commands_timed_at += 1;
+            if timed || self.command_started.is_some() {
+                let now = std::time::Instant::now();
+                self.command_ended(now);
+                if timed {
+                    self.command_started = Some((info.id, now));
                 }
             }
+            self.usage.count(info.id);
         }
         self.pubsub.feed_monitors(client, args);
-    }
-    fn command_ends(&mut self, name: &str, top_level: bool) {
-        if let (true, Some(started)) = (top_level, self.command_started.take()) {
-            let label = crate::metrics::CommandLabel {
-                command: name.to_string(),
-            };
-            self.metrics
-                .command_seconds
-                .get_or_create(&label)
-                .observe(started.elapsed().as_secs_f64());
-        }
     }
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
         self.pubsub.publish(channel, message)
@@ -1147,7 +1189,7 @@ impl Server for Around<'_> {
                 .snapshots
                 .facts(self.wal.last_seq(), clock::wall_unix_ms()),
             usage: {
-                let mut total = self.usage.clone();
+                let mut total = self.usage.day();
                 for day in self.kept.into_iter().flat_map(|k| k.values()) {
                     total.add(day);
                 }
@@ -1171,6 +1213,43 @@ impl Server for Around<'_> {
             self.snapshot_asked = Some((background, self.started.saturating_sub(1)));
         }
         reply
+    }
+}
+
+/// Usage counted since it was last logged, for one database: by table id on the hot path,
+/// by name once logged.
+#[derive(Debug, Clone, Default)]
+pub struct Counting {
+    pub requests: u64,
+    pub commands: u64,
+    by_id: Vec<u64>,
+}
+
+impl Counting {
+    fn count(&mut self, id: usize) {
+        self.commands += 1;
+        if self.by_id.len() <= id {
+            self.by_id.resize(id + 1, 0);
+        }
+        if let Some(n) = self.by_id.get_mut(id) {
+            *n += 1;
+        }
+    }
+
+    /// The same counts by command name.
+    pub fn day(&self) -> DayUsage {
+        let table = crate::command::table::global();
+        DayUsage {
+            requests: self.requests,
+            commands: self.commands,
+            by_command: self
+                .by_id
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .filter_map(|(id, n)| Some((table.name_of(id)?.to_string(), *n)))
+                .collect(),
+        }
     }
 }
 

@@ -48,6 +48,8 @@ pub struct App {
     pub cors_origins: Vec<String>,
     /// The server shows a past point of its log, read-only (`--at`): ready, but not writable.
     pub read_only: bool,
+    /// The request counters of the common routes and statuses.
+    request_counters: crate::metrics::RequestCounters,
     /// `GET /metrics` answers a loopback client without the admin token (`--metrics-open`).
     pub metrics_open: bool,
     /// The largest REST request body (`--max-request-bytes`; the hosted service's limit,
@@ -63,6 +65,7 @@ impl App {
         qstash: Option<qstash::QstashAuth>,
     ) -> App {
         App {
+            request_counters: shared.metrics.request_counters(),
             tx,
             shared,
             admin_token: String::new(),
@@ -473,48 +476,54 @@ async fn handle(
     peer: SocketAddr,
 ) -> Response<Body> {
     let route = route_of(app, req.uri().path());
-    let started = std::time::Instant::now();
-    let method = req.method().clone();
-    let r = route_request(req, app, client, peer).await;
     // One line per request when logging is on (`--log-level`); the path is not logged, since
-    // it may hold keys and values, nor the query, which may hold a token.
-    tracing::info!(
-        target: "tidepool::http",
-        %method,
-        route,
-        status = r.status().as_u16(),
-        micros = started.elapsed().as_micros() as u64,
-        client = %peer,
-        "request"
-    );
+    // it may hold keys and values, nor the query, which may hold a token. Off, it costs a
+    // check of one static level.
+    let logged = tracing::enabled!(target: "tidepool::http", tracing::Level::INFO)
+        .then(|| (std::time::Instant::now(), req.method().clone()));
+    let r = route_request(req, app, client, peer).await;
+    if let Some((started, method)) = logged {
+        tracing::info!(
+            target: "tidepool::http",
+            %method,
+            route = crate::metrics::ROUTES.get(route).copied().unwrap_or("other"),
+            status = r.status().as_u16(),
+            micros = started.elapsed().as_micros() as u64,
+            client = %peer,
+            "request"
+        );
+    }
     app.shared
         .metrics
-        .http_requests
-        .get_or_create(&crate::metrics::RouteStatus {
-            route,
-            status: r.status().as_u16(),
-        })
-        .inc();
+        .count_request(&app.request_counters, route, r.status().as_u16());
     r
 }
 
 /// The route a path belongs to, as `/metrics` names it.
-fn route_of(app: &App, p: &str) -> &'static str {
+/// The route a path belongs to: its index in `metrics::ROUTES`.
+fn route_of(app: &App, p: &str) -> usize {
+    use crate::metrics::route;
+    if app.start.as_ref().is_some_and(|s| s.path == p) {
+        return route::START;
+    }
     let first = p.trim_start_matches('/').split('/').next().unwrap_or("");
-    match first {
-        "v2" => "qstash",
-        "healthz" | "readyz" => "health",
-        "metrics" => "metrics",
-        "_admin" => "admin",
-        "" => "command",
-        _ if app.start.as_ref().is_some_and(|s| s.path == p) => "start",
-        f if f.eq_ignore_ascii_case("pipeline") => "pipeline",
-        f if f.eq_ignore_ascii_case("multi-exec") => "multi-exec",
-        f if f.eq_ignore_ascii_case("monitor") => "monitor",
-        f if f.eq_ignore_ascii_case("subscribe") || f.eq_ignore_ascii_case("psubscribe") => {
-            "subscribe"
-        }
-        _ => "command",
+    match first.len() {
+        // A command name is usually short; the routes' names are not.
+        0 => route::COMMAND,
+        1..=5 if first != "v2" => route::COMMAND,
+        _ => match first {
+            "v2" => route::QSTASH,
+            "healthz" | "readyz" => route::HEALTH,
+            "metrics" => route::METRICS,
+            "_admin" => route::ADMIN,
+            f if f.eq_ignore_ascii_case("pipeline") => route::PIPELINE,
+            f if f.eq_ignore_ascii_case("multi-exec") => route::MULTI_EXEC,
+            f if f.eq_ignore_ascii_case("monitor") => route::MONITOR,
+            f if f.eq_ignore_ascii_case("subscribe") || f.eq_ignore_ascii_case("psubscribe") => {
+                route::SUBSCRIBE
+            }
+            _ => route::COMMAND,
+        },
     }
 }
 
@@ -584,7 +593,9 @@ async fn route_request(
     if matches!(req.method(), &Method::GET | &Method::HEAD) && (p == "/healthz" || p == "/readyz") {
         return health(app, p);
     }
-    if p == config::ADMIN_PREFIX || p.starts_with(&format!("{}/", config::ADMIN_PREFIX)) {
+    if p.strip_prefix(config::ADMIN_PREFIX)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    {
         return admin::handle(req, app).await;
     }
     if req.method() == Method::POST && app.start.as_ref().is_some_and(|s| s.path == p) {

@@ -625,3 +625,75 @@ fn usage_is_counted_per_database_and_kept_across_restarts() {
     assert!(text.contains("cmdstat_get:calls=1,"), "{text}");
     assert!(!text.contains("cmdstat_set"), "{text}");
 }
+
+#[test]
+fn scratch_expiry_and_claims_hold_across_kill9() {
+    let dir = TempDir::new("dbs-scratch");
+    let data = dir.path().join("data");
+    let server = start(&data, &["--scratch-ttl", "3s"]);
+    let mut anon = Http::connect(&server.addr, "");
+    let doc = |r: Resp| {
+        assert_eq!(r.status, 201, "{}", r.text());
+        let text = r.text();
+        let token = text
+            .split("UPSTASH_REDIS_REST_TOKEN=\"")
+            .nth(1)
+            .and_then(|t| t.split('"').next())
+            .expect("token in the quickstart")
+            .to_string();
+        let name = text
+            .split("scratch database: `")
+            .nth(1)
+            .and_then(|t| t.split('`').next())
+            .expect("name")
+            .to_string();
+        (name, token)
+    };
+    let (kept, kept_token) = doc(anon.post("/start", b""));
+    let (gone, gone_token) = doc(anon.post("/start", b""));
+    assert_ne!(kept, gone);
+    let r = admin(&server).post(&format!("/_admin/databases/{kept}/claim"), b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["expires_at"], Value::Null);
+    Http::connect(&server.addr, &kept_token).cmd_str(&["SET", "k", "kept"]);
+    Http::connect(&server.addr, &gone_token).cmd_str(&["SET", "k", "gone"]);
+    server.kill9();
+    // After the restart, the unclaimed one still expires on time; the claimed one stays.
+    let server = start(&data, &["--scratch-ttl", "3s"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while Http::connect(&server.addr, &gone_token)
+        .get("/get/k")
+        .status
+        != 401
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scratch database never expired"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        Http::connect(&server.addr, &kept_token).cmd_str(&["GET", "k"]),
+        Canon::s("kept")
+    );
+    server.kill9();
+    let server = start(&data, &[]);
+    assert_eq!(
+        Http::connect(&server.addr, &gone_token)
+            .get("/get/k")
+            .status,
+        401
+    );
+    assert_eq!(
+        admin(&server)
+            .get(&format!("/_admin/databases/{gone}"))
+            .status,
+        404
+    );
+    // Switched off, the path is a command path like any other (and needs a token).
+    let server2 = start(&dir.path().join("off"), &["--start-path", "off"]);
+    assert_eq!(
+        Http::connect(&server2.addr, "").post("/start", b"").status,
+        401
+    );
+}

@@ -93,8 +93,9 @@ def test_metrics_parse_and_count_what_happened(server):
     assert value(m, "tidepool_keys", "tidepool_keys", database="app") == 1
     h = m["tidepool_command_duration_seconds"]
     assert h.type == "histogram" and h.unit == "seconds"
+    # One command in 16 is timed (config::COMMAND_TIMING_EVERY), the server's first among them.
     assert value(m, "tidepool_command_duration_seconds", "tidepool_command_duration_seconds_count",
-                 command="set") >= 6
+                 command="set") >= 1
     assert value(m, "tidepool_log_fsync_duration_seconds",
                  "tidepool_log_fsync_duration_seconds_count") >= 1
     assert value(m, "tidepool_log_appends", "tidepool_log_appends_total") >= 7
