@@ -1050,10 +1050,23 @@ impl Executor {
                 DbEvent::Claim { .. } | DbEvent::Usage { .. } => {}
             }
         }
-        self.wal.append(ts, &Record::Databases(events));
         if let Ok(mut t) = self.shared.tokens.write() {
-            *t = TokenTable::build(&self.tokens, &self.dbs);
+            // Only the databases these events name: a change costs the same with 10 databases
+            // as with 100,000.
+            for e in &events {
+                let id = match e {
+                    DbEvent::Create { id, .. }
+                    | DbEvent::ResetTokens { id }
+                    | DbEvent::Delete { id } => *id,
+                    DbEvent::Claim { .. } | DbEvent::Usage { .. } => continue,
+                };
+                match self.dbs.meta(id) {
+                    Some(m) => t.set(&self.tokens, m),
+                    None => t.remove(id),
+                }
+            }
         }
+        self.wal.append(ts, &Record::Databases(events));
     }
 
     /// Removes keys and hash fields whose expiry has passed, in every database, through a

@@ -114,14 +114,28 @@ impl TokenTable {
     pub fn build(source: &TokenSource, dbs: &Databases) -> TokenTable {
         let mut t = TokenTable::default();
         for m in dbs.metas() {
-            let tokens = source.tokens(m);
-            t.by_token
-                .insert(tokens.standard.clone(), (m.id, Role::Standard));
-            t.by_token
-                .insert(tokens.read_only.clone(), (m.id, Role::ReadOnly));
-            t.by_db.insert(m.id, tokens);
+            t.set(source, m);
         }
         t
+    }
+
+    /// Database `meta`'s tokens as they are now (its old ones, if any, no longer open it).
+    pub fn set(&mut self, source: &TokenSource, meta: &DbMeta) {
+        self.remove(meta.id);
+        let tokens = source.tokens(meta);
+        self.by_token
+            .insert(tokens.standard.clone(), (meta.id, Role::Standard));
+        self.by_token
+            .insert(tokens.read_only.clone(), (meta.id, Role::ReadOnly));
+        self.by_db.insert(meta.id, tokens);
+    }
+
+    /// Database `id` has no tokens any more.
+    pub fn remove(&mut self, id: DbId) {
+        if let Some(old) = self.by_db.remove(&id) {
+            self.by_token.remove(&old.standard);
+            self.by_token.remove(&old.read_only);
+        }
     }
 
     /// The database and role `token` opens. The table is keyed by a hash with a random seed,
@@ -187,6 +201,49 @@ mod tests {
         assert_eq!(after.lookup("s"), Some((0, Role::Standard)));
         dbs.apply(3, &DbEvent::ResetTokens { id: 0 });
         assert_eq!(TokenTable::build(&src, &dbs).lookup("s"), None);
+    }
+
+    #[test]
+    fn changing_one_database_leaves_the_table_as_a_rebuild_would() {
+        let src = TokenSource::new(
+            b"secret".to_vec(),
+            DbTokens {
+                standard: "s".into(),
+                read_only: "r".into(),
+            },
+        );
+        let mut dbs = Databases::default();
+        let mut table = TokenTable::build(&src, &dbs);
+        let events = [
+            DbEvent::Create {
+                id: 1,
+                name: "a".into(),
+                expires_ms: None,
+                scratch: false,
+            },
+            DbEvent::Create {
+                id: 2,
+                name: "b".into(),
+                expires_ms: None,
+                scratch: false,
+            },
+            DbEvent::ResetTokens { id: 1 },
+            DbEvent::ResetTokens { id: 0 },
+            DbEvent::Delete { id: 2 },
+            DbEvent::Delete { id: 0 },
+        ];
+        for (i, e) in events.iter().enumerate() {
+            dbs.apply(i as u64, e);
+            for id in 0..3 {
+                match dbs.meta(id) {
+                    Some(m) => table.set(&src, m),
+                    None => table.remove(id),
+                }
+            }
+            let rebuilt = TokenTable::build(&src, &dbs);
+            assert_eq!(table.by_token, rebuilt.by_token, "after {e:?}");
+            assert_eq!(table.by_db, rebuilt.by_db, "after {e:?}");
+        }
     }
 
     #[test]
