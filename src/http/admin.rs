@@ -120,7 +120,15 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
             let body = match super::body::read(req.into_body(), config::ADMIN_BODY_BYTES_MAX).await
             {
                 Ok(b) => b,
-                Err(_) => return refuse(400, "the body must be a small JSON object"),
+                Err(super::body::BodyError::TooLarge(max)) => {
+                    return refuse(413, &format!("the body is over {max} bytes"))
+                }
+                Err(super::body::BodyError::TooSlow) => {
+                    return refuse(408, "the body did not arrive in time")
+                }
+                Err(super::body::BodyError::Broken(e)) => {
+                    return refuse(400, &format!("could not read the body: {e}"))
+                }
             };
             let name = if body.iter().all(u8::is_ascii_whitespace) {
                 None

@@ -7,7 +7,7 @@
 
 use super::Db;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A database's number. Never reused: a deleted database's number stays unused, so a token,
 /// a script cache entry or a subscriber left over from it can never reach a new one.
@@ -98,6 +98,11 @@ pub struct Databases {
     /// Usage per database and day, the newest `USAGE_DAYS_KEPT` days.
     usage: BTreeMap<DbId, BTreeMap<u32, DayUsage>>,
     next_id: DbId,
+    /// (expiry, database) of every unclaimed scratch database: derived from `metas`, so that
+    /// the periodic check costs the same with any number of databases.
+    expiring: BTreeSet<(u64, DbId)>,
+    /// Database numbers by name, derived from `metas`.
+    names: BTreeMap<String, DbId>,
 }
 
 impl Default for Databases {
@@ -129,6 +134,8 @@ impl Databases {
             dbs,
             usage: BTreeMap::new(),
             next_id: 1,
+            expiring: BTreeSet::new(),
+            names: BTreeMap::from([("default".to_string(), DEFAULT_DB)]),
         }
     }
 
@@ -155,7 +162,7 @@ impl Databases {
     }
 
     pub fn by_name(&self, name: &str) -> Option<&DbMeta> {
-        self.metas.values().find(|m| m.name == name)
+        self.metas.get(self.names.get(name)?)
     }
 
     pub fn metas(&self) -> impl Iterator<Item = &DbMeta> {
@@ -227,12 +234,23 @@ impl Databases {
                 );
                 self.dbs.insert(*id, Db::new());
                 self.next_id = self.next_id.max(id.saturating_add(1));
+                if let Some(t) = expires_ms {
+                    self.expiring.insert((*t, *id));
+                }
+                self.names.entry(name.clone()).or_insert(*id);
             }
             DbEvent::Delete { id } => {
                 if *id == DEFAULT_DB {
                     return;
                 }
-                self.metas.remove(id);
+                if let Some(m) = self.metas.remove(id) {
+                    if let Some(t) = m.expires_ms {
+                        self.expiring.remove(&(t, *id));
+                    }
+                    if self.names.get(&m.name) == Some(id) {
+                        self.names.remove(&m.name);
+                    }
+                }
                 self.dbs.remove(id);
                 self.usage.remove(id);
             }
@@ -242,8 +260,8 @@ impl Databases {
                 }
             }
             DbEvent::Claim { id } => {
-                if let Some(m) = self.metas.get_mut(id) {
-                    m.expires_ms = None;
+                if let Some(t) = self.metas.get_mut(id).and_then(|m| m.expires_ms.take()) {
+                    self.expiring.remove(&(t, *id));
                 }
             }
             DbEvent::Usage { day, counts } => {
@@ -263,10 +281,9 @@ impl Databases {
 
     /// Scratch databases whose time has come at `now_ms`.
     pub fn expired(&self, now_ms: u64) -> Vec<DbId> {
-        self.metas
-            .values()
-            .filter(|m| m.expires_ms.is_some_and(|t| t <= now_ms))
-            .map(|m| m.id)
+        self.expiring
+            .range(..=(now_ms, DbId::MAX))
+            .map(|(_, id)| *id)
             .collect()
     }
 
@@ -303,6 +320,15 @@ impl Databases {
             self.metas.insert(m.id, m);
         }
         self.dbs.insert(DEFAULT_DB, default);
+        self.expiring = self
+            .metas
+            .values()
+            .filter_map(|m| Some((m.expires_ms?, m.id)))
+            .collect();
+        self.names = BTreeMap::new();
+        for m in self.metas.values() {
+            self.names.entry(m.name.clone()).or_insert(m.id);
+        }
         self.usage = img
             .usage
             .into_iter()

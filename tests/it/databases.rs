@@ -60,6 +60,11 @@ fn the_admin_api_creates_lists_resets_claims_and_deletes() {
     assert!(r.json()["error"].as_str().is_some());
     let r = a.post("/_admin/databases", br#"{"name":7}"#);
     assert_eq!(r.status, 400);
+    let r = a.post("/_admin/databases", &vec![b' '; 100_000]);
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = a.post("/_admin/databases", b"[1,2");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"].as_str().is_some());
     // No name: one is picked.
     let r = a.post("/_admin/databases", b"");
     assert_eq!(r.status, 201);
