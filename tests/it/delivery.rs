@@ -1598,3 +1598,85 @@ fn the_delivery_state_is_bounded() {
     let mut c = s.qstash();
     assert_eq!(in_dlq(&mut c), newest, "replay keeps the removal");
 }
+
+/// A misspelt filter on a list, bulk delete or bulk cancel is refused with 400, never ignored:
+/// `DELETE /v2/dlq?labeel=x` used to delete the whole DLQ (issue 18).
+#[test]
+fn unknown_filters_are_refused_never_ignored() {
+    let dir = TempDir::new("dl-filters");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    for i in 0..2 {
+        let r = publish(
+            &mut c,
+            &sink.url(&format!("/nonretryable/{i}")),
+            &[("Upstash-Label", "keep")],
+            b"x",
+        );
+        assert_eq!(r.status, 200);
+    }
+    let delayed = publish(
+        &mut c,
+        &sink.url("/later"),
+        &[("Upstash-Delay", "1h")],
+        b"y",
+    );
+    assert_eq!(delayed.status, 200);
+    poll(10, "two DLQ entries", || {
+        c.get("/v2/dlq").json()["messages"]
+            .as_array()
+            .is_some_and(|m| m.len() == 2)
+    });
+    for (method, path) in [
+        ("DELETE", "/v2/dlq?labeel=keep"),
+        ("GET", "/v2/dlq?topicNam=x"),
+        ("POST", "/v2/dlq/retry?urll=x"),
+        ("DELETE", "/v2/messages?topicNme=x"),
+        ("GET", "/v2/logs?hots=x"),
+        ("GET", "/v2/events?stat=DELIVERED"),
+        ("GET", "/v2/workflows/events?workflowRunID=x"),
+        ("DELETE", "/v2/workflows/runs?label=x"),
+        ("DELETE", "/v2/workflows/dlq?workflowRunIdd=x"),
+    ] {
+        let r = c.request(method, path, &[], b"");
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.starts_with("unknown filter '"), "{method} {path}: {e}");
+    }
+    // Nothing was deleted or cancelled by the refused requests.
+    assert_eq!(
+        c.get("/v2/dlq").json()["messages"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let id = delayed.json()["messageId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(c.get(&format!("/v2/messages/{id}")).status, 200);
+    // The names the SDKs send still work: the DLQ by label, the logs by host and path.
+    let r = c.get("/v2/dlq?label=keep&count=1");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["messages"].as_array().map(Vec::len), Some(1));
+    let host = sink
+        .url("/")
+        .split("://")
+        .nth(1)
+        .and_then(|h| h.split('/').next())
+        .unwrap_or_default()
+        .to_string();
+    let events = c
+        .get(&format!("/v2/events?host={host}&path=/nonretryable/0"))
+        .json();
+    let events = events["events"].as_array().cloned().unwrap_or_default();
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| e["url"]
+        .as_str()
+        .is_some_and(|u| u.ends_with("/nonretryable/0"))));
+    assert_eq!(
+        c.get("/v2/events?host=elsewhere.example").json()["events"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+}

@@ -93,7 +93,17 @@ pub(super) fn dlq_page(d: &Delivery, f: &Filter) -> (Vec<String>, Option<String>
             None,
         );
     }
-    let workflow = values(f, "source").is_some_and(|v| v.iter().any(|s| s == "workflow"));
+    // A workflow filter selects workflow entries even without `source=workflow`: otherwise
+    // it would be ignored, and a bulk delete by run id would take every entry.
+    let workflow = values(f, "source").is_some_and(|v| v.iter().any(|s| s == "workflow"))
+        || [
+            "workflowRunId",
+            "workflowUrl",
+            "workflowCreatedAt",
+            "failureFunctionState",
+        ]
+        .iter()
+        .any(|k| values(f, k).is_some());
     let start = f.cursor.clone().unwrap_or_default();
     let mut out = Vec::new();
     let mut more = false;

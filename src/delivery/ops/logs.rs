@@ -28,6 +28,8 @@ pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
             && any_eq(f, "messageId", Some(&l.message_id))
             && any_eq(f, "state", Some(l.state))
             && any_eq(f, "url", Some(&l.url))
+            && any_eq(f, "host", Some(split_url(&l.url).0))
+            && any_eq(f, "path", Some(split_url(&l.url).1))
             && any_eq(f, "topicName", l.topic.as_deref())
             && any_eq(f, "scheduleId", l.schedule_id.as_deref())
             && any_eq(f, "queueName", l.queue.as_deref())

@@ -218,6 +218,15 @@ pub(super) fn runs_cancel(tx: &mut Tx, f: Filter) -> OpReply {
             .filter(|r| r.ended.is_none())
             .filter(|r| f.ids.is_empty() || f.ids.contains(&r.id))
             .filter(|r| {
+                let at = |k: &str| {
+                    values(&f, k)
+                        .and_then(|v| v.first())
+                        .and_then(|v| v.parse::<u64>().ok())
+                };
+                at("fromDate").is_none_or(|from| r.created_ms >= from)
+                    && at("toDate").is_none_or(|to| r.created_ms <= to)
+            })
+            .filter(|r| {
                 values(&f, "workflowUrl").is_none_or(|vs| {
                     let exact = values(&f, "workflowUrlExactMatch")
                         .is_some_and(|v| v.iter().any(|x| x == "true"));
@@ -389,6 +398,7 @@ pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
     let mut runs: Vec<&Run> = d
         .runs
         .values()
+        .filter(|r| f.ids.is_empty() || f.ids.contains(&r.id))
         .filter(|r| any_eq(f, "workflowRunId", Some(&r.id)))
         .filter(|r| any_eq(f, "workflowUrl", Some(&r.url)))
         .filter(|r| any_eq(f, "state", Some(json::run_state(r))))

@@ -152,10 +152,65 @@ pub(super) fn header_list(headers: &HeaderMap) -> Vec<(String, String)> {
 
 /// Ids and filters of a bulk request: repeated or comma-separated query values, or a JSON body
 /// (`{"messageIds": [...]}` / `{"dlqIds": [...]}` from the Python SDK).
+/// The filters a message selection understands (bulk cancel, and the DLQ's beside its own).
+pub(super) const MESSAGE_FILTERS: &[&str] = &[
+    "messageId",
+    "url",
+    "host",
+    "path",
+    "topicName",
+    "queueName",
+    "scheduleId",
+    "callerIp",
+    "flowControlKey",
+    "label",
+    "fromDate",
+    "toDate",
+];
+/// The DLQ's own, beside the message filters.
+pub(super) const DLQ_FILTERS: &[&str] = &["responseStatus", "source"];
+/// The workflow DLQ's own, beside the DLQ's.
+pub(super) const WORKFLOW_DLQ_FILTERS: &[&str] = &[
+    "workflowRunId",
+    "workflowUrl",
+    "workflowCreatedAt",
+    "failureFunctionState",
+];
+/// `GET /v2/logs` and `/v2/events`.
+pub(super) const LOG_FILTERS: &[&str] = &[
+    "messageId",
+    "state",
+    "url",
+    "host",
+    "path",
+    "topicName",
+    "scheduleId",
+    "queueName",
+    "label",
+    "fromDate",
+    "toDate",
+];
+/// `GET /v2/workflows/events` (and `/logs`).
+pub(super) const WORKFLOW_LOG_FILTERS: &[&str] = &[
+    "workflowRunId",
+    "workflowUrl",
+    "state",
+    "workflowCreatedAt",
+    "groupBy",
+];
+/// `DELETE /v2/workflows/runs`.
+pub(super) const RUN_CANCEL_FILTERS: &[&str] =
+    &["workflowUrl", "workflowUrlExactMatch", "fromDate", "toDate"];
+
+/// The selection a list, bulk-delete or bulk-cancel request makes: ids (`ids_key`, in the
+/// query or the JSON body) or filters. A filter name outside `known` (lists of names, one of
+/// which the route understands) is refused, never ignored: a misspelt filter on a bulk
+/// delete must not turn into a delete of everything.
 pub(super) fn filter(
     query: &[(String, String)],
     body: &[u8],
     ids_key: &str,
+    known: &[&[&str]],
 ) -> Result<Filter, String> {
     let mut f = Filter::default();
     for (k, v) in query {
@@ -167,9 +222,19 @@ pub(super) fn filter(
                 )
             }
             "cursor" => f.cursor = Some(v.clone()).filter(|c| !c.is_empty()),
-            "qstash_token" | "order" | "cancel" | "groupBy" => {}
+            "qstash_token" | "order" | "cancel" => {}
             k if k == ids_key => f.ids.extend(v.split(',').map(str::to_string)),
-            "messageIds" => f.ids.extend(v.split(',').map(str::to_string)),
+            "messageIds" if ids_key == "messageIds" => {
+                f.ids.extend(v.split(',').map(str::to_string))
+            }
+            k if !known.iter().any(|names| names.contains(&k)) => {
+                let mut names: Vec<&str> = known.iter().flat_map(|n| n.iter().copied()).collect();
+                names.push(ids_key);
+                return Err(format!(
+                    "unknown filter '{k}': this route filters by {}, count and cursor",
+                    names.join(", ")
+                ));
+            }
             _ => {
                 let vals: Vec<String> = if k == "url" {
                     vec![v.clone()]

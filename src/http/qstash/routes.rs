@@ -4,7 +4,8 @@
 
 use super::parse::{
     batch as batch_items, destination, endpoints, filter, flow_action, header_list, publish_req,
-    queue_upsert, wait_req,
+    queue_upsert, wait_req, DLQ_FILTERS, LOG_FILTERS, MESSAGE_FILTERS, RUN_CANCEL_FILTERS,
+    WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
 };
 use super::Req;
 use crate::delivery::conf::{self, check_url, valid_name, Extra};
@@ -84,7 +85,7 @@ pub(super) fn messages(r: &Req) -> Routed {
             _ => Err(refuse(404, "use /v2/messages/<messageId>")),
         },
         Method::DELETE => match (r.segs.len(), r.name(0)) {
-            (0, _) => filter(&r.query, &r.body, "messageIds")
+            (0, _) => filter(&r.query, &r.body, "messageIds", &[MESSAGE_FILTERS])
                 .map(Op::MessagesCancel)
                 .map_err(|e| refuse(400, e)),
             (1, Some(id)) => Ok(Op::MessageCancel(id)),
@@ -99,7 +100,16 @@ pub(super) fn messages(r: &Req) -> Routed {
 
 /// `/v2/dlq...`: list, get, delete and retry.
 pub(super) fn dlq(r: &Req) -> Routed {
-    let bulk = || filter(&r.query, &r.body, "dlqIds").map_err(|e| refuse(400, e));
+    let bulk = || {
+        // The workflow SDK lists its runs' entries here too (`source=workflow`).
+        filter(
+            &r.query,
+            &r.body,
+            "dlqIds",
+            &[MESSAGE_FILTERS, DLQ_FILTERS, WORKFLOW_DLQ_FILTERS],
+        )
+        .map_err(|e| refuse(400, e))
+    };
     let missing = || refuse(404, "missing dlq id");
     match (&r.method, r.segs.as_slice()) {
         (&Method::GET, []) => bulk().map(Op::DlqList),
@@ -202,7 +212,7 @@ pub(super) fn logs(r: &Req) -> Routed {
     if r.method != Method::GET || !r.tail.is_empty() {
         return not_allowed(r);
     }
-    filter(&r.query, &[], "messageIds")
+    filter(&r.query, &[], "messageIds", &[LOG_FILTERS])
         .map(Op::Logs)
         .map_err(|e| refuse(400, e))
 }
@@ -258,7 +268,7 @@ pub(super) fn waiters(r: &Req) -> Routed {
 pub(super) fn workflows(r: &Req) -> Routed {
     match r.segs.first().copied() {
         Some("events" | "logs") if r.method == Method::GET && r.segs.len() == 1 => {
-            filter(&r.query, &[], "workflowRunIds")
+            filter(&r.query, &[], "workflowRunIds", &[WORKFLOW_LOG_FILTERS])
                 .map(Op::WorkflowLogs)
                 .map_err(|e| refuse(400, e))
         }
@@ -269,9 +279,11 @@ pub(super) fn workflows(r: &Req) -> Routed {
                 cancel: r.query.iter().any(|(k, v)| k == "cancel" && v == "true"),
                 body: r.body.to_vec(),
             }),
-            (&Method::DELETE, 1, _) => filter(&r.query, &r.body, "workflowRunIds")
-                .map(Op::RunsCancel)
-                .map_err(|e| refuse(400, e)),
+            (&Method::DELETE, 1, _) => {
+                filter(&r.query, &r.body, "workflowRunIds", &[RUN_CANCEL_FILTERS])
+                    .map(Op::RunsCancel)
+                    .map_err(|e| refuse(400, e))
+            }
             _ => Err(refuse(404, "use /v2/workflows/runs/<runId>")),
         },
         Some("dlq") => workflow_dlq(r),
@@ -393,7 +405,13 @@ fn workflow_dlq(r: &Req) -> Routed {
                 ids: vec![id.to_string()],
                 ..Filter::default()
             },
-            None => filter(query, body, "dlqIds").map_err(|e| refuse(400, e))?,
+            None => filter(
+                query,
+                body,
+                "dlqIds",
+                &[MESSAGE_FILTERS, DLQ_FILTERS, WORKFLOW_DLQ_FILTERS],
+            )
+            .map_err(|e| refuse(400, e))?,
         };
         f.params.retain(|(k, _)| k != "source");
         f.params.push(("source".into(), vec!["workflow".into()]));
