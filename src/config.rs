@@ -371,6 +371,9 @@ pub struct Config {
     pub dev: bool,
     /// Request logging (`--log-level`, `RUST_LOG` style): None, off.
     pub log_level: Option<String>,
+    /// How often usage counts are logged: `USAGE_LOG_INTERVAL_MS`, except in tests
+    /// (`TIDEPOOL_USAGE_LOG_INTERVAL_MS`), whose record numbers must not move with the clock.
+    pub usage_log_interval_ms: u64,
 }
 
 /// Where `serve --dev` listens (the QStash dev server's address, which the SDKs' dev mode

@@ -213,6 +213,14 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let fsync_text = fsync.unwrap_or_else(|| "always".into());
     let fsync = FsyncMode::parse(&fsync_text)
         .ok_or_else(|| format!("--fsync '{fsync_text}' must be always, everysec or never"))?;
+    let usage_log_interval_ms = match env("TIDEPOOL_USAGE_LOG_INTERVAL_MS") {
+        None => config::USAGE_LOG_INTERVAL_MS,
+        Some(u) => u.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+            format!(
+                "TIDEPOOL_USAGE_LOG_INTERVAL_MS '{u}' must be a positive number of milliseconds"
+            )
+        })?,
+    };
     let unit = env("TIDEPOOL_RETRY_BACKOFF_UNIT_MS");
     let retry_backoff_unit_ms = match unit {
         None => 1000,
@@ -368,6 +376,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         return Err("--admin-token must not be empty".into());
     }
     Ok(Config {
+        usage_log_interval_ms,
         metrics_open,
         dev,
         log_level,

@@ -257,6 +257,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 commands_left: None,
             },
             commands_per_day: cfg.requests_per_day,
+            usage_log_interval_ms: cfg.usage_log_interval_ms,
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {

@@ -175,6 +175,8 @@ pub struct Executor {
     commands_timed_at: usize,
     usage_day: u32,
     usage_logged_ms: u64,
+    /// How often the usage is logged (`USAGE_LOG_INTERVAL_MS`; tests lengthen it).
+    usage_log_interval_ms: u64,
     /// Commands per database and name since the server started (`GET /metrics`), added to
     /// when the usage is logged.
     command_totals: BTreeMap<DbId, BTreeMap<String, u64>>,
@@ -201,6 +203,8 @@ pub struct Setup {
     pub limits: pipeline::Limits,
     /// Commands a database may run per day (`--max-requests-per-day`); None: no limit.
     pub commands_per_day: Option<u64>,
+    /// How often the usage counts are logged (`USAGE_LOG_INTERVAL_MS`).
+    pub usage_log_interval_ms: u64,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -366,6 +370,7 @@ pub fn start(
         commands_timed_at: 0,
         usage_day: day_of(now),
         usage_logged_ms: now,
+        usage_log_interval_ms: setup.usage_log_interval_ms,
         command_totals: BTreeMap::new(),
     };
     // One task owns the state. It runs on the HTTP runtime so that handing it a job and getting
@@ -991,7 +996,7 @@ impl Executor {
         if !gone.is_empty() {
             self.catalog_change(now, gone);
         }
-        if now.saturating_sub(self.usage_logged_ms) >= config::USAGE_LOG_INTERVAL_MS {
+        if now.saturating_sub(self.usage_logged_ms) >= self.usage_log_interval_ms {
             self.log_usage(now);
         }
     }

@@ -10,7 +10,8 @@ const ADMIN: &str = "test-admin-token";
 fn start(data: &std::path::Path, extra: &[&str]) -> Server {
     let mut flags = vec!["--admin-token", ADMIN];
     flags.extend_from_slice(extra);
-    Server::start(data, &flags)
+    Server::try_start_env(data, &flags, &[("TIDEPOOL_USAGE_LOG_INTERVAL_MS", "1000")])
+        .unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
 }
 
 fn admin(server: &Server) -> Http {

@@ -131,6 +131,10 @@ impl Server {
             ])
             .arg(data)
             .args(extra)
+            // Usage counts are logged once an hour here, not once a second, so a test's
+            // record numbers never depend on how long it ran; a test that needs them sooner
+            // sets the variable itself.
+            .env("TIDEPOOL_USAGE_LOG_INTERVAL_MS", "3600000")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -177,15 +181,28 @@ impl Server {
     }
 
     /// SIGTERM and wait; returns the exit status code.
+    /// (None: it ended by a signal, or did not stop within 20 s; which, and its stderr, are
+    /// printed for the failing test's output.)
     pub fn terminate(mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
         unsafe_free_kill(self.child.id(), "TERM");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(st)) = self.child.try_wait() {
+                if let Some(sig) = st.signal() {
+                    eprintln!(
+                        "tidepool ended by signal {sig}; its stderr:\n{}",
+                        self.stderr()
+                    );
+                }
                 return st.code();
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
+                eprintln!(
+                    "tidepool did not stop within 20 s of SIGTERM; its stderr:\n{}",
+                    self.stderr()
+                );
                 return None;
             }
             std::thread::sleep(Duration::from_millis(20));
