@@ -17,10 +17,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut words = Vec::new();
     let mut i = 0;
     while i < args.len() {
-        let (flag, inline) = match args[i].split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (args[i].clone(), None),
-        };
+        let (flag, inline) = config::split_flag(&args[i]);
         let slot = match flag.as_str() {
             "--url" => &mut url,
             "--admin-token" => &mut token,
@@ -36,17 +33,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 continue;
             }
         };
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                i += 1;
-                args.get(i)
-                    .cloned()
-                    .ok_or_else(|| format!("flag {flag} needs a value"))?
-            }
-        };
-        *slot = Some(value);
-        i += 1;
+        *slot = Some(config::flag_value(args, &mut i, &flag, inline)?);
     }
     let url = url
         .unwrap_or_else(|| format!("http://{}", config::LISTEN_DEFAULT))

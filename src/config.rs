@@ -326,6 +326,36 @@ impl FsyncMode {
     }
 }
 
+/// A command-line word as a flag: `--flag=value` gives the flag and its inline value, anything
+/// else the word itself and none.
+pub fn split_flag(word: &str) -> (String, Option<String>) {
+    match word.split_once('=') {
+        Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+        _ => (word.to_string(), None),
+    }
+}
+
+/// The value of the flag at `args[*i]`: its inline value, or the next word. Leaves `*i` at
+/// the word after the flag and its value.
+pub fn flag_value(
+    args: &[String],
+    i: &mut usize,
+    flag: &str,
+    inline: Option<String>,
+) -> Result<String, String> {
+    let value = match inline {
+        Some(v) => v,
+        None => {
+            *i += 1;
+            args.get(*i)
+                .cloned()
+                .ok_or_else(|| format!("flag {flag} needs a value"))?
+        }
+    };
+    *i += 1;
+    Ok(value)
+}
+
 /// The server's configuration after flags, environment and defaults are resolved.
 #[derive(Debug, Clone)]
 pub struct Config {

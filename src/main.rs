@@ -120,10 +120,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut log_level = env("TIDEPOOL_LOG_LEVEL").or_else(|| env("RUST_LOG"));
     let mut i = 0;
     while i < args.len() {
-        let (flag, inline) = match args[i].split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (args[i].clone(), None),
-        };
+        let (flag, inline) = config::split_flag(&args[i]);
         match flag.as_str() {
             "--metrics-open" if inline.is_none() => {
                 metrics_open = true;
@@ -171,17 +168,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             }
             other => return Err(format!("unknown flag '{other}'\n{USAGE}")),
         };
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                i += 1;
-                args.get(i)
-                    .cloned()
-                    .ok_or_else(|| format!("flag {flag} needs a value"))?
-            }
-        };
-        *slot = Some(value);
-        i += 1;
+        *slot = Some(config::flag_value(args, &mut i, &flag, inline)?);
     }
     let listen_default = if dev {
         config::DEV_LISTEN
