@@ -408,6 +408,13 @@ fn url_groups_fan_out_and_queues_keep_order() {
         200
     );
     assert_eq!(c.get("/v2/topics/grp").status, 404);
+    // Deleting a group that does not exist succeeds, as on the hosted service (the SDKs
+    // delete before they create): twice, and it stays absent (issue 18).
+    for _ in 0..2 {
+        let r = c.request("DELETE", "/v2/topics/grp", &[], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(c.get("/v2/topics/grp").status, 404);
 
     // A queue with parallelism 1 delivers in order, one at a time.
     let mut ids = Vec::new();
