@@ -14,19 +14,21 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 /// Buckets of a latency in seconds: 10 µs to about 20 s.
-fn seconds_buckets() -> impl Iterator<Item = f64> {
-    exponential_buckets(0.000_01, 2.0, 22)
-}
+/// The first latency bucket's upper bound; each next one doubles it.
+const FIRST_BOUND_NS: u64 = 10_000;
+/// Latency buckets below +Inf: 10 µs up to about 21 s.
+const SECONDS_BUCKETS: usize = 22;
 
-/// Buckets of [`LocalSeconds`]: upper bounds of 10 µs times 2^i, then +Inf.
-const LOCAL_BUCKETS: usize = 22;
+fn seconds_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(FIRST_BOUND_NS as f64 / 1e9, 2.0, SECONDS_BUCKETS as u16)
+}
 
 /// A latency histogram kept by one thread (the executor) without locks or atomics, in the
 /// buckets of [`Seconds`]: one observation is an index computed from the nanoseconds and two
 /// adds, cheap enough for every command of a pipeline.
 #[derive(Debug, Clone)]
 pub struct LocalSeconds {
-    counts: [u64; LOCAL_BUCKETS + 1],
+    counts: [u64; SECONDS_BUCKETS + 1],
     sum_ns: u64,
     count: u64,
 }
@@ -34,7 +36,7 @@ pub struct LocalSeconds {
 impl Default for LocalSeconds {
     fn default() -> LocalSeconds {
         LocalSeconds {
-            counts: [0; LOCAL_BUCKETS + 1],
+            counts: [0; SECONDS_BUCKETS + 1],
             sum_ns: 0,
             count: 0,
         }
@@ -45,9 +47,9 @@ impl LocalSeconds {
     pub fn observe(&mut self, d: std::time::Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         // The smallest i with ns <= 10 µs * 2^i.
-        let q = ns.saturating_sub(1) / 10_000;
+        let q = ns.saturating_sub(1) / FIRST_BOUND_NS;
         let i = (64 - q.leading_zeros()) as usize;
-        if let Some(c) = self.counts.get_mut(i.min(LOCAL_BUCKETS)) {
+        if let Some(c) = self.counts.get_mut(i.min(SECONDS_BUCKETS)) {
             *c += 1;
         }
         self.sum_ns = self.sum_ns.saturating_add(ns);
@@ -64,10 +66,10 @@ impl LocalSeconds {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                let bound = if i == LOCAL_BUCKETS {
+                let bound = if i == SECONDS_BUCKETS {
                     f64::MAX
                 } else {
-                    0.000_01 * f64::from(1u32 << i)
+                    (FIRST_BOUND_NS << i) as f64 / 1e9
                 };
                 (bound, *c)
             })
@@ -398,7 +400,7 @@ mod tests {
         assert_eq!(b[0], (0.000_01, 2));
         assert_eq!(b[1], (0.000_02, 2));
         assert_eq!(b[2], (0.000_04, 2));
-        assert_eq!(b[LOCAL_BUCKETS], (f64::MAX, 1));
+        assert_eq!(b[SECONDS_BUCKETS], (f64::MAX, 1));
         assert_eq!(h.count(), 7);
     }
 }

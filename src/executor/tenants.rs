@@ -167,15 +167,20 @@ mod tests {
     use super::*;
     use crate::state::databases::DbEvent;
 
-    #[test]
-    fn a_reset_changes_every_token_of_that_database_only() {
-        let src = TokenSource::new(
+    /// A token source whose default database has the tokens "s" and "r".
+    fn source() -> TokenSource {
+        TokenSource::new(
             b"secret".to_vec(),
             DbTokens {
                 standard: "s".into(),
                 read_only: "r".into(),
             },
-        );
+        )
+    }
+
+    #[test]
+    fn a_reset_changes_every_token_of_that_database_only() {
+        let src = source();
         let mut dbs = Databases::default();
         for id in 1..=2 {
             dbs.apply(
@@ -205,13 +210,7 @@ mod tests {
 
     #[test]
     fn changing_one_database_leaves_the_table_as_a_rebuild_would() {
-        let src = TokenSource::new(
-            b"secret".to_vec(),
-            DbTokens {
-                standard: "s".into(),
-                read_only: "r".into(),
-            },
-        );
+        let src = source();
         let mut dbs = Databases::default();
         let mut table = TokenTable::build(&src, &dbs);
         let events = [
