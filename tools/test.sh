@@ -27,8 +27,13 @@ echo "== installing the Node SDKs for the workflow test (tests/node/package-lock
 echo "== cargo test (unit, golden bytes, HTTP, CLI, crash, differential vs redis-server)"
 cargo test --locked --all-targets --features fault-injection
 
+# The SDK tests run the server binary that cargo test just built (target/debug/tidepool). It has
+# the fault-injection feature, whose points do nothing unless a TIDEPOOL_FAULT_* variable is set;
+# these tests set none. A second `cargo build` without the feature would compile the crate and
+# part of its dependencies once more, for minutes and gigabytes, to test the same code.
+test -x target/debug/tidepool
+
 echo "== the official Python SDKs (upstash-redis, qstash) against tidepool"
-cargo build --locked --bin tidepool
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
 
 echo "== the official @upstash/workflow SDK running a workflow end to end against tidepool"
