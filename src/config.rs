@@ -181,6 +181,11 @@ pub const HTTP_CONNECTIONS_MAX: usize = 10_000;
 /// Descriptors kept free of client connections (log segments, outbound deliveries, accepts).
 pub const HTTP_DESCRIPTORS_RESERVED: usize = 64;
 
+/// A SCAN, HSCAN, SSCAN or ZSCAN from cursor 0 over at most this many entries answers all of
+/// them at once with cursor 0, as Redis does for collections in its compact encodings (whose
+/// default bound is 128 entries) and the hosted service does for a small keyspace.
+pub const SCAN_WHOLE_ENTRIES_MAX: usize = 128;
+
 /// The largest reply one request may build, all of its commands' replies together; a reply
 /// that would pass it is an error instead (and a read whose named string values alone pass
 /// it is refused before it runs). It bounds what a small request can make the server

@@ -44,3 +44,6 @@ TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/ratelimit.mjs
 
 echo "== the official @upstash/redis JSON commands (redis.json.*) against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/json.mjs
+
+echo "== the official @upstash/redis where the hosted service answers differently from Redis"
+TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/hosted.mjs

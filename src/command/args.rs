@@ -63,23 +63,36 @@ pub fn parse_cursor(b: &[u8]) -> Option<u64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
-/// Options shared by SCAN, HSCAN (and later SSCAN, ZSCAN): MATCH, COUNT, TYPE.
+/// Which of the scan commands an option list belongs to: each takes its own options.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Scanning {
+    /// SCAN: TYPE, and the hosted service's WITHTYPE (each key followed by its type).
+    Keys,
+    /// HSCAN: NOVALUES (Redis 7.4).
+    Hash,
+    /// SSCAN and ZSCAN: MATCH and COUNT only.
+    Members,
+}
+
+/// Options of SCAN, HSCAN, SSCAN and ZSCAN: MATCH, COUNT, and each one's own.
 pub struct ScanOpts {
     pub cursor: u64,
     pub pattern: Option<Vec<u8>>,
     pub count: usize,
     pub type_name: Option<Vec<u8>>,
+    pub with_type: bool,
     pub novalues: bool,
 }
 
-/// Parses `cursor [MATCH p] [COUNT n] [TYPE t]` starting at `args[at]` (the cursor).
-pub fn scan_opts(args: &[Vec<u8>], at: usize, allow_type: bool) -> Result<ScanOpts, Reply> {
+/// Parses `cursor [MATCH p] [COUNT n] [...]` starting at `args[at]` (the cursor).
+pub fn scan_opts(args: &[Vec<u8>], at: usize, what: Scanning) -> Result<ScanOpts, Reply> {
     let cursor = parse_cursor(&args[at]).ok_or_else(|| Reply::err(errors::INVALID_CURSOR))?;
     let mut o = ScanOpts {
         cursor,
         pattern: None,
         count: 10,
         type_name: None,
+        with_type: false,
         novalues: false,
     };
     let mut i = at + 1;
@@ -95,10 +108,13 @@ pub fn scan_opts(args: &[Vec<u8>], at: usize, allow_type: bool) -> Result<ScanOp
         } else if is(&args[i], "match") && more >= 1 {
             o.pattern = Some(args[i + 1].clone());
             i += 2;
-        } else if allow_type && is(&args[i], "type") && more >= 1 {
+        } else if what == Scanning::Keys && is(&args[i], "type") && more >= 1 {
             o.type_name = Some(args[i + 1].clone());
             i += 2;
-        } else if !allow_type && is(&args[i], "novalues") {
+        } else if what == Scanning::Keys && is(&args[i], "withtype") {
+            o.with_type = true;
+            i += 1;
+        } else if what == Scanning::Hash && is(&args[i], "novalues") {
             o.novalues = true;
             i += 1;
         } else {
@@ -109,6 +125,18 @@ pub fn scan_opts(args: &[Vec<u8>], at: usize, allow_type: bool) -> Result<ScanOp
 }
 
 impl ScanOpts {
+    /// How many elements this call visits in a collection of `len`. Redis answers a scan of a
+    /// small collection (one in its compact encoding) whole, in one call, with cursor 0, and the
+    /// hosted service answers a scan of a small keyspace the same way; SDK tests rely on it.
+    /// COUNT is a hint, so this never breaks a caller that loops.
+    pub fn budget(&self, len: usize) -> usize {
+        if self.cursor == 0 && len <= crate::config::SCAN_WHOLE_ENTRIES_MAX {
+            usize::MAX
+        } else {
+            self.count
+        }
+    }
+
     pub fn matches(&self, item: &[u8]) -> bool {
         match &self.pattern {
             None => true,

@@ -1,7 +1,7 @@
 //! Hash commands.
 
 use super::args::tri;
-use super::args::{int_arg, is, scan_opts};
+use super::args::{int_arg, is, scan_opts, Scanning};
 use super::longdouble;
 use super::typed;
 use super::Ctx;
@@ -290,11 +290,11 @@ pub fn hscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if h.is_none() {
         return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
     }
-    let o = tri!(scan_opts(a, 2, false));
+    let o = tri!(scan_opts(a, 2, Scanning::Hash));
     let mut out = Vec::new();
     let next = match h {
         None => 0,
-        Some(h) => h.scan(o.cursor, o.count, |f, v| {
+        Some(h) => h.scan(o.cursor, o.budget(h.len()), |f, v| {
             if o.matches(f) {
                 out.push(Reply::bulk(f));
                 if !o.novalues {

@@ -2,7 +2,7 @@
 //! RANDOMKEY, TOUCH, TYPE, OBJECT.
 
 use super::args::tri;
-use super::args::{int_arg, is, scan_opts};
+use super::args::{int_arg, is, scan_opts, Scanning};
 use super::Ctx;
 use crate::glob::glob_match;
 use crate::num::parse_i64;
@@ -201,8 +201,10 @@ pub fn copy(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         j += 1;
     }
     let (src, dst) = (&a[1], &a[2]);
+    // Redis fails with "ERR source and destination objects are the same"; the hosted service
+    // answers 0 (not copied), and the SDKs' tests expect that.
     if src == dst {
-        return Reply::err("ERR source and destination objects are the same");
+        return Reply::Int(0);
     }
     let now = ctx.now_ms;
     let Some(e) = ctx.db.get(src, now).cloned() else {
@@ -332,10 +334,11 @@ pub fn keys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn scan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let o = tri!(scan_opts(a, 1, true));
+    let o = tri!(scan_opts(a, 1, Scanning::Keys));
     let now = ctx.now_ms;
     let mut out = Vec::new();
-    let next = ctx.db.raw().scan(o.cursor, o.count, |k, e| {
+    let keys = ctx.db.raw();
+    let next = keys.scan(o.cursor, o.budget(keys.len()), |k, e| {
         if Db::is_expired(e, now) || !o.matches(k) {
             return;
         }
@@ -345,6 +348,9 @@ pub fn scan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             }
         }
         out.push(Reply::bulk(k));
+        if o.with_type {
+            out.push(Reply::bulk(e.value.type_name()));
+        }
     });
     Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)])
 }

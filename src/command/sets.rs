@@ -1,7 +1,7 @@
 //! Set commands. SPOP logs the members it removed (SREM), never the random request.
 
-use super::args::scan_opts;
 use super::args::tri;
+use super::args::{scan_opts, Scanning};
 use super::lists::{positive, ranged};
 use super::typed;
 use super::Ctx;
@@ -306,9 +306,9 @@ pub fn sscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let Some(s) = tri!(typed::read::<Set>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
     };
-    let o = tri!(scan_opts(a, 2, false));
+    let o = tri!(scan_opts(a, 2, Scanning::Members));
     let mut out = Vec::new();
-    let next = s.scan(o.cursor, o.count, |m, _| {
+    let next = s.scan(o.cursor, o.budget(s.len()), |m, _| {
         if o.matches(m) {
             out.push(Reply::bulk(m));
         }

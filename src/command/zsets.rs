@@ -2,7 +2,7 @@
 //! order, option parsing, error texts, and `%.17g` scores.
 
 use super::args::tri;
-use super::args::{int_arg, is, scan_opts};
+use super::args::{int_arg, is, scan_opts, Scanning};
 use super::lists::{positive, ranged};
 use super::typed;
 use super::Ctx;
@@ -253,6 +253,8 @@ pub fn zrange(
     mut dir: Direction,
 ) -> Reply {
     let key = &a[start_at];
+    // ZREVRANGE: a range by rank by name, where LIMIT stays refused.
+    let rank_by_name = rt == RangeType::Rank;
     let (mut minidx, mut maxidx) = (start_at + 1, start_at + 2);
     let (mut withscores, mut offset, mut limit) = (false, 0i64, -1i64);
     let mut j = start_at + 3;
@@ -281,7 +283,9 @@ pub fn zrange(
     if rt == RangeType::Auto {
         rt = RangeType::Rank;
     }
-    if limit != -1 && rt == RangeType::Rank {
+    // Redis refuses LIMIT on a range by rank; the hosted service accepts it in ZRANGE and
+    // ZRANGESTORE and pages the ranked range as it pages the others, so tidepool does too.
+    if limit != -1 && rank_by_name {
         return Reply::err(
             "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         );
@@ -322,14 +326,21 @@ pub fn zrange(
             },
         ));
         match spec {
-            Spec::Rank(start, end) => match super::lists::range(z.len(), start, end) {
-                None => Vec::new(),
+            Spec::Rank(start, end) => match (super::lists::range(z.len(), start, end), window) {
+                (None, _) | (_, None) => Vec::new(),
                 // Ranks from the top are positions from the end.
-                Some((s, e)) if rev => {
+                (Some((s, e)), Some((skip, take))) if rev => {
                     let n = z.len();
-                    z.by_rank(n - 1 - e, n - s).rev().map(own).collect()
+                    z.by_rank(n - 1 - e, n - s)
+                        .rev()
+                        .skip(skip)
+                        .take(take)
+                        .map(own)
+                        .collect()
                 }
-                Some((s, e)) => z.by_rank(s, e + 1).map(own).collect(),
+                (Some((s, e)), Some((skip, take))) => {
+                    z.by_rank(s, e + 1).skip(skip).take(take).map(own).collect()
+                }
             },
             Spec::Score(r) => match window {
                 None => Vec::new(),
@@ -575,14 +586,12 @@ pub fn zscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let Some(z) = tri!(typed::read::<ZSet>(ctx.db, &a[1], ctx.now_ms)) else {
         return Reply::Array(vec![Reply::bulk(&b"0"[..]), Reply::Array(vec![])]);
     };
-    let o = tri!(scan_opts(a, 2, false));
+    let o = tri!(scan_opts(a, 2, Scanning::Members));
     let mut out = Vec::new();
-    let next = z.scores().scan(o.cursor, o.count, |m, s| {
+    let next = z.scores().scan(o.cursor, o.budget(z.len()), |m, s| {
         if o.matches(m) {
             out.push(Reply::bulk(m));
-            if !o.novalues {
-                out.push(score_reply(*s));
-            }
+            out.push(score_reply(*s));
         }
     });
     Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)])

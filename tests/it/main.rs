@@ -20,6 +20,7 @@ mod dump;
 mod fault;
 mod hardening;
 mod hash_ttl;
+mod hosted;
 mod http;
 mod json;
 mod log_format_golden;

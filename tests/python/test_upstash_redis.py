@@ -161,6 +161,20 @@ def test_keyspace(redis):
     assert redis.delete("a2", "b1", "nope") == 2
 
 
+def test_where_the_hosted_service_differs_from_redis(redis):
+    """Issue 18: answers the SDK's own test suite holds the hosted service to."""
+    # A small keyspace is scanned whole in one call (the SDK suite's `scan(0, match="hash")`).
+    redis.mset({f"k{i}": "v" for i in range(30)})
+    redis.hset("hash", "f", "v")
+    assert tuple(redis.scan(0, match="hash")) == (0, ["hash"])
+    assert tuple(redis.scan(0, type="hash")) == (0, ["hash"])
+    # COPY onto itself is "not copied", not an error.
+    assert redis.copy("hash", "hash") is False
+    # ZRANGE by rank pages with offset and count.
+    redis.zadd("z", {"a": 1, "b": 2, "c": 3})
+    assert redis.zrange("z", 0, -1, offset=1, count=1) == ["b"]
+
+
 def test_pipeline_and_transaction(redis):
     p = redis.pipeline()
     p.set("p", "1")
