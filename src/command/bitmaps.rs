@@ -204,6 +204,11 @@ pub fn bitpos(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// BITOP: AND, OR, XOR and NOT, and Redis 8.2's DIFF (bits of the first source in none of the
+/// others), DIFF1 (bits of the others not in the first), ANDOR (bits of the first in one of the
+/// others at least) and ONE (bits in exactly one source). Sources shorter than the longest read
+/// as zeros past their end; the result is as long as the longest, and an empty one deletes
+/// the destination (bitops.c).
 pub fn bitop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     #[derive(PartialEq)]
     enum Op {
@@ -211,20 +216,30 @@ pub fn bitop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         Or,
         Xor,
         Not,
+        Diff,
+        Diff1,
+        AndOr,
+        One,
     }
-    let op = if is(&a[1], "and") {
-        Op::And
-    } else if is(&a[1], "or") {
-        Op::Or
-    } else if is(&a[1], "xor") {
-        Op::Xor
-    } else if is(&a[1], "not") {
-        Op::Not
-    } else {
-        return Reply::err(errors::SYNTAX);
+    let op = match a[1].to_ascii_lowercase().as_slice() {
+        b"and" => Op::And,
+        b"or" => Op::Or,
+        b"xor" => Op::Xor,
+        b"not" => Op::Not,
+        b"diff" => Op::Diff,
+        b"diff1" => Op::Diff1,
+        b"andor" => Op::AndOr,
+        b"one" => Op::One,
+        _ => return Reply::err(errors::SYNTAX),
     };
     if op == Op::Not && a.len() != 4 {
         return Reply::err("ERR BITOP NOT must be called with a single source key.");
+    }
+    if matches!(op, Op::Diff | Op::Diff1 | Op::AndOr) && a.len() < 5 {
+        return Reply::err(format!(
+            "ERR BITOP {} must be called with at least two source keys.",
+            String::from_utf8_lossy(&a[1]).to_uppercase()
+        ));
     }
     let now = ctx.now_ms;
     let mut srcs: Vec<Vec<u8>> = Vec::with_capacity(a.len() - 3);
@@ -237,13 +252,30 @@ pub fn bitop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     let maxlen = srcs.iter().map(Vec::len).max().unwrap_or(0);
     let mut out = vec![0u8; maxlen];
+    let (first, rest) = srcs
+        .split_first()
+        .map_or((&[][..], &[][..]), |(f, r)| (&f[..], r));
     for (i, o) in out.iter_mut().enumerate() {
-        let byte = |s: &Vec<u8>| s.get(i).copied().unwrap_or(0);
+        let byte = |s: &[u8]| s.get(i).copied().unwrap_or(0);
+        // The others' disjunction, for DIFF, DIFF1 and ANDOR.
+        let others = || rest.iter().fold(0u8, |acc, s| acc | byte(s));
         *o = match op {
-            Op::Not => !byte(&srcs[0]),
+            Op::Not => !byte(first),
             Op::And => srcs.iter().fold(0xff, |acc, s| acc & byte(s)),
             Op::Or => srcs.iter().fold(0, |acc, s| acc | byte(s)),
             Op::Xor => srcs.iter().fold(0, |acc, s| acc ^ byte(s)),
+            Op::Diff => byte(first) & !others(),
+            Op::Diff1 => !byte(first) & others(),
+            Op::AndOr => byte(first) & others(),
+            Op::One => {
+                // Bits seen once so far, and bits seen more than once.
+                let (mut once, mut more) = (0u8, 0u8);
+                for s in &srcs {
+                    more |= once & byte(s);
+                    once ^= byte(s);
+                }
+                once & !more
+            }
         };
     }
     ctx.store_or_delete(&a[2], (maxlen > 0).then_some(Value::Str(out)));

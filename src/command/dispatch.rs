@@ -232,6 +232,7 @@ pub(super) fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Re
         "command|docs" => introspect::command_docs(ctx, args),
         "command|list" => introspect::command_list(ctx, args),
         "command|getkeys" => introspect::command_getkeys(ctx, args),
+        "command|getkeysandflags" => introspect::command_getkeysandflags(ctx, args),
         "memory|usage" => introspect::memory_usage(ctx, args),
         // streams
         "xadd" => streams::xadd(ctx, args),
@@ -253,6 +254,8 @@ pub(super) fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Re
         "xreadgroup" => stream_groups::xreadgroup(ctx, args),
         "xack" => stream_groups::xack(ctx, args),
         "xackdel" => stream_groups::xackdel(ctx, args),
+        "delex" => strings::delex(ctx, args),
+        "digest" => strings::digest(ctx, args),
         "xdelex" => stream_groups::xdelex(ctx, args),
         // JSON documents
         "json.set" => json::set(ctx, args),

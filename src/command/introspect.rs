@@ -179,6 +179,43 @@ pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::bulks(keys.into_iter().map(|k| k.to_vec()))
 }
 
+/// `COMMAND GETKEYSANDFLAGS command arg ...`: each key argument with its key flags.
+pub fn command_getkeysandflags(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let args = &a[2..];
+    let info = match table::global().lookup(args) {
+        table::Lookup::Found(i) => i,
+        _ => return Reply::err("ERR Invalid command specified"),
+    };
+    if !super::pipeline::arity_ok(info, args.len()) {
+        return Reply::err("ERR Invalid number of arguments specified for command");
+    }
+    let movable = info.flags.iter().any(|f| f == "movablekeys")
+        && !matches!(info.name.as_str(), "sort" | "sort_ro");
+    let found = match info.keys_and_flags(args) {
+        Some(found) if !movable || info.key_specs.is_some() => found,
+        _ => {
+            return Reply::Error(format!(
+                "ERR COMMAND GETKEYSANDFLAGS for '{}' is not implemented by tidepool: its table holds no key flags for it",
+                info.name
+            ))
+        }
+    };
+    if found.is_empty() {
+        return Reply::err("ERR The command has no key arguments");
+    }
+    Reply::Array(
+        found
+            .into_iter()
+            .map(|(key, flags)| {
+                Reply::Array(vec![
+                    Reply::bulk(key),
+                    Reply::Array(flags.into_iter().map(|f| Reply::Status(f.into())).collect()),
+                ])
+            })
+            .collect(),
+    )
+}
+
 /// `MEMORY USAGE key [SAMPLES count]`: tidepool's estimate of the bytes it holds for the key
 /// (its name, value and bookkeeping), nil when there is no key. It counts tidepool's own
 /// structures, so it is not Redis's figure for the same data.

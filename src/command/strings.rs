@@ -36,30 +36,100 @@ enum Ttl {
     At(i64),
 }
 
+/// SET's condition: NX, XX, or one of Redis 8.4's compare-and-set conditions.
+#[derive(Clone, PartialEq, Eq, Debug)]
+enum Cond {
+    Always,
+    Nx,
+    Xx,
+    /// Only if the key holds this value (not created when absent).
+    IfEq(Vec<u8>),
+    /// Only if the key does not hold this value (created when absent).
+    IfNe(Vec<u8>),
+    /// Only if the value's digest is this one (not created when absent).
+    IfDeq(u64),
+    /// Only if the value's digest is not this one (created when absent).
+    IfDne(u64),
+}
+
+/// A digest argument of IFDEQ or IFDNE: exactly 16 hexadecimal digits, in either case.
+pub fn digest_arg(b: &[u8]) -> Result<u64, Reply> {
+    let bad = || Reply::err("ERR The digest must be exactly 16 hexadecimal characters");
+    if b.len() != 16 || !b.iter().all(u8::is_ascii_hexdigit) {
+        return Err(bad());
+    }
+    let text = std::str::from_utf8(b).map_err(|_| bad())?;
+    u64::from_str_radix(text, 16).map_err(|_| bad())
+}
+
+/// The digest DIGEST answers and IFDEQ/IFDNE compare: XXH3's 64-bit hash of the value.
+pub fn digest_of(v: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(v)
+}
+
+/// Whether a condition holds for the string the key holds (None: absent). A condition other
+/// than NX and XX needs a string: another type is WRONGTYPE.
+fn cond_holds(cond: &Cond, current: Option<&Value>) -> Result<bool, Reply> {
+    let s = match (cond, current) {
+        (Cond::Always, _) => return Ok(true),
+        (Cond::Nx, c) => return Ok(c.is_none()),
+        (Cond::Xx, c) => return Ok(c.is_some()),
+        (_, None) => None,
+        (_, Some(Value::Str(s))) => Some(s.as_slice()),
+        (_, Some(_)) => return Err(Reply::err(errors::WRONGTYPE)),
+    };
+    Ok(match cond {
+        Cond::IfEq(v) => s == Some(v.as_slice()),
+        Cond::IfNe(v) => s != Some(v.as_slice()),
+        Cond::IfDeq(d) => s.is_some_and(|s| digest_of(s) == *d),
+        Cond::IfDne(d) => s.is_none_or(|s| digest_of(s) != *d),
+        Cond::Always | Cond::Nx | Cond::Xx => true,
+    })
+}
+
 /// Parses SET's and GETEX's option lists (Redis's `parseExtendedStringArgumentsOrReply`).
-/// Returns (nx, xx, get, ttl).
+/// Returns (condition, get, ttl). The conditions exclude each other.
 fn parse_set_opts(
     a: &[Vec<u8>],
     from: usize,
     is_set: bool,
-) -> Result<(bool, bool, bool, TtlSpec), Reply> {
-    let (mut nx, mut xx, mut get, mut keep, mut persist) = (false, false, false, false, false);
+) -> Result<(Cond, bool, TtlSpec), Reply> {
+    let (mut cond, mut get, mut keep, mut persist) = (Cond::Always, false, false, false);
     let mut expire: Option<(&[u8], i64, bool)> = None; // (value, unit ms, relative)
     let mut j = from;
     while j < a.len() {
         let opt = a[j].as_slice();
         let next = a.get(j + 1);
         let has_exp = expire.is_some();
-        if is_set && is(opt, "nx") && !xx {
-            nx = true;
-        } else if is_set && is(opt, "xx") && !nx {
-            xx = true;
+        // NX again after NX (or XX after XX) is allowed, as in Redis; any other pair is not.
+        let free = |c: &Cond| cond == Cond::Always || cond == *c;
+        if is_set && is(opt, "nx") && free(&Cond::Nx) {
+            cond = Cond::Nx;
+        } else if is_set && is(opt, "xx") && free(&Cond::Xx) {
+            cond = Cond::Xx;
         } else if is_set && is(opt, "get") {
             get = true;
         } else if is_set && is(opt, "keepttl") && !persist && !has_exp {
             keep = true;
         } else if !is_set && is(opt, "persist") && !keep && !has_exp {
             persist = true;
+        } else if let (Some(n), true, true) = (
+            next,
+            is_set && cond == Cond::Always,
+            ["ifeq", "ifne", "ifdeq", "ifdne"]
+                .iter()
+                .any(|w| is(opt, w)),
+        ) {
+            cond = if is(opt, "ifeq") {
+                Cond::IfEq(n.clone())
+            } else if is(opt, "ifne") {
+                Cond::IfNe(n.clone())
+            } else if is(opt, "ifdeq") {
+                Cond::IfDeq(digest_arg(n)?)
+            } else {
+                Cond::IfDne(digest_arg(n)?)
+            };
+            j += 1;
         } else if let (Some(n), true) = (next, !keep && !persist) {
             let kind = if is(opt, "ex") {
                 Some((1000, true))
@@ -92,7 +162,7 @@ fn parse_set_opts(
         None => TtlSpec::None,
         Some((v, unit, rel)) => TtlSpec::Expire(v.to_vec(), unit, rel),
     };
-    Ok((nx, xx, get, ttl))
+    Ok((cond, get, ttl))
 }
 
 /// An expiry option as given, not yet validated (SET validates it before looking at the key,
@@ -142,7 +212,7 @@ fn to_expire(t: i64) -> Option<u64> {
 }
 
 pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let (nx, xx, get, spec) = tri!(parse_set_opts(a, 3, true));
+    let (cond, get, spec) = tri!(parse_set_opts(a, 3, true));
     let ttl = tri!(resolve_ttl(ctx, spec, &a[0]));
     let key = &a[1];
     let old = if get {
@@ -150,15 +220,14 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     } else {
         None
     };
-    // Only NX, XX and KEEPTTL look at the key first; a plain SET replaces whatever is there
-    // (saves two lookups of the key, the most common write's).
-    let existing = if nx || xx || ttl == Ttl::Keep {
+    // Only a condition and KEEPTTL look at the key first; a plain SET replaces whatever is
+    // there (saves two lookups of the key, the most common write's).
+    let existing = if cond != Cond::Always || ttl == Ttl::Keep {
         ctx.db.get_mut(key, ctx.now_ms)
     } else {
         None
     };
-    let found = existing.is_some();
-    if (nx && found) || (xx && !found) {
+    if !tri!(cond_holds(&cond, existing.as_ref().map(|e| &e.value))) {
         return if get {
             Reply::opt_bulk(old.as_deref())
         } else {
@@ -243,8 +312,38 @@ pub fn getdel(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::opt_bulk(old.as_deref())
 }
 
+/// DELEX key [IFEQ v | IFNE v | IFDEQ d | IFDNE d] (Redis 8.4): DEL of one key, or, with a
+/// condition, of a string key whose value (or its digest) passes it. 1 when deleted.
+pub fn delex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let cond = match a.len() {
+        2 => Cond::Always,
+        4 if is(&a[2], "ifeq") => Cond::IfEq(a[3].clone()),
+        4 if is(&a[2], "ifne") => Cond::IfNe(a[3].clone()),
+        4 if is(&a[2], "ifdeq") => Cond::IfDeq(tri!(digest_arg(&a[3]))),
+        4 if is(&a[2], "ifdne") => Cond::IfDne(tri!(digest_arg(&a[3]))),
+        _ => return Reply::err(errors::SYNTAX),
+    };
+    let current = ctx.db.get(&a[1], ctx.now_ms).map(|e| &e.value);
+    // An absent key is never deleted, whatever the condition says of it.
+    if current.is_none() || !tri!(cond_holds(&cond, current)) {
+        return Reply::Int(0);
+    }
+    ctx.db.remove(&a[1]);
+    ctx.dirty = true;
+    ctx.log_as(vec![b"DEL".to_vec(), a[1].clone()]);
+    Reply::Int(1)
+}
+
+/// DIGEST key (Redis 8.4): the XXH3 digest of a string value as 16 lowercase hex digits.
+pub fn digest(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    match tri!(read_str(ctx.db, &a[1], ctx.now_ms)) {
+        None => Reply::Nil,
+        Some(v) => Reply::bulk(format!("{:016x}", digest_of(v))),
+    }
+}
+
 pub fn getex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let (_, _, _, spec) = tri!(parse_set_opts(a, 2, false));
+    let (_, _, spec) = tri!(parse_set_opts(a, 2, false));
     let key = &a[1];
     let Some(v) = tri!(read_str(ctx.db, key, ctx.now_ms)).map(|v| v.to_vec()) else {
         return Reply::Nil;

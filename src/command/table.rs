@@ -56,6 +56,8 @@ pub struct KeySpec {
     pub write: bool,
     /// NOT_KEY: a channel or the like, not a key.
     pub not_key: bool,
+    /// The flags as COMMAND GETKEYSANDFLAGS names them, in Redis's order.
+    pub flags: Vec<&'static str>,
     pub begin: BeginSearch,
     pub find: FindKeys,
 }
@@ -103,7 +105,26 @@ impl KeySpec {
         } else {
             FindKeys::Unknown
         };
+        // Redis's `addReplyFlagsForKeyArgs`: its order, its spelling.
+        const NAMES: [(&str, &str); 11] = [
+            ("RO", "RO"),
+            ("RW", "RW"),
+            ("OW", "OW"),
+            ("RM", "RM"),
+            ("ACCESS", "access"),
+            ("UPDATE", "update"),
+            ("INSERT", "insert"),
+            ("DELETE", "delete"),
+            ("NOT_KEY", "not_key"),
+            ("INCOMPLETE", "incomplete"),
+            ("VARIABLE_FLAGS", "variable_flags"),
+        ];
         KeySpec {
+            flags: NAMES
+                .iter()
+                .filter(|(raw, _)| has(raw))
+                .map(|(_, name)| *name)
+                .collect(),
             read: has("ACCESS"),
             write: has("INSERT") || has("DELETE") || has("UPDATE"),
             not_key: has("NOT_KEY"),
@@ -313,6 +334,66 @@ impl CommandInfo {
         out
     }
 
+    /// Every key argument with its flags, as COMMAND GETKEYSANDFLAGS lists them: from the key
+    /// specifications, or the command's own key finding where Redis uses one (SET, BITFIELD,
+    /// SORT). None for a command newer than Redis 7.0's table, whose key flags tidepool's
+    /// table does not hold.
+    pub fn keys_and_flags<'a>(
+        &self,
+        args: &'a [Vec<u8>],
+    ) -> Option<Vec<(&'a [u8], Vec<&'static str>)>> {
+        let specs = self.key_specs.as_ref()?;
+        let own: Option<Vec<(usize, Vec<&'static str>)>> = match self.name.as_str() {
+            // setGetKeys: GET reads the old value; without it SET overwrites.
+            "set" => Some(vec![(
+                1,
+                if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {
+                    vec!["RW", "access", "update"]
+                } else {
+                    vec!["OW", "update"]
+                },
+            )]),
+            // bitfieldGetKeys and sortGetKeys, through the access key_refs finds.
+            "bitfield" | "sort" | "sort_ro" => Some(
+                self.key_refs(args)
+                    .iter()
+                    .map(|r| {
+                        let at = args
+                            .iter()
+                            .position(|a| std::ptr::eq(a.as_slice(), r.key))
+                            .unwrap_or(1);
+                        let flags = match (self.name.as_str(), r.read, r.write) {
+                            ("bitfield", _, false) => vec!["RO", "access"],
+                            ("bitfield", _, true) => vec!["RW", "access", "update"],
+                            (_, true, _) => vec!["RO", "access"],
+                            _ => vec!["OW", "update"],
+                        };
+                        (at, flags)
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(own) = own {
+            return Some(
+                own.into_iter()
+                    .map(|(i, f)| (args[i].as_slice(), f))
+                    .collect(),
+            );
+        }
+        let mut out = Vec::new();
+        for spec in specs.iter().filter(|s| !s.not_key) {
+            match spec.positions(args) {
+                Some(pos) => out.extend(
+                    pos.into_iter()
+                        .map(|i| (args[i].as_slice(), spec.flags.clone())),
+                ),
+                None => return Some(Vec::new()),
+            }
+        }
+        Some(out)
+    }
+
     /// The arguments that are keys, by the fixed positions of the table.
     pub fn keys<'a>(&self, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
         if self.first_key <= 0 || self.step <= 0 {
@@ -460,6 +541,24 @@ impl CommandTable {
             ),
         ] {
             let info = newer_entry(name, arity, true, "stream", (1, 1), summary);
+            map.insert(name.to_string(), info);
+        }
+        // Redis 8.4's compare-and-set and compare-and-delete string commands.
+        for (name, arity, write, summary) in [
+            (
+                "delex",
+                -2,
+                true,
+                "Conditionally removes the specified key based on value or digest comparison.",
+            ),
+            (
+                "digest",
+                2,
+                false,
+                "Returns the XXH3 hash of a string value.",
+            ),
+        ] {
+            let info = newer_entry(name, arity, write, "string", (1, 1), summary);
             map.insert(name.to_string(), info);
         }
         // RedisJSON's commands, with the module's own table entries (name, arity, write,

@@ -31,4 +31,5 @@ mod scripting;
 mod server_commands;
 mod snapshots;
 mod stream_deletion;
+mod string_cas;
 mod wal_corruption;

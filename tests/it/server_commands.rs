@@ -1,4 +1,4 @@
-//! Server introspection: COMMAND (COUNT, INFO, DOCS, LIST, GETKEYS), CONFIG GET and MEMORY
+//! Server introspection: COMMAND (COUNT, INFO, DOCS, LIST, GETKEYS, GETKEYSANDFLAGS), CONFIG GET and MEMORY
 //! USAGE, compared with a real redis-server where the two can agree (tidepool's command table
 //! has no key specifications, tips or argument docs, so those parts are not compared).
 
@@ -34,6 +34,36 @@ fn command_introspection_agrees_with_redis() {
         &["COMMAND", "GETKEYS", "GET"],
     ] {
         assert_eq!(t.cmd_str(c), r.cmd_str(c), "{c:?}");
+    }
+    // GETKEYSANDFLAGS: each key with its flags, from the key specifications or the command's
+    // own key finding (SET, BITFIELD, SORT), as Redis lists them.
+    for line in [
+        "SET a b",
+        "SET a b GET",
+        "LMOVE a b LEFT LEFT",
+        "ZUNIONSTORE d 2 a b",
+        "SORT a STORE b",
+        "SORT_RO a",
+        "BITFIELD a GET u8 0",
+        "BITFIELD a SET u8 0 1",
+        "EVAL x 2 a b",
+        "XREAD STREAMS s 0",
+        "XREADGROUP GROUP g c STREAMS s >",
+        "GEORADIUS g 0 0 1 m STORE d",
+        "MIGRATE h 1 k 0 1",
+        "GETEX a",
+        "LCS a b",
+        "MSET a 1 b 2",
+        "RENAME x y",
+        "DEL a b c",
+        "XINFO STREAM s",
+        "GET",
+        "NOPE a",
+        "PING x",
+    ] {
+        let mut c = vec!["COMMAND", "GETKEYSANDFLAGS"];
+        c.extend(line.split(' '));
+        assert_eq!(t.cmd_str(&c), r.cmd_str(&c), "{c:?}");
     }
     // Keys that move with the arguments: a clear error, never a wrong list.
     assert!(t
