@@ -13,9 +13,11 @@ use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;
 
-/// The latest field expiry Redis accepts: 2^48 - 1 milliseconds, less two bits it keeps for
-/// later (`HFE_MAX_ABS_TIME_MSEC`).
-const MAX_ABS_TIME_MS: i64 = ((1i64 << 48) - 1) >> 2;
+/// The latest field expiry accepted: any time in milliseconds that fits. Redis 8 refuses
+/// times past 2^46 ms (`HFE_MAX_ABS_TIME_MSEC`, the year 4199); the hosted service accepts
+/// them, and `@upstash/redis`'s own pipeline test sends `HEXPIREAT key Date.now() + 1000`,
+/// milliseconds where seconds are meant, which only a time that far out can hold.
+const MAX_ABS_TIME_MS: i64 = i64::MAX;
 
 /// The expiry options of HGETEX and HSETEX: word, milliseconds per unit, absolute.
 const TIME_OPTIONS: [(&str, i64, bool); 4] = [

@@ -721,8 +721,10 @@ pub fn xinfo_consumers(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         Ok(st) => st,
         Err(e) => return e,
     };
+    // A group that does not exist has no consumers: the hosted service answers an empty list
+    // (upstash-redis's tests expect it) where Redis answers NOGROUP.
     let Some(g) = st.groups.get(&args[3]) else {
-        return nogroup_for(&args[2], &args[3]);
+        return Reply::Array(vec![]);
     };
     Reply::Array(
         g.consumers
@@ -865,40 +867,73 @@ pub fn xdelex(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
 }
 
 /// `XACKDEL key group [KEEPREF | DELREF | ACKED] IDS numids id ...` (Redis 8.2): acknowledges
-/// in `group`, then deletes under the policy. Per ID: 1 acknowledged and deleted, 2
-/// acknowledged but kept (ACKED: another group still needs it), -1 not pending in the group.
+/// in `group`, then deletes under the policy. Per ID: 1 deleted, 2 kept (ACKED: another group
+/// still needs it), -1 no such entry. As the hosted service does (and upstash-redis's tests
+/// expect), an entry that is not pending in the group (already acknowledged, never read, or
+/// the group does not exist) is deleted all the same; Redis answers -1 and keeps it.
 pub fn xackdel(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
-    let has_group = match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
-        Ok(st) => st.is_some_and(|st| st.groups.contains_key(&args[2])),
+    let exists = match typed::read::<Box<Stream>>(ctx.db, &args[1], ctx.now_ms) {
+        Ok(st) => st.is_some(),
         Err(e) => return e,
     };
     let (policy, ids) = match ref_policy_args(args, 3) {
         Ok(x) => x,
         Err(e) => return e,
     };
-    let Ok(Some(st)) =
-        typed::existing::<Box<Stream>>(ctx, &args[1]).map(|s| s.filter(|_| has_group))
+    let Ok(Some(st)) = typed::existing::<Box<Stream>>(ctx, &args[1]).map(|s| s.filter(|_| exists))
     else {
         return Reply::Array(vec![Reply::Int(-1); ids.len()]);
     };
     let mut changed = false;
     let mut out = Vec::with_capacity(ids.len());
+    // Which IDs were acknowledged, and which were deleted without being pending: the log
+    // holds those as XACKDEL and XDELEX, so that replay needs no rule of its own.
+    let (mut acked, mut unpending) = (Vec::new(), Vec::new());
     for id in ids {
-        let Some(g) = st.groups.get_mut(&args[2]) else {
-            out.push(Reply::Int(-1));
-            continue;
-        };
-        let Some(nack) = g.pel.remove(&id) else {
-            out.push(Reply::Int(-1));
-            continue;
-        };
-        if let Some(c) = g.consumers.get_mut(&nack.consumer) {
-            c.pel.remove(&id);
-        }
-        changed = true;
-        // Acknowledged; an entry already gone from the stream still counts as deleted.
+        let nack = st.groups.get_mut(&args[2]).and_then(|g| {
+            let nack = g.pel.remove(&id)?;
+            if let Some(c) = g.consumers.get_mut(&nack.consumer) {
+                c.pel.remove(&id);
+            }
+            Some(nack)
+        });
         let r = delete_with_policy(st, id, policy, &mut changed);
-        out.push(Reply::Int(if r == 2 { 2 } else { 1 }));
+        if nack.is_some() {
+            changed = true;
+            acked.push(id);
+            // Acknowledged; an entry already gone from the stream still counts as deleted.
+            out.push(Reply::Int(if r == 2 { 2 } else { 1 }));
+        } else {
+            if r != -1 {
+                unpending.push(id);
+            }
+            out.push(Reply::Int(r));
+        }
+    }
+    if !unpending.is_empty() {
+        let policy_word = match policy {
+            RefPolicy::KeepRef => &b"KEEPREF"[..],
+            RefPolicy::DelRef => b"DELREF",
+            RefPolicy::Acked => b"ACKED",
+        };
+        let ids_of = |ids: &[StreamId]| {
+            let mut v = vec![b"IDS".to_vec(), ids.len().to_string().into_bytes()];
+            v.extend(ids.iter().map(StreamId::text));
+            v
+        };
+        if !acked.is_empty() {
+            let mut c = vec![
+                b"XACKDEL".to_vec(),
+                args[1].clone(),
+                args[2].clone(),
+                policy_word.to_vec(),
+            ];
+            c.extend(ids_of(&acked));
+            ctx.log_as(c);
+        }
+        let mut c = vec![b"XDELEX".to_vec(), args[1].clone(), policy_word.to_vec()];
+        c.extend(ids_of(&unpending));
+        ctx.log_as(c);
     }
     ctx.dirty |= changed;
     Reply::Array(out)

@@ -818,10 +818,11 @@ impl Scripts {
         let Some(def) = self.functions.get(name) else {
             return Reply::err("ERR Function not found");
         };
-        let read_only = match declared_read_only(&def.flags, read_only) {
-            Ok(r) => r,
-            Err(e) => return e,
-        };
+        // FCALL_RO decides by what the function does, as the hosted service does: one
+        // without the `no-writes` flag runs read-only and is refused at its first write
+        // ("Write commands are not allowed from read-only scripts."), where Redis refuses
+        // to start it at all.
+        let read_only = read_only || def.flags.iter().any(|f| f == "no-writes");
         beside_the_runtime(|| self.invoke(&def.function, name, true, keys, argv, read_only, call))
     }
 

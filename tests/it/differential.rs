@@ -1547,6 +1547,14 @@ fn hosted_only(redis: &mut Redis, c: &[String], wrapped: bool) -> Option<Canon> 
                     .collect(),
             ))
         }
+        // XINFO CONSUMERS of a group that does not exist: no consumers, where Redis answers
+        // NOGROUP.
+        "xinfo" if c.len() == 4 && lower[1] == "consumers" => match redis_reply(redis, c) {
+            Canon::Err(e) if e.starts_with("NOGROUP No such consumer group") => {
+                Some(Canon::Arr(vec![]))
+            }
+            _ => None,
+        },
         // Redis 8.2's BITOP operations, which redis-server 7.0 refuses as a syntax error:
         // computed here from the sources Redis holds, by counting each bit's sources, and the
         // result stored in Redis as BITOP would store it.

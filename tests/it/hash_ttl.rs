@@ -144,12 +144,14 @@ fn bad_arguments_get_redis_error_texts() {
             "ERR invalid expire time, must be >= 0",
         ),
         (
-            &["HEXPIRE", "h", "99999999999999", "FIELDS", "1", "a"],
+            // Past what milliseconds can hold (Redis's own bound, 2^46 ms, is not kept: the
+            // hosted service accepts later times, tests/it/hosted.rs).
+            &["HEXPIRE", "h", "9223372036854776", "FIELDS", "1", "a"],
             "ERR invalid expire time in 'hexpire' command",
         ),
         (
-            &["HPEXPIREAT", "h", "70368744177664", "FIELDS", "1", "a"],
-            "ERR invalid expire time in 'hpexpireat' command",
+            &["HPEXPIRE", "h", "9223372036854775807", "FIELDS", "1", "a"],
+            "ERR invalid expire time in 'hpexpire' command",
         ),
         (
             &["HEXPIRE", "h", "10", "FIELDS", "0", "a"],

@@ -225,3 +225,68 @@ fn zrange_by_rank_takes_limit() {
         )
     );
 }
+
+/// HEXPIREAT with a time in milliseconds where seconds are meant (`@upstash/redis`'s own
+/// pipeline test sends `Date.now() + 1000`): the hosted service accepts it, where Redis 8
+/// refuses times past 2^46 ms. The field then keeps its value, with that far expiry.
+#[test]
+fn hexpireat_accepts_a_time_past_redis_bound() {
+    let dir = TempDir::new("hexpireatfar");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    let far = "1764045000000"; // seconds: the year 57870
+    everywhere(
+        &mut c,
+        &["HEXPIREAT", "missing", far, "FIELDS", "1", "f"],
+        &Canon::Arr(vec![Canon::Int(-2)]),
+    );
+    c.cmd_str(&["HSET", "h", "f", "v"]);
+    assert_eq!(
+        c.cmd_str(&["HEXPIREAT", "h", far, "FIELDS", "1", "f"]),
+        Canon::Arr(vec![Canon::Int(1)])
+    );
+    assert_eq!(
+        c.cmd_str(&["HEXPIRETIME", "h", "FIELDS", "1", "f"]),
+        Canon::Arr(vec![Canon::Int(1764045000000)])
+    );
+    assert_eq!(c.cmd_str(&["HGET", "h", "f"]), Canon::s("v"));
+}
+
+/// FCALL_RO decides by what the function does, as the hosted service does: a function
+/// without the `no-writes` flag that only reads runs; one that writes is refused at its write
+/// ("commands are not allowed from read-only", which is what the SDKs' tests look for) and
+/// changes nothing. Redis refuses both before they start.
+#[test]
+fn fcall_ro_runs_a_function_that_only_reads() {
+    let dir = TempDir::new("fcallro");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    let lib = "#!lua name=lib\n\
+               redis.register_function('rd', function(k) return redis.call('GET', k[1]) end)\n\
+               redis.register_function('wr', function(k) redis.call('SET', k[1], 'w') return 1 end)";
+    assert_eq!(c.cmd_str(&["FUNCTION", "LOAD", lib]), Canon::s("lib"));
+    c.cmd_str(&["SET", "k", "v"]);
+    // (FCALL_RO is not allowed from a script, so only the request forms.)
+    let rd: Vec<Vec<u8>> = ["FCALL_RO", "rd", "1", "k"]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    let bytes: Vec<Vec<u8>> = ["FCALL_RO", "wr", "1", "k"]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    for door in DOORS {
+        assert_eq!(c.cmd_via(*door, &rd), Canon::s("v"), "{door:?}");
+        match c.cmd_via(*door, &bytes) {
+            Canon::Err(e) => assert!(
+                e.starts_with("ERR Write commands are not allowed from read-only scripts."),
+                "{door:?}: {e}"
+            ),
+            other => panic!("{door:?}: {other:?}"),
+        }
+    }
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v"));
+    // FCALL runs the same function as a write.
+    assert_eq!(c.cmd_str(&["FCALL", "wr", "1", "k"]), Canon::Int(1));
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("w"));
+}

@@ -1,7 +1,7 @@
 //! XDELEX and XACKDEL (Redis 8.2): no Redis 7.0 to diff against, so these hold tidepool to
-//! Redis's documentation (redis.io/commands/xdelex, /xackdel): -1 no such entry (or not
-//! pending), 1 deleted, 2 kept because a group still needs it (ACKED, and with no groups at
-//! all); KEEPREF leaves pending references, DELREF removes them everywhere.
+//! Redis's documentation (redis.io/commands/xdelex, /xackdel): -1 no such entry, 1 deleted, 2 kept because a group still needs it (ACKED, and with no groups at
+//! all); KEEPREF leaves pending references, DELREF removes them everywhere. One place follows
+//! the hosted service instead: XACKDEL deletes an entry that is not pending in the group.
 
 use crate::common::*;
 
@@ -136,11 +136,14 @@ fn xackdel_acknowledges_then_deletes() {
     let server = Server::start(&data, &[]);
     let mut c = server.client();
     setup(&mut c);
-    // Not pending in g2 (3-0 went to g1 only; 4-0 to nobody): -1, nothing acknowledged.
+    // Not pending in g2 (3-0 went to g1 only; 4-0 to nobody): deleted all the same, as the
+    // hosted service does (Redis answers -1 and keeps them), under the policy: with ACKED,
+    // 3-0 stays for g1 and 4-0, which no group has read yet, stays too (2 each).
     assert_eq!(
-        c.cmd_str(&["XACKDEL", "s", "g2", "IDS", "2", "3-0", "4-0"]),
-        ints(&[-1, -1])
+        c.cmd_str(&["XACKDEL", "s", "g2", "ACKED", "IDS", "2", "3-0", "4-0"]),
+        ints(&[2, 2])
     );
+    assert_eq!(c.cmd_str(&["XLEN", "s"]), Canon::Int(4));
     // ACKED: 1-0 is still pending in g1, so g2 acknowledges it and it stays (2).
     assert_eq!(
         c.cmd_str(&["XACKDEL", "s", "g2", "ACKED", "IDS", "1", "1-0"]),
@@ -160,11 +163,15 @@ fn xackdel_acknowledges_then_deletes() {
         ints(&[1])
     );
     assert_eq!(pending(&mut c, "g2"), 1);
-    // Missing group or key: -1 for every ID.
+    // A missing group has nothing pending: its entries are deleted (KEEPREF: g1 keeps its
+    // reference to 3-0); an entry that does not exist is -1, and so is every ID of a missing
+    // key.
     assert_eq!(
-        c.cmd_str(&["XACKDEL", "s", "nog", "IDS", "1", "3-0"]),
-        ints(&[-1])
+        c.cmd_str(&["XACKDEL", "s", "nog", "IDS", "2", "3-0", "9-0"]),
+        ints(&[1, -1])
     );
+    assert_eq!(c.cmd_str(&["XLEN", "s"]), Canon::Int(1));
+    assert_eq!(pending(&mut c, "g1"), 1);
     assert_eq!(
         c.cmd_str(&["XACKDEL", "none", "g1", "IDS", "1", "3-0"]),
         ints(&[-1])
