@@ -186,6 +186,10 @@ pub const HTTP_DESCRIPTORS_RESERVED: usize = 64;
 /// default bound is 128 entries) and the hosted service does for a small keyspace.
 pub const SCAN_WHOLE_ENTRIES_MAX: usize = 128;
 
+/// Keys MEMORY STATS and MEMORY DOCTOR size to estimate a database's data (their mean, times
+/// the number of keys), so that neither walks a large keyspace on the executor.
+pub const MEMORY_STATS_SAMPLE_KEYS: usize = 1_000;
+
 /// The largest reply one request may build, all of its commands' replies together; a reply
 /// that would pass it is an error instead (and a read whose named string values alone pass
 /// it is refused before it runs). It bounds what a small request can make the server

@@ -1,4 +1,5 @@
-//! ACL SETUSER, DELUSER, GETUSER, USERS, LIST, WHOAMI, CAT, and Upstash's ACL RESTTOKEN.
+//! ACL SETUSER, DELUSER, GETUSER, USERS, LIST, WHOAMI, CAT, GENPASS, and Upstash's ACL
+//! RESTTOKEN and GENTOKEN.
 //! The users live in `state::acl`; this file parses arguments and shapes replies.
 
 use super::{table, Ctx};
@@ -33,6 +34,65 @@ const CATEGORIES: [&str; 22] = [
 
 fn s(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// `ACL GENPASS [bits]`: random hex, one digit per four bits (256 bits by default).
+pub fn genpass(args: &[Vec<u8>]) -> Reply {
+    if args.len() > 3 {
+        return Reply::Error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try ACL HELP.",
+            s(&args[1])
+        ));
+    }
+    let bits = match args.get(2) {
+        None => 256,
+        Some(b) => match super::args::int_arg(b) {
+            Ok(n) if (1..=4096).contains(&n) => n as usize,
+            Ok(_) => {
+                return Reply::err(
+                    "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096",
+                )
+            }
+            Err(e) => return e,
+        },
+    };
+    let bytes = match crate::secret::random_bytes::<512>() {
+        Ok(b) => b,
+        Err(e) => return Reply::Error(format!("ERR {e}")),
+    };
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Reply::bulk(&hex[..bits.div_ceil(4)])
+}
+
+/// The shortest password ACL GENTOKEN wraps, and the fewest different characters it needs:
+/// a cheap floor on its entropy (the hosted service checks entropy with a rule of its own).
+const GENTOKEN_PASSWORD_BYTES_MIN: usize = 16;
+const GENTOKEN_PASSWORD_DISTINCT_MIN: usize = 8;
+
+/// `ACL GENTOKEN user [password]` (Upstash's extension): a token to give the user as its
+/// password (`ACL SETUSER user on >token ...`) and then to use as its REST token. Without a
+/// password a strong one is generated; a given one must not be weak. Creates nothing.
+pub fn gentoken(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let password = match args.get(3) {
+        Some(p) => {
+            let distinct = p.iter().collect::<std::collections::BTreeSet<_>>().len();
+            if p.len() < GENTOKEN_PASSWORD_BYTES_MIN || distinct < GENTOKEN_PASSWORD_DISTINCT_MIN {
+                return Reply::Error(format!(
+                    "ERR password is too weak: use at least {GENTOKEN_PASSWORD_BYTES_MIN} characters, {GENTOKEN_PASSWORD_DISTINCT_MIN} of them different, or leave it out to have a strong one generated"
+                ));
+            }
+            p.clone()
+        }
+        None => match crate::secret::random_bytes::<32>() {
+            Ok(b) => b
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+                .into_bytes(),
+            Err(e) => return Reply::Error(format!("ERR {e}")),
+        },
+    };
+    Reply::bulk(ctx.db.acl.gen_token(&s(&args[2]), &password))
 }
 
 /// `ACL SETUSER name [rule ...]`: logged with passwords replaced by their hashes.

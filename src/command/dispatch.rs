@@ -234,6 +234,16 @@ pub(super) fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Re
         "command|getkeys" => introspect::command_getkeys(ctx, args),
         "command|getkeysandflags" => introspect::command_getkeysandflags(ctx, args),
         "memory|usage" => introspect::memory_usage(ctx, args),
+        "memory|stats" => introspect::memory_stats(ctx, args),
+        "memory|doctor" => introspect::memory_doctor(ctx, args),
+        "client|setinfo" => sv::client(ctx, "setinfo", args),
+        "client|setname" => sv::client(ctx, "setname", args),
+        "client|getname" => sv::client(ctx, "getname", args),
+        "client|list" => sv::client(ctx, "list", args),
+        "client|no-evict" => sv::client(ctx, "no-evict", args),
+        "client|no-touch" => sv::client(ctx, "no-touch", args),
+        "waitaof" => sv::waitaof(ctx, args),
+        "json.debug" => json::debug(ctx, args),
         // streams
         "xadd" => streams::xadd(ctx, args),
         "xlen" => streams::xlen(ctx, args),
@@ -291,6 +301,8 @@ pub(super) fn execute(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Re
         "acl|whoami" => acl::whoami(ctx),
         "acl|cat" => acl::cat(args),
         "acl|resttoken" => acl::resttoken(ctx, args),
+        "acl|gentoken" => acl::gentoken(ctx, args),
+        "acl|genpass" => acl::genpass(args),
         _ => Reply::Error(format!(
             "ERR '{}' is known to Redis but not implemented by tidepool yet",
             info.name.replace('|', " ")

@@ -216,6 +216,91 @@ pub fn command_getkeysandflags(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     )
 }
 
+/// The process's resident bytes now and at their peak, from /proc (0 where it cannot be read).
+fn resident_bytes() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// This database's keys and an estimate of the bytes their data takes: the mean of up to
+/// MEMORY_STATS_SAMPLE_KEYS keys' MEMORY USAGE estimates, times the number of keys.
+fn dataset_estimate(ctx: &Ctx) -> (usize, u64) {
+    let keys = ctx.db.len();
+    let mut seen = 0u64;
+    let mut bytes = 0u64;
+    for (k, e) in ctx
+        .db
+        .raw()
+        .iter()
+        .take(crate::config::MEMORY_STATS_SAMPLE_KEYS)
+    {
+        seen += 1;
+        bytes += approx_bytes(k, e) as u64;
+    }
+    let estimate = bytes.checked_div(seen).unwrap_or(0) * keys as u64;
+    (keys, estimate)
+}
+
+/// `MEMORY STATS`: Redis's field names where tidepool has the figure. `peak.allocated` and
+/// `total.allocated` are the whole process's resident bytes (every database's, and the
+/// delivery service's); `dataset.bytes` is this database's estimate (see `dataset_estimate`).
+pub fn memory_stats(ctx: &mut Ctx, _a: &[Vec<u8>]) -> Reply {
+    let (rss, peak) = resident_bytes();
+    let (keys, dataset) = dataset_estimate(ctx);
+    let pct = |part: u64, whole: u64| {
+        if whole == 0 {
+            0.0
+        } else {
+            part as f64 * 100.0 / whole as f64
+        }
+    };
+    let float = |v: f64| Reply::bulk(format!("{v}"));
+    Reply::Array(vec![
+        Reply::bulk("peak.allocated"),
+        Reply::Int(peak as i64),
+        Reply::bulk("total.allocated"),
+        Reply::Int(rss as i64),
+        Reply::bulk("overhead.total"),
+        Reply::Int(rss.saturating_sub(dataset) as i64),
+        Reply::bulk("keys.count"),
+        Reply::Int(keys as i64),
+        Reply::bulk("keys.bytes-per-key"),
+        Reply::Int(if keys == 0 {
+            0
+        } else {
+            (rss / keys as u64) as i64
+        }),
+        Reply::bulk("dataset.bytes"),
+        Reply::Int(dataset as i64),
+        Reply::bulk("dataset.percentage"),
+        float(pct(dataset, rss)),
+        Reply::bulk("peak.percentage"),
+        float(pct(rss, peak)),
+    ])
+}
+
+/// `MEMORY DOCTOR`: what tidepool can tell of its memory, in a sentence or two.
+pub fn memory_doctor(ctx: &mut Ctx, _a: &[Vec<u8>]) -> Reply {
+    let (rss, peak) = resident_bytes();
+    let (keys, dataset) = dataset_estimate(ctx);
+    let mut text = format!(
+        "tidepool: this database holds {keys} keys, about {dataset} bytes of data by tidepool's estimate; the server's resident memory is {rss} bytes (peak {peak})."
+    );
+    if peak > 0 && rss * 2 < peak {
+        text.push_str(" Resident memory is under half its peak: much was freed, and the allocator may keep some of it.");
+    } else {
+        text.push_str(" No memory issue found.");
+    }
+    Reply::bulk(text)
+}
+
 /// `MEMORY USAGE key [SAMPLES count]`: tidepool's estimate of the bytes it holds for the key
 /// (its name, value and bookkeeping), nil when there is no key. It counts tidepool's own
 /// structures, so it is not Redis's figure for the same data.

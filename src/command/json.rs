@@ -5,7 +5,7 @@
 //! is one value, and a path that matches nothing of the right kind is an error. Every JSON
 //! command is deterministic, so it is logged as sent.
 
-use super::args::tri;
+use super::args::{is, tri};
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::json::{self, Format, Json, Path};
@@ -534,6 +534,38 @@ pub fn type_(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             .map_or(Reply::Nil, |v| Reply::bulk(v.type_name()));
     }
     Reply::Array(vals.iter().map(|v| Reply::bulk(v.type_name())).collect())
+}
+
+/// `JSON.DEBUG MEMORY key [path]`: tidepool's estimate of the bytes each value the path
+/// selects takes (as MEMORY USAGE estimates a key); 0 for a missing key. `JSON.DEBUG HELP`.
+pub fn debug(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    if is(&a[1], "help") && a.len() == 2 {
+        return Reply::Array(vec![
+            Reply::bulk("MEMORY <key> [path] - reports memory usage"),
+            Reply::bulk("HELP                - this message"),
+        ]);
+    }
+    if !is(&a[1], "memory") || !(3..=4).contains(&a.len()) {
+        return Reply::err("ERR unknown subcommand - try `JSON.DEBUG HELP`");
+    }
+    // The rest reads as `JSON.<cmd> key [path]`.
+    let shifted: Vec<Vec<u8>> = std::iter::once(a[0].clone())
+        .chain(a[2..].iter().cloned())
+        .collect();
+    let (path, d) = match read_doc(ctx, &shifted, |_| Reply::Array(vec![])) {
+        Ok(x) => x,
+        Err(Reply::Nil) => return Reply::Int(0),
+        Err(e) => return e,
+    };
+    let vals = values(d, &path);
+    if path.legacy {
+        return Reply::Int(vals.first().map_or(0, |v| v.mem_bytes()) as i64);
+    }
+    Reply::Array(
+        vals.iter()
+            .map(|v| Reply::Int(v.mem_bytes() as i64))
+            .collect(),
+    )
 }
 
 #[derive(Clone, Copy)]

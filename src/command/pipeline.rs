@@ -461,6 +461,12 @@ fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
     let name = info.name.as_str();
     let why = match (info.group.as_str(), name) {
         (_, "ping" | "echo") => return None,
+        // What a request can answer without a connection (`server::client`).
+        (
+            _,
+            "client|setinfo" | "client|setname" | "client|getname" | "client|list"
+            | "client|no-evict" | "client|no-touch",
+        ) => return None,
         (_, "xread" | "xreadgroup") if args.iter().any(|a| a.eq_ignore_ascii_case(b"block")) => {
             "the BLOCK option needs a connection that HTTP does not keep"
         }

@@ -261,3 +261,54 @@ pub fn snapshot(ctx: &mut Ctx, name: &str, a: &[Vec<u8>]) -> Reply {
         },
     }
 }
+
+/// The CLIENT subcommands a REST client may send, answered as a request without a
+/// connection can: SETINFO and SETNAME check their value as Redis does and change nothing (a
+/// request's connection ends with it), GETNAME is nil, LIST is empty (as the hosted service
+/// answers), NO-EVICT and NO-TOUCH accept their switch. The others are refused as
+/// connection state (`pipeline::unsupported`).
+pub fn client(_ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
+    // Redis's `validateClientAttr`: printable ASCII, no spaces.
+    let plain = |v: &[u8]| v.iter().all(|&c| (b'!'..=b'~').contains(&c));
+    match sub {
+        "setinfo" => {
+            let attr = String::from_utf8_lossy(&a[2]).into_owned();
+            if !is(&a[2], "lib-name") && !is(&a[2], "lib-ver") {
+                return Reply::Error(format!("ERR Unrecognized option '{attr}'"));
+            }
+            if !plain(&a[3]) {
+                return Reply::Error(format!(
+                    "ERR {attr} cannot contain spaces, newlines or special characters."
+                ));
+            }
+            Reply::ok()
+        }
+        "setname" if !plain(&a[2]) => {
+            Reply::err("ERR Client names cannot contain spaces, newlines or special characters.")
+        }
+        "setname" => Reply::ok(),
+        "getname" => Reply::Nil,
+        "list" => Reply::bulk(""),
+        _ if is(&a[2], "on") || is(&a[2], "off") => Reply::ok(),
+        _ => Reply::err(errors::SYNTAX),
+    }
+}
+
+/// `WAITAOF numlocal numreplicas timeout`: whether this server's log has synced every write
+/// made so far (1 or 0), and no replicas (0). It never blocks: a request cannot wait on a
+/// connection it does not keep, and with `--fsync always` every acknowledged write is synced.
+pub fn waitaof(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let mut n = [0i64; 3];
+    for (i, v) in a[1..4].iter().enumerate() {
+        match super::args::int_arg(v) {
+            Ok(x) => n[i] = x,
+            Err(e) => return e,
+        }
+    }
+    if n[2] < 0 {
+        return Reply::err("ERR timeout is negative");
+    }
+    let f = ctx.server.facts();
+    let synced = i64::from(f.log_durable_seq >= f.log_last_seq);
+    Reply::Array(vec![Reply::Int(synced), Reply::Int(0)])
+}

@@ -619,6 +619,41 @@ impl CommandTable {
                 id: 0,
             },
         );
+        // Redis 7.2's CLIENT SETINFO and NO-TOUCH, and WAITAOF, as Redis 7.2 lists them (the
+        // 7.0 entries of their siblings, renamed).
+        for (from, name, arity, summary) in [
+            ("client|setname", "client|setinfo", 4, "Sets information specific to the client or connection."),
+            ("client|no-evict", "client|no-touch", 3, "Controls whether commands sent by the client affect the LRU/LFU of accessed keys."),
+            ("wait", "waitaof", 4, "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas."),
+        ] {
+            if let Some(mut e) = map.get(from).cloned() {
+                e.name = name.into();
+                e.arity = arity;
+                e.summary = summary.into();
+                map.insert(name.to_string(), e);
+            }
+        }
+        // RedisJSON's JSON.DEBUG (MEMORY key [path], HELP): its key is the third argument.
+        if let Some(mut e) = map.get("json.resp").cloned() {
+            e.name = "json.debug".into();
+            e.arity = -2;
+            e.first_key = 2;
+            e.last_key = 2;
+            e.summary = "Debugging container command".into();
+            map.insert("json.debug".to_string(), e);
+        }
+        // Upstash's extension: a token that is both a password and a REST token.
+        let mut gentoken = map.get("acl|resttoken").cloned();
+        if let Some(g) = gentoken.as_mut() {
+            g.name = "acl|gentoken".into();
+            g.arity = -3;
+            g.summary =
+                "Upstash: a token to set as an ACL user's password, then use as its REST token"
+                    .into();
+        }
+        if let Some(g) = gentoken {
+            map.insert("acl|gentoken".to_string(), g);
+        }
         let specs: HashMap<String, Vec<RawKeySpec>> =
             serde_json::from_str(REDIS_7_0_KEY_SPECS).unwrap_or_default();
         for (name, raw) in specs {

@@ -272,8 +272,12 @@ impl Acl {
         let wrong = || format!("ERR Wrong password or user \"{user}\" does not exist");
         let u = self.users.get(user).ok_or_else(wrong)?;
         let hash = password_hash(password);
+        // The password GENTOKEN wrapped stands for the token the user holds.
+        let wrapped = password_hash(self.gen_token(user, password).as_bytes());
         let bound = if u.passwords.contains(&hash) {
             hash
+        } else if u.passwords.contains(&wrapped) {
+            wrapped
         } else if u.nopass {
             "nopass".to_string()
         } else {
@@ -287,8 +291,21 @@ impl Acl {
         ))
     }
 
+    /// `ACL GENTOKEN user password`: a token that is at once a password for `ACL SETUSER
+    /// user >token` and, once the user has it, a REST token for that user (Upstash's
+    /// extension). The same user and password always give the same token.
+    pub fn gen_token(&self, user: &str, password: &[u8]) -> String {
+        let wrapped = format!("gentoken:{}", password_hash(password));
+        format!(
+            "{TOKEN_PREFIX}{}.{}{}",
+            URL_SAFE_NO_PAD.encode(user),
+            URL_SAFE_NO_PAD.encode(self.mac(user, 0, &wrapped)),
+            self.suffix
+        )
+    }
+
     /// The user a token stands for, if it is valid now (user exists, is on, and still has the
-    /// password the token was made with).
+    /// password the token was made with, or has the token itself as a password: GENTOKEN's).
     pub fn resolve(&self, token: &str) -> Option<(&str, &AclUser)> {
         let rest = token
             .strip_prefix(TOKEN_PREFIX)?
@@ -307,10 +324,16 @@ impl Acl {
         if user.nopass {
             bound.push("nopass");
         }
-        bound
-            .into_iter()
-            .any(|h| crate::secret::ct_eq(&self.mac(name, user.generation, h), &mac))
-            .then_some((name.as_str(), user))
+        let own = password_hash(token.as_bytes());
+        let is_password = user
+            .passwords
+            .iter()
+            .any(|h| crate::secret::ct_eq(h.as_bytes(), own.as_bytes()));
+        (is_password
+            || bound
+                .into_iter()
+                .any(|h| crate::secret::ct_eq(&self.mac(name, user.generation, h), &mac)))
+        .then_some((name.as_str(), user))
     }
 
     /// Applies `ACL SETUSER` rules to `name` (created if absent), all or nothing. Returns the

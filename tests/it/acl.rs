@@ -411,3 +411,112 @@ fn sort_by_and_get_patterns_need_access_to_every_key() {
         }
     }
 }
+
+/// ACL GENPASS: Redis's lengths (one hex digit per four bits, 256 bits by default) and its
+/// errors, compared with redis-server.
+#[test]
+fn genpass_answers_as_redis_does() {
+    let Some(mut both) = Both::start("acl-genpass", &[]) else {
+        return;
+    };
+    let Both { t, r, .. } = &mut both;
+    for bits in [None, Some("1"), Some("5"), Some("256"), Some("4096")] {
+        let mut c = vec!["ACL", "GENPASS"];
+        c.extend(bits);
+        let len = |v: Canon| match v {
+            Canon::Str(s) => {
+                assert!(s.iter().all(u8::is_ascii_hexdigit), "{s:?}");
+                s.len()
+            }
+            other => panic!("{c:?}: {other:?}"),
+        };
+        assert_eq!(len(t.cmd_str(&c)), len(r.cmd_str(&c)), "{c:?}");
+    }
+    assert_ne!(
+        t.cmd_str(&["ACL", "GENPASS"]),
+        t.cmd_str(&["ACL", "GENPASS"])
+    );
+    for c in [
+        &["ACL", "GENPASS", "0"][..],
+        &["ACL", "GENPASS", "4097"],
+        &["ACL", "GENPASS", "x"],
+        &["ACL", "GENPASS", "1", "2"],
+    ] {
+        assert_eq!(t.cmd_str(c), r.cmd_str(c), "{c:?}");
+    }
+}
+
+/// ACL GENTOKEN (Upstash's extension): the token is the user's password (`>token`) and then
+/// its REST token, with the user's permissions as they are now; RESTTOKEN takes the token or
+/// the password it wraps; a weak password is refused; a token stops working when the user
+/// loses it as a password.
+#[test]
+fn gentoken_is_a_password_and_a_rest_token() {
+    let dir = TempDir::new("acl-gentoken");
+    let data = dir.path().join("d");
+    let s = Server::start(&data, &[]);
+    let mut c = s.client();
+    let Canon::Str(tok) = c.cmd_str(&["ACL", "GENTOKEN", "alice"]) else {
+        panic!("GENTOKEN did not answer a string");
+    };
+    let tok = String::from_utf8(tok).expect("utf8");
+    // Nothing is created by GENTOKEN alone; the token is not a REST token yet.
+    assert_eq!(
+        c.cmd_str(&["ACL", "USERS"]),
+        Canon::Arr(vec![Canon::s("default")])
+    );
+    assert!(Http::connect(&s.addr, &tok).cmd_str(&["PING"]).is_err());
+    let pw = format!(">{tok}");
+    assert_eq!(
+        c.cmd_str(&["ACL", "SETUSER", "alice", "on", &pw, "~app:*", "+get", "+set"]),
+        Canon::s("OK")
+    );
+    let mut a = Http::connect(&s.addr, &tok);
+    assert_eq!(a.cmd_str(&["SET", "app:1", "v"]), Canon::s("OK"));
+    assert!(a.cmd_str(&["DEL", "app:1"]).is_err());
+    assert!(a.cmd_str(&["GET", "other"]).is_err());
+    // A given password is wrapped the same way every time, and RESTTOKEN takes it back.
+    let strong = "correct horse battery staple";
+    let wrapped = c.cmd_str(&["ACL", "GENTOKEN", "bob", strong]);
+    assert_eq!(wrapped, c.cmd_str(&["ACL", "GENTOKEN", "bob", strong]));
+    let Canon::Str(bob_tok) = wrapped else {
+        panic!()
+    };
+    let bob_tok = String::from_utf8(bob_tok).expect("utf8");
+    c.cmd_str(&[
+        "ACL",
+        "SETUSER",
+        "bob",
+        "on",
+        &format!(">{bob_tok}"),
+        "~*",
+        "+@all",
+    ]);
+    for given in [strong, bob_tok.as_str()] {
+        let Canon::Str(rest) = c.cmd_str(&["ACL", "RESTTOKEN", "bob", given]) else {
+            panic!("RESTTOKEN with {given}");
+        };
+        let rest = String::from_utf8(rest).expect("utf8");
+        assert_eq!(
+            Http::connect(&s.addr, &rest).cmd_str(&["ACL", "WHOAMI"]),
+            Canon::s("bob")
+        );
+    }
+    for weak in ["short", "aaaaaaaaaaaaaaaaaaaa"] {
+        assert!(
+            matches!(c.cmd_str(&["ACL", "GENTOKEN", "bob", weak]), Canon::Err(e) if e.starts_with("ERR password is too weak")),
+            "{weak}"
+        );
+    }
+    // It survives a restart (the log holds the password's hash, never the token), and stops
+    // when the user no longer has it.
+    assert_eq!(s.terminate(), Some(0));
+    let s = Server::start(&data, &[]);
+    let mut a = Http::connect(&s.addr, &tok);
+    assert_eq!(a.cmd_str(&["GET", "app:1"]), Canon::s("v"));
+    let mut c = s.client();
+    c.cmd_str(&["ACL", "SETUSER", "alice", &format!("<{tok}")]);
+    assert!(Http::connect(&s.addr, &tok)
+        .cmd_str(&["GET", "app:1"])
+        .is_err());
+}

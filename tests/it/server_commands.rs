@@ -139,3 +139,111 @@ fn config_get_and_memory_usage() {
     assert!(a > 0 && b > a + 9_000, "{a} {b}");
     assert!(t.cmd_str(&["MEMORY", "USAGE", "big", "FOO"]).is_err());
 }
+
+/// The CLIENT subcommands a REST client sends (issue 18): SETINFO (Redis 7.2) and SETNAME
+/// check their values as Redis does and answer OK, GETNAME is nil, LIST is empty (the hosted
+/// service's answer), NO-EVICT and NO-TOUCH take on|off; the rest stay refused as connection
+/// state. SETNAME's texts are compared with redis-server.
+#[test]
+fn client_subcommands_a_rest_client_sends() {
+    let Some(mut both) = Both::start("client-sub", &[]) else {
+        return;
+    };
+    let Both { t, r, .. } = &mut both;
+    for c in [
+        &["CLIENT", "SETNAME", "a b"][..],
+        &["CLIENT", "SETNAME", "worker-1"],
+        &["CLIENT", "NO-EVICT", "on"],
+        &["CLIENT", "NO-EVICT", "maybe"],
+    ] {
+        assert_eq!(t.cmd_str(c), r.cmd_str(c), "{c:?}");
+    }
+    let cases: &[(&[&str], Canon)] = &[
+        (
+            &["CLIENT", "SETINFO", "LIB-NAME", "redis-py(upstash_v1.0)"],
+            Canon::s("OK"),
+        ),
+        (&["CLIENT", "SETINFO", "lib-ver", "1.0.0"], Canon::s("OK")),
+        (
+            &["CLIENT", "SETINFO", "lib-ver", "1 0"],
+            Canon::Err("ERR lib-ver cannot contain spaces, newlines or special characters.".into()),
+        ),
+        (
+            &["CLIENT", "SETINFO", "color", "x"],
+            Canon::Err("ERR Unrecognized option 'color'".into()),
+        ),
+        (&["CLIENT", "GETNAME"], Canon::Nil),
+        (&["CLIENT", "LIST"], Canon::s("")),
+        (&["CLIENT", "NO-TOUCH", "off"], Canon::s("OK")),
+    ];
+    for (c, want) in cases {
+        let bytes: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
+        for door in DOORS {
+            assert_eq!(&t.cmd_via(*door, &bytes), want, "{c:?} via {door:?}");
+        }
+    }
+    assert!(
+        matches!(t.cmd_str(&["CLIENT", "KILL", "ID", "1"]), Canon::Err(e) if e.contains("not supported over REST"))
+    );
+}
+
+/// WAITAOF answers at once: the log has synced every write (1), and there are no replicas (0).
+/// MEMORY STATS and DOCTOR report tidepool's own figures; JSON.DEBUG MEMORY its estimate of a
+/// JSON value's bytes.
+#[test]
+fn waitaof_memory_stats_and_json_debug() {
+    let dir = TempDir::new("waitaof");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    c.cmd_str(&["SET", "a", "1"]);
+    let bytes: Vec<Vec<u8>> = ["WAITAOF", "1", "0", "0"]
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    for door in DOORS {
+        assert_eq!(
+            c.cmd_via(*door, &bytes),
+            Canon::Arr(vec![Canon::Int(1), Canon::Int(0)]),
+            "{door:?}"
+        );
+    }
+    assert_eq!(
+        c.cmd_str(&["WAITAOF", "1", "0", "-1"]),
+        Canon::Err("ERR timeout is negative".into())
+    );
+    let stats = arr(c.cmd_str(&["MEMORY", "STATS"]));
+    let field = |name: &str| {
+        let at = stats
+            .iter()
+            .position(|v| *v == Canon::s(name))
+            .unwrap_or_else(|| panic!("{name} in {stats:?}"));
+        stats[at + 1].clone()
+    };
+    assert_eq!(field("keys.count"), Canon::Int(1));
+    assert!(matches!(field("total.allocated"), Canon::Int(n) if n > 0));
+    assert!(matches!(field("dataset.bytes"), Canon::Int(n) if n > 0));
+    assert!(
+        matches!(c.cmd_str(&["MEMORY", "DOCTOR"]), Canon::Str(t) if t.starts_with(b"tidepool: this database holds 1 keys"))
+    );
+    c.cmd_str(&["JSON.SET", "j", "$", r#"{"a":[1,2,3],"b":"xyz"}"#]);
+    let whole = c.cmd_str(&["JSON.DEBUG", "MEMORY", "j"]);
+    let Canon::Int(whole) = whole else {
+        panic!("{whole:?}")
+    };
+    let Canon::Arr(parts) = c.cmd_str(&["JSON.DEBUG", "MEMORY", "j", "$.*"]) else {
+        panic!()
+    };
+    let sum: i64 = parts
+        .iter()
+        .map(|p| match p {
+            Canon::Int(n) => *n,
+            other => panic!("{other:?}"),
+        })
+        .sum();
+    assert!(parts.len() == 2 && sum < whole, "{parts:?} {whole}");
+    assert_eq!(c.cmd_str(&["JSON.DEBUG", "MEMORY", "none"]), Canon::Int(0));
+    assert_eq!(
+        c.cmd_str(&["JSON.DEBUG", "NOPE"]),
+        Canon::Err("ERR unknown subcommand - try `JSON.DEBUG HELP`".into())
+    );
+}
