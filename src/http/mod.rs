@@ -590,6 +590,9 @@ async fn route_request(
     if p == "/v2" || p.starts_with("/v2/") {
         return qstash::handle(req, app, peer).await;
     }
+    if p.starts_with("/llm/") && app.qstash.is_some() {
+        return qstash::llm(app);
+    }
     if matches!(req.method(), &Method::GET | &Method::HEAD) && (p == "/healthz" || p == "/readyz") {
         return health(app, p);
     }

@@ -1687,3 +1687,22 @@ fn unknown_filters_are_refused_never_ignored() {
         Some(0)
     );
 }
+
+/// The hosted service's LLM routes (issue 18): `/v2/publish/api/llm` and the OpenAI-style
+/// `/llm/v1/chat/completions` answer 501 with what to do instead, and publish nothing.
+#[test]
+fn llm_routes_answer_501_with_what_to_do_instead() {
+    let dir = TempDir::new("dl-llm");
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    for path in ["/v2/publish/api/llm", "/llm/v1/chat/completions"] {
+        let r = c.post(path, br#"{"model":"m","messages":[]}"#);
+        assert_eq!(r.status, 501, "{path}");
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(
+            e.contains("publish to your model provider's URL"),
+            "{path}: {e}"
+        );
+    }
+    assert_eq!(c.get("/v2/logs").json()["events"], serde_json::json!([]));
+}

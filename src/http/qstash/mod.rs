@@ -125,6 +125,15 @@ async fn ask(app: &App, op: Op) -> Result<OpReply, Response<Body>> {
     rx.await.map_err(|_| gone())
 }
 
+/// `ANY /llm/...`: the hosted service's OpenAI-compatible LLM route, which tidepool does not
+/// serve; 501 with what to do instead (404 when the delivery service is off).
+pub fn llm(app: &App) -> Response<Body> {
+    if app.qstash.is_none() {
+        return err(404, "the delivery service is not enabled");
+    }
+    err(501, routes::LLM_NOT_SERVED)
+}
+
 /// Handles a request whose path starts with `/v2`.
 pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Response<Body> {
     let Some(auth) = app.qstash.as_ref() else {

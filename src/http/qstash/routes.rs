@@ -14,6 +14,10 @@ use crate::delivery::ops::{Filter, Op, Recovery, ScheduleReq};
 use crate::http::request::percent_decode;
 use hyper::Method;
 
+/// The answer to the hosted service's LLM routes (`/v2/publish/api/llm`,
+/// `/llm/v1/chat/completions`), which proxy to Upstash's own model provider.
+pub(super) const LLM_NOT_SERVED: &str = "the hosted LLM API is not served by tidepool: publish to your model provider's URL instead (for example /v2/publish/https://api.openai.com/v1/chat/completions with Upstash-Forward-Authorization: Bearer <key>), and the answer reaches your callback as any delivery's does";
+
 /// An operation to run, or the refusal to answer at once.
 pub(super) type Routed = Result<Op, Refusal>;
 
@@ -50,6 +54,9 @@ pub(super) fn publish(r: &Req) -> Routed {
             400,
             "missing destination: /v2/publish/<url or URL group>",
         ));
+    }
+    if raw == "api/llm" || raw.starts_with("api/llm/") {
+        return Err(refuse(501, LLM_NOT_SERVED));
     }
     let dest = destination(raw, &r.query);
     let pairs = conf::pairs_from_request(r.headers, &r.query);
