@@ -199,6 +199,16 @@ pub const REPLY_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// cannot hold up other connections.
 pub const REPLY_ENCODE_INLINE_BYTES_MAX: usize = 1024 * 1024;
 
+/// lua-cmsgpack's nesting limit when packing: a table this deep encodes as nil (so a table
+/// that holds itself ends), as Redis's library does.
+pub const LUA_CMSGPACK_NESTING_MAX: usize = 16;
+/// How deep `cmsgpack.unpack` follows nested arrays and maps before refusing the input (the C
+/// library stops when the Lua stack cannot grow; this bounds the decoder's recursion).
+pub const LUA_CMSGPACK_DECODE_DEPTH_MAX: usize = 1_000;
+/// The most values one `cmsgpack.unpack` returns at once (Lua's C stack limit, less a margin):
+/// past it, the error the C library gives, which names `unpack_one` and `unpack_limit`.
+pub const LUA_CMSGPACK_RESULTS_MAX: usize = 7_900;
+
 /// Stack of every runtime thread (the executor runs on them, and scripts beside them). The
 /// recursive walks are all bounded by the depth limits here, and the deepest of them,
 /// `cjson.encode` at LUA_CJSON_DEPTH_MAX and a script reply at LUA_REPLY_DEPTH_MAX, need more

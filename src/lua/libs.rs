@@ -180,7 +180,7 @@ fn check_number(
 /// Raises `msg` as `luaL_error` does from C: prefixed with the calling script's position
 /// (`user_script:3: ...`). The error reply goes where the prelude's handler takes a failed
 /// redis.call's reply from, with the line for the "on @user_script:N." suffix.
-fn raise(lua: &Lua, bridge: &Table, msg: &str) -> mlua::Error {
+pub(super) fn raise(lua: &Lua, bridge: &Table, msg: &str) -> mlua::Error {
     let (source, short, line) = lua
         .inspect_stack(1, |d| {
             let s = d.source();

@@ -9,6 +9,7 @@
 //! (keys, logging by effects, SCRIPT and FUNCTION) is `command::scripting`'s.
 
 mod libs;
+mod packing;
 
 use crate::config::{
     LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
@@ -209,9 +210,11 @@ G.redis = readonly(redis)
 G.string = readonly(G.string)
 G.math = readonly(G.math)
 G.table = readonly(G.table)
--- Redis's bundled cjson and bit libraries (src/lua/libs.rs).
+-- Redis's bundled cjson, bit, cmsgpack and struct libraries (src/lua/libs.rs, packing.rs).
 G.cjson = readonly(bridge.cjson)
 G.bit = readonly(bridge.bit)
+G.cmsgpack = readonly(bridge.cmsgpack)
+G.struct = readonly(bridge.struct)
 -- A stop (time limit, SCRIPT KILL) is raised again by every protected call that returns, so
 -- pcall cannot swallow it: it climbs to the top.
 local rawpcall, rawxpcall, recheck = G.pcall, G.xpcall, bridge.recheck
@@ -421,6 +424,7 @@ impl Scripts {
             .map_err(fail)?;
         bridge.set("sha1hex", sha).map_err(fail)?;
         libs::install(&lua, &bridge).map_err(fail)?;
+        packing::install(&lua, &bridge).map_err(fail)?;
         let watch = control.clone();
         let recheck = lua
             .create_function(move |_, results: MultiValue| match watch.stopped() {

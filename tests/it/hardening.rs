@@ -514,3 +514,52 @@ fn cjson_encode_of_a_deep_table_is_an_error_not_a_crash() {
     assert_eq!(r, Canon::Int(2 * 999));
     still_answers(&server);
 }
+
+/// `cmsgpack.unpack` and `struct.unpack` read bytes a script was given: random and crafted
+/// input gets a value or an error, never a crash, and nesting deeper than
+/// LUA_CMSGPACK_DECODE_DEPTH_MAX is refused with the C library's text instead of recursing.
+#[test]
+fn msgpack_and_struct_decoders_survive_any_input() {
+    let dir = TempDir::new("luapacking");
+    let server = Server::start(dir.path(), &[]);
+    let mut c = server.client();
+    let mut r = TestRng(0x5eed_c0de);
+    for i in 0..600 {
+        let len = r.below(40);
+        let data: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+        let fmt: String = (0..r.below(8))
+            .map(|_| {
+                *r.pick(&[
+                    'b', 'B', 'h', 'i', 'I', 'l', 'c', 's', 'f', 'd', 'x', '<', '>', '!', '0', '3',
+                    '9', 'z',
+                ])
+            })
+            .collect();
+        let script = if i % 2 == 0 {
+            "return {cmsgpack.unpack(ARGV[1])}"
+        } else {
+            "return {struct.unpack(ARGV[2], ARGV[1])}"
+        };
+        let reply = c.cmd(&[
+            b"EVAL".to_vec(),
+            script.as_bytes().to_vec(),
+            b"0".to_vec(),
+            data,
+            fmt.into_bytes(),
+        ]);
+        if let Canon::Err(e) = &reply {
+            assert!(e.starts_with("ERR user_script:1: "), "{e}");
+        }
+    }
+    let deep = [vec![0x91u8; 100_000], vec![0xc0]].concat();
+    match c.cmd(&[
+        b"EVAL".to_vec(),
+        b"return type(cmsgpack.unpack(ARGV[1]))".to_vec(),
+        b"0".to_vec(),
+        deep,
+    ]) {
+        Canon::Err(e) => assert!(e.contains("too many return values at once"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    still_answers(&server);
+}

@@ -808,3 +808,46 @@ fn multi_key_merge_types_tokens_and_replay() {
     assert_eq!(before, after);
     assert!(matches!(c.cmd_str(&["TTL", "m1"]), Canon::Int(t) if t > 90));
 }
+
+/// RedisJSON's order for recursive descent (issue 18): a node's own match comes before its
+/// descendants', whatever the document order, and every wildcard command answers per match in
+/// that order; JSON.SET under a parent that does not exist answers nil and changes nothing
+/// (RedisJSON 2.x), with `$` and legacy paths alike.
+#[test]
+fn descent_order_and_set_under_a_missing_parent() {
+    let dir = TempDir::new("json-order");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    let doc = r#"{"x":{"a":1,"y":{"a":"s"}},"a":0,"z":[{"a":true}]}"#;
+    assert_eq!(c.cmd_str(&["JSON.SET", "d", "$", doc]), Canon::s("OK"));
+    let bytes = |v: &[&str]| v.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+    for door in DOORS {
+        assert_eq!(
+            c.cmd_via(*door, &bytes(&["JSON.GET", "d", "$..a"])),
+            Canon::s(r#"[0,1,"s",true]"#),
+            "{door:?}"
+        );
+        assert_eq!(
+            c.cmd_via(*door, &bytes(&["JSON.TYPE", "d", "$..a"])),
+            Canon::Arr(
+                ["integer", "integer", "string", "boolean"]
+                    .iter()
+                    .map(|t| Canon::s(t))
+                    .collect()
+            ),
+            "{door:?}"
+        );
+    }
+    assert_eq!(
+        c.cmd_str(&["JSON.STRLEN", "d", "$..a"]),
+        Canon::Arr(vec![Canon::Nil, Canon::Nil, Canon::Int(1), Canon::Nil])
+    );
+    for path in ["$.nope.child", ".nope.child", "$.x.nope.child"] {
+        assert_eq!(
+            c.cmd_str(&["JSON.SET", "d", path, "1"]),
+            Canon::Nil,
+            "{path}"
+        );
+    }
+    assert_eq!(c.cmd_str(&["JSON.GET", "d"]), Canon::s(doc));
+}
