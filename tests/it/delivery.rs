@@ -985,6 +985,35 @@ fn workflow_runs_history_lookback_and_end() {
         publish(&mut c, &wf, &run_headers("false"), step).status,
         400
     );
+    // Finishing again (the SDK does, when its last step's delivery is retried) answers as
+    // the first time; cancelling a finished run is refused.
+    let again = |c: &mut Http, cancel: &str| {
+        c.request(
+            "DELETE",
+            &format!("/v2/workflows/runs/wfr_t1?cancel={cancel}"),
+            &[],
+            b"\"result\"",
+        )
+        .status
+    };
+    assert_eq!(again(&mut c, "false"), 200);
+    assert_eq!(again(&mut c, "true"), 404);
+    // A batch holding a step of the finished run fails as a whole with 400 (the workflow SDK
+    // then reports "workflow was finished"), and publishes none of its other messages.
+    let batch = json!([
+        {"destination": sink.url("/other"), "body": "x"},
+        {"destination": wf, "headers": {"Upstash-Workflow-RunId": "wfr_t1", "Upstash-Workflow-Init": "false"}, "body": "y"},
+    ]);
+    let r = c.post("/v2/batch", batch.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("wfr_t1 has finished")));
+    let logs = c.get("/v2/logs").json();
+    assert!(
+        !logs.to_string().contains("/other"),
+        "nothing of the batch was published: {logs}"
+    );
     // Bulk cancel counts live runs only.
     let h2 = [
         ("Upstash-Workflow-RunId", "wfr_t2"),

@@ -30,6 +30,14 @@ pub(super) fn publish(tx: &mut Tx, req: PublishReq) -> OpReply {
 }
 
 pub(super) fn batch(tx: &mut Tx, items: Vec<Result<PublishReq, String>>) -> OpReply {
+    // A step for a run that has ended fails the batch as a whole, before anything of it is
+    // published (the hosted service's answer; the workflow SDK then reports the run as
+    // finished, not a step as done).
+    for req in items.iter().flatten() {
+        if let Some(refusal) = tx.ended_run_refusal(req) {
+            return refusal;
+        }
+    }
     let mut out = Vec::new();
     for item in items {
         out.push(match item {

@@ -207,6 +207,24 @@ impl<'a> Tx<'a> {
         (n != *c).then_some(n)
     }
 
+    /// The 400 for a step of a workflow run that has ended (finished or cancelled): the
+    /// workflow SDK reads a 400 as "the run was finished" and stops without publishing.
+    /// A first invocation (`Upstash-Workflow-Init`) of a known run is a duplicate instead.
+    pub(super) fn ended_run_refusal(&self, req: &PublishReq) -> Option<OpReply> {
+        let run_id = req.conf.run_id()?;
+        let run = self.d.runs.get(run_id)?;
+        if req.conf.workflow_value("Upstash-Workflow-Init") == Some("true") {
+            return None;
+        }
+        let how = match run.ended.as_deref()? {
+            "RUN_CANCELED" => "was cancelled",
+            _ => "has finished",
+        };
+        Some(bad(format!(
+            "workflow run {run_id} {how}: no step can be added to it"
+        )))
+    }
+
     /// Publishes to a URL or fans out to a group. Returns one answer item per message.
     pub(super) fn publish_one(
         &mut self,
@@ -230,6 +248,9 @@ impl<'a> Tx<'a> {
                 .map(|e| (e.url.clone(), Some((t.name.clone(), e.name.clone()))))
                 .collect()
         };
+        if let Some(refusal) = self.ended_run_refusal(req) {
+            return Err(refusal);
+        }
         if let Some(run_id) = req.conf.run_id() {
             if let Some(run) = self.d.runs.get(run_id) {
                 if req.conf.workflow_value("Upstash-Workflow-Init") == Some("true") {
@@ -239,9 +260,6 @@ impl<'a> Tx<'a> {
                         "url": req.dest,
                         "deduplicated": true,
                     }));
-                }
-                if run.ended.is_some() {
-                    return Err(bad(format!("workflow run {run_id} has already ended")));
                 }
             }
         }

@@ -207,6 +207,9 @@ pub(super) fn run_delete(tx: &mut Tx, id: String, cancel: bool, body: Vec<u8>) -
             end_run(tx, &id, cancel, (!body.is_empty()).then_some(body));
             ok(json!({}))
         }
+        // The SDK finishes a run again when the delivery of its last step is retried: the
+        // run stays finished, and the answer is the same as the first time.
+        Some(r) if !cancel && r.ended.as_deref() == Some("RUN_SUCCESS") => ok(json!({})),
         _ => not_found(&format!("workflow run {id} not found or ended")),
     }
 }
