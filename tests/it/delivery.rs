@@ -1735,3 +1735,62 @@ fn llm_routes_answer_501_with_what_to_do_instead() {
     }
     assert_eq!(c.get("/v2/logs").json()["events"], serde_json::json!([]));
 }
+
+/// `POST /v2/trigger/<url>` and `POST /v2/batch/trigger` (issue 18) start a run as the
+/// workflow SDK's trigger does: the workflow URL gets the run's first step, with its run id
+/// (given, or a new `wfr_` one) and the initial payload; a known run id is a duplicate.
+/// tests/node/workflow.mjs runs such runs to their end through the SDK's `serve`.
+#[test]
+fn trigger_routes_start_workflow_runs() {
+    let dir = TempDir::new("dl-trigger");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let wf = sink.url("/wf");
+    let r = c.request(
+        "POST",
+        &format!("/v2/trigger/{wf}"),
+        &[("Upstash-Workflow-RunId", "wfr_given")],
+        b"{\"n\":1}",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["workflowRunId"], "wfr_given");
+    assert!(r.json()["workflowCreatedAt"]
+        .as_u64()
+        .is_some_and(|t| t > 0));
+    let got = sink.wait_for(10, "the first step", |g| !g.is_empty());
+    assert_eq!(got[0].header("upstash-workflow-runid"), Some("wfr_given"));
+    assert_eq!(got[0].header("upstash-workflow-sdk-version"), Some("1"));
+    let steps = got[0].json();
+    assert_eq!(
+        STANDARD
+            .decode(steps[0]["body"].as_str().expect("body"))
+            .expect("b64"),
+        b"{\"n\":1}"
+    );
+    let batch = json!([
+        {"destination": wf, "body": "{}"},
+        {"destination": wf, "body": "{}", "headers": {"Upstash-Workflow-RunId": "wfr_given"}},
+        {"body": "{}"},
+    ]);
+    let r = c.post("/v2/batch/trigger", batch.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let items = r.json();
+    assert!(items[0]["workflowRunId"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("wfr_") && id != "wfr_given"));
+    assert_eq!(items[1]["workflowRunId"], "wfr_given");
+    assert_eq!(items[1]["deduplicated"], true);
+    assert!(items[2]["error"].as_str().is_some());
+    for (method, path, status) in [
+        ("POST", "/v2/trigger/", 400),
+        ("POST", "/v2/trigger/not-a-url", 400),
+        ("GET", &*format!("/v2/trigger/{wf}"), 405),
+    ] {
+        assert_eq!(
+            c.request(method, path, &[], b"").status,
+            status,
+            "{method} {path}"
+        );
+    }
+}

@@ -1,8 +1,8 @@
 // The official @upstash/workflow SDK (and @upstash/qstash underneath) against tidepool: a
 // workflow endpoint on loopback runs context.run, context.sleep, context.waitForEvent and
 // context.call end to end, started with the SDK's Client.trigger and woken with Client.notify;
-// and a failing run through client.dlq (list, retryFailureFunction, resume). Exits non-zero on
-// any failure. The server binary comes from TIDEPOOL_BIN.
+// and a failing run through client.dlq (list, retryFailureFunction, resume); and runs started
+// with the REST API's POST /v2/trigger and /v2/batch/trigger. Exits non-zero on any failure. The server binary comes from TIDEPOOL_BIN.
 import { spawn } from "node:child_process";
 import http from "node:http";
 import fs from "node:fs";
@@ -110,6 +110,13 @@ const { handler: FLAKY } = serve(async (context) => {
   },
   verbose: Boolean(process.env.WF_VERBOSE),
 });
+// A third one, started through the REST API's trigger routes instead of the SDK's client.
+const simpleResults = [];
+const { handler: SIMPLE } = serve(async (context) => {
+  const doubled = await context.run("double", async () => context.requestPayload.n * 2);
+  simpleResults.push(doubled);
+  return doubled;
+}, { verbose: Boolean(process.env.WF_VERBOSE) });
 const endpoint = http.createServer(async (req, res) => {
   const chunks = [];
   for await (const c of req) chunks.push(c);
@@ -126,7 +133,7 @@ const endpoint = http.createServer(async (req, res) => {
     body: chunks.length ? Buffer.concat(chunks) : undefined,
   });
   try {
-    const response = await (req.url === "/flaky" ? FLAKY : POST)(request);
+    const response = await (req.url === "/flaky" ? FLAKY : req.url === "/simple" ? SIMPLE : POST)(request);
     const text = Buffer.from(await response.arrayBuffer());
     if (response.status >= 400 || process.env.WF_VERBOSE) {
       console.error(`endpoint answered ${response.status}: ${text}`);
@@ -214,6 +221,33 @@ const dlqChecks = [
   [(left.messages ?? []).length === 0, `the resumed entry left the DLQ: ${JSON.stringify(left)}`],
 ];
 for (const [ok, what] of dlqChecks) if (!ok) await fail(what);
+
+// POST /v2/trigger/<url> and POST /v2/batch/trigger start runs as the SDK's trigger does; a
+// run id given twice is a duplicate.
+const simpleUrl = `http://127.0.0.1:${endpoint.address().port}/simple`;
+const auth = { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" };
+const one = await (await fetch(`${base}/v2/trigger/${simpleUrl}`, {
+  method: "POST", headers: { ...auth, "Upstash-Workflow-RunId": "wfr_rest-1" }, body: JSON.stringify({ n: 5 }),
+})).json();
+const many = await (await fetch(`${base}/v2/batch/trigger`, {
+  method: "POST", headers: auth,
+  body: JSON.stringify([
+    { destination: simpleUrl, body: JSON.stringify({ n: 6 }) },
+    { destination: simpleUrl, body: JSON.stringify({ n: 7 }), headers: { "Upstash-Workflow-RunId": "wfr_rest-1" } },
+  ]),
+})).json();
+for (let i = 0; simpleResults.length < 2; i++) {
+  if (i > 400) await fail(`the triggered runs did not finish: ${JSON.stringify(simpleResults)}`);
+  await new Promise((r) => setTimeout(r, 50));
+}
+const triggerChecks = [
+  [one.workflowRunId === "wfr_rest-1" && typeof one.workflowCreatedAt === "number" && !one.deduplicated,
+    `/v2/trigger answered ${JSON.stringify(one)}`],
+  [Array.isArray(many) && many[0]?.workflowRunId?.startsWith("wfr_") && many[1]?.workflowRunId === "wfr_rest-1"
+    && many[1]?.deduplicated === true, `/v2/batch/trigger answered ${JSON.stringify(many)}`],
+  [JSON.stringify([...simpleResults].sort()) === JSON.stringify([10, 12]), `the triggered runs ran: ${JSON.stringify(simpleResults)}`],
+];
+for (const [ok, what] of triggerChecks) if (!ok) await fail(what);
 console.log(`workflow test passed: run ${workflowRunId}, steps ${JSON.stringify(trace)}, slept ${result.slept} ms; DLQ run ${flakyRun} resumed: ${JSON.stringify(flakyTrace)}`);
 clearTimeout(deadline);
 server.kill("SIGTERM");

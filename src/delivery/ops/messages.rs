@@ -51,6 +51,49 @@ pub(super) fn batch(tx: &mut Tx, items: Vec<Result<PublishReq, String>>) -> OpRe
     ok(Value::Array(out))
 }
 
+/// Starts workflow runs: each item is the first invocation the workflow SDK's trigger would
+/// publish. Answers `{workflowRunId, workflowCreatedAt}` per run, with `deduplicated` when
+/// the run existed already; one run alone for `/v2/trigger`, a list for `/v2/batch/trigger`.
+pub(super) fn trigger(
+    tx: &mut Tx,
+    items: Vec<Result<PublishReq, String>>,
+    single: bool,
+) -> OpReply {
+    let mut out = Vec::new();
+    for item in items {
+        let req = match item {
+            Ok(req) => req,
+            Err(e) if single => return bad(e),
+            Err(e) => {
+                out.push(json!({ "error": e }));
+                continue;
+            }
+        };
+        let run_id = req.conf.run_id().unwrap_or_default().to_string();
+        match tx.publish_one(&req, Origin::Publish, None) {
+            Ok(v) => {
+                let mut answer = json!({
+                    "workflowRunId": run_id,
+                    "workflowCreatedAt": tx.d.runs.get(&run_id).map_or(0, |r| r.created_ms),
+                });
+                if v.get("deduplicated").is_some() {
+                    answer["deduplicated"] = json!(true);
+                }
+                out.push(answer);
+            }
+            Err(e) if single => return e,
+            Err(e) => out.push(e.body),
+        }
+    }
+    match (single, out.pop()) {
+        (true, Some(one)) => ok(one),
+        (_, last) => {
+            out.extend(last);
+            ok(Value::Array(out))
+        }
+    }
+}
+
 pub(super) fn get(tx: &mut Tx, id: String) -> OpReply {
     match tx.d.msgs.get(id.as_str()) {
         Some(p) => ok(json::pending(p)),

@@ -30,6 +30,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
     match op {
         Op::Publish(req) => messages::publish(tx, req),
         Op::Batch(items) => messages::batch(tx, items),
+        Op::Trigger { items, single } => messages::trigger(tx, items, single),
         Op::MessageGet(id) => messages::get(tx, id),
         Op::MessageCancel(id) => messages::cancel(tx, id),
         Op::MessagesCancel(f) => messages::cancel_many(tx, f),

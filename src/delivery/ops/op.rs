@@ -52,6 +52,12 @@ pub struct WaitReq {
 pub enum Op {
     Publish(PublishReq),
     Batch(Vec<Result<PublishReq, String>>),
+    /// `POST /v2/trigger/<url>` (`single`) and `POST /v2/batch/trigger`: workflow runs started
+    /// by the server, as the workflow SDK's own trigger starts them.
+    Trigger {
+        items: Vec<Result<PublishReq, String>>,
+        single: bool,
+    },
     MessageGet(String),
     MessageCancel(String),
     MessagesCancel(Filter),
@@ -130,7 +136,7 @@ impl Op {
     pub fn sign_as(&mut self, user: &str) {
         match self {
             Op::Publish(p) => p.conf.sign_as(user),
-            Op::Batch(items) => {
+            Op::Batch(items) | Op::Trigger { items, .. } => {
                 for p in items.iter_mut().flatten() {
                     p.conf.sign_as(user);
                 }

@@ -196,11 +196,7 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
         "waiters" => routes::waiters(&r),
         "workflows" => routes::workflows(&r),
         "flowControl" | "globalParallelism" => routes::flow_control(&r),
-        // The OpenAPI-only trigger route (the SDKs do not call it).
-        "trigger" => Err(Refusal(
-            501,
-            format!("{path} is not implemented by tidepool yet"),
-        )),
+        "trigger" => routes::trigger(&r),
         _ => Err(Refusal(404, format!("unknown route {path}"))),
     };
     let mut op = match routed {

@@ -298,6 +298,69 @@ pub(super) fn user_id(token: &str) -> Option<String> {
     v.get("UserID")?.as_str().map(str::to_string)
 }
 
+/// The headers with which the workflow SDK's trigger publishes a run's first invocation
+/// (`workflow-requests.ts`), as `Upstash-*` pairs without their prefix; the run id is the
+/// given one or a new `wfr_` id.
+pub(super) fn trigger_pairs(
+    given_run_id: Option<&str>,
+    url: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let run_id = match given_run_id.filter(|r| !r.is_empty()) {
+        Some(r) => r.to_string(),
+        None => format!("wfr_{}", crate::secret::random_token()?),
+    };
+    Ok(vec![
+        ("workflow-init".into(), "true".into()),
+        ("workflow-runid".into(), run_id),
+        ("workflow-url".into(), url.into()),
+        (
+            "feature-set".into(),
+            "LazyFetch,InitialBody,WF_DetectTrigger,WF_TriggerOnConfig".into(),
+        ),
+        ("workflow-sdk-version".into(), "1".into()),
+        ("forward-upstash-workflow-sdk-version".into(), "1".into()),
+    ])
+}
+
+/// The body of `POST /v2/batch/trigger`: `[{destination, body, headers}]`, each made the
+/// first invocation of a run (its `Upstash-Workflow-RunId` header, or a new id).
+pub(super) fn batch_trigger(
+    body: &[u8],
+    peer: &SocketAddr,
+) -> Result<Vec<Result<PublishReq, String>>, String> {
+    let mut v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("invalid batch body: {e}"))?;
+    let items = v
+        .as_array_mut()
+        .ok_or("invalid batch body: expected a JSON array of workflow runs")?;
+    for item in items.iter_mut() {
+        let Some(obj) = item.as_object_mut() else {
+            continue;
+        };
+        let dest = obj
+            .get("destination")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let headers = obj
+            .entry("headers")
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Some(headers) = headers.as_object_mut() else {
+            continue;
+        };
+        let given = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("upstash-workflow-runid"))
+            .and_then(|(_, v)| v.as_str())
+            .map(str::to_string);
+        headers.retain(|k, _| !k.eq_ignore_ascii_case("upstash-workflow-runid"));
+        for (k, val) in trigger_pairs(given.as_deref(), &dest)? {
+            headers.insert(format!("Upstash-{k}"), Value::String(val));
+        }
+    }
+    batch(v.to_string().as_bytes(), peer)
+}
+
 pub(super) fn batch(
     body: &[u8],
     peer: &SocketAddr,

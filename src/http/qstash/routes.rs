@@ -3,9 +3,9 @@
 //! segment after `/v2/`; each function here owns the rest of that path.
 
 use super::parse::{
-    batch as batch_items, destination, endpoints, filter, flow_action, header_list, publish_req,
-    queue_upsert, wait_req, DLQ_FILTERS, LOG_FILTERS, MESSAGE_FILTERS, RUN_CANCEL_FILTERS,
-    WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
+    batch as batch_items, batch_trigger, destination, endpoints, filter, flow_action, header_list,
+    publish_req, queue_upsert, trigger_pairs, wait_req, DLQ_FILTERS, LOG_FILTERS, MESSAGE_FILTERS,
+    RUN_CANCEL_FILTERS, WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
 };
 use super::Req;
 use crate::delivery::conf::{self, check_url, valid_name, Extra};
@@ -74,8 +74,56 @@ pub(super) fn publish(r: &Req) -> Routed {
     }
 }
 
-/// `POST /v2/batch`.
+/// `POST /v2/trigger/<workflow url>`: starts a workflow run, as the workflow SDK's trigger
+/// does (the run's first invocation, published to the URL).
+pub(super) fn trigger(r: &Req) -> Routed {
+    if r.method != Method::POST {
+        return not_allowed(r);
+    }
+    if r.tail.is_empty() {
+        return Err(refuse(400, "missing workflow URL: /v2/trigger/<url>"));
+    }
+    let dest = destination(r.tail, &r.query);
+    if !dest.starts_with("http://") && !dest.starts_with("https://") {
+        return Err(refuse(
+            400,
+            format!("invalid workflow URL '{dest}': use http:// or https://"),
+        ));
+    }
+    let mut pairs = conf::pairs_from_request(r.headers, &r.query);
+    let given = pairs
+        .iter()
+        .find(|(k, _)| k == "workflow-runid")
+        .map(|(_, v)| v.clone());
+    pairs.retain(|(k, _)| k != "workflow-runid");
+    pairs.extend(trigger_pairs(given.as_deref(), &dest).map_err(|e| refuse(500, e))?);
+    let req = publish_req(
+        dest,
+        None,
+        pairs,
+        r.content_type.clone(),
+        header_list(r.headers),
+        r.body.to_vec(),
+        &r.peer,
+    )
+    .map(|(p, _)| p)
+    .map_err(|e| refuse(400, e))?;
+    Ok(Op::Trigger {
+        items: vec![Ok(req)],
+        single: true,
+    })
+}
+
+/// `POST /v2/batch` and `POST /v2/batch/trigger`.
 pub(super) fn batch(r: &Req) -> Routed {
+    if r.method == Method::POST && r.tail == "trigger" {
+        return batch_trigger(&r.body, &r.peer)
+            .map(|items| Op::Trigger {
+                items,
+                single: false,
+            })
+            .map_err(|e| refuse(400, e));
+    }
     if r.method != Method::POST || !r.tail.is_empty() {
         return not_allowed(r);
     }
