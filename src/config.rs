@@ -386,6 +386,8 @@ pub struct Config {
     /// Threads that run HTTP connections (the executor and the flusher have their own).
     pub http_threads: usize,
     pub qstash_token: Option<String>,
+    /// A delivery-API token that may only read (GET routes).
+    pub qstash_read_only_token: Option<String>,
     pub qstash_current_signing_key: Option<String>,
     pub qstash_next_signing_key: Option<String>,
     /// Milliseconds per "second" of the default retry backoff: 1000, except in tests.

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use tidepool::config::{self, Config, FsyncMode};
 
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
-                                            [--qstash-token Q] [--qstash-current-signing-key K] [--qstash-next-signing-key N]
+                                            [--qstash-token Q] [--qstash-read-only-token QR]
+                                            [--qstash-current-signing-key K] [--qstash-next-signing-key N]
                       [--max-message-bytes B] [--dlq-max N] [--waiters-max N] [--notifications-max N]
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
@@ -16,7 +17,8 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--url URL] [--admin-token A] [--data DIR]
 
 Every flag can also come from the environment: TIDEPOOL_LISTEN, TIDEPOOL_DATA, TIDEPOOL_TOKEN,
-TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN,
+TIDEPOOL_READ_ONLY_TOKEN, TIDEPOOL_FSYNC, TIDEPOOL_QSTASH_TOKEN, TIDEPOOL_QSTASH_READ_ONLY_TOKEN
+(a delivery-API token for GET routes only; generated and printed like the others),
 TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY, TIDEPOOL_QSTASH_NEXT_SIGNING_KEY,
 TIDEPOOL_MAX_MESSAGE_BYTES (default 10 MiB), TIDEPOOL_DLQ_MAX (DLQ entries kept, oldest
 dropped first; default 100000), TIDEPOOL_WAITERS_MAX (open workflow waits; 100000),
@@ -94,6 +96,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut ro = env("TIDEPOOL_READ_ONLY_TOKEN");
     let mut fsync = env("TIDEPOOL_FSYNC");
     let mut qtoken = env("TIDEPOOL_QSTASH_TOKEN");
+    let mut qro = env("TIDEPOOL_QSTASH_READ_ONLY_TOKEN");
     let mut qcurrent = env("TIDEPOOL_QSTASH_CURRENT_SIGNING_KEY");
     let mut qnext = env("TIDEPOOL_QSTASH_NEXT_SIGNING_KEY");
     let mut max_msg = env("TIDEPOOL_MAX_MESSAGE_BYTES");
@@ -142,6 +145,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--read-only-token" => &mut ro,
             "--fsync" => &mut fsync,
             "--qstash-token" => &mut qtoken,
+            "--qstash-read-only-token" => &mut qro,
             "--qstash-current-signing-key" => &mut qcurrent,
             "--qstash-next-signing-key" => &mut qnext,
             "--max-message-bytes" => &mut max_msg,
@@ -188,6 +192,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         && (token.is_some()
             || ro.is_some()
             || qtoken.is_some()
+            || qro.is_some()
             || qcurrent.is_some()
             || qnext.is_some())
     {
@@ -381,6 +386,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         delivery_limits,
         message_bytes_max,
         qstash_token: qtoken,
+        qstash_read_only_token: qro,
         qstash_current_signing_key: qcurrent,
         qstash_next_signing_key: qnext,
         retry_backoff_unit_ms,

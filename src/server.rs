@@ -19,6 +19,9 @@ struct Credentials {
     read_only_token: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     qstash_token: Option<String>,
+    /// The delivery API's read-only token (GET routes only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    qstash_read_only_token: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     qstash_current_signing_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -37,6 +40,7 @@ pub struct Resolved {
     pub token: String,
     pub read_only_token: String,
     pub qstash_token: String,
+    pub qstash_read_only_token: String,
     pub keys: SigningKeys,
     pub acl_secret: Vec<u8>,
     pub admin_token: String,
@@ -79,6 +83,7 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
             token: random_token()?,
             read_only_token: random_token()?,
             qstash_token: None,
+            qstash_read_only_token: None,
             qstash_current_signing_key: None,
             qstash_next_signing_key: None,
             acl_token_secret: None,
@@ -90,6 +95,9 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
     let before = serde_json::to_vec(&stored).map_err(|e| e.to_string())?;
     if stored.qstash_token.is_none() {
         stored.qstash_token = Some(random_qstash_token()?);
+    }
+    if stored.qstash_read_only_token.is_none() {
+        stored.qstash_read_only_token = Some(format!("qro_{}", random_token()?));
     }
     if stored.qstash_current_signing_key.is_none() {
         stored.qstash_current_signing_key = Some(random_signing_key()?);
@@ -134,6 +142,7 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
         token,
         read_only_token: ro,
         qstash_token: pick(&cfg.qstash_token, stored_q.qstash_token),
+        qstash_read_only_token: pick(&cfg.qstash_read_only_token, stored_q.qstash_read_only_token),
         keys: SigningKeys {
             current: pick(
                 &cfg.qstash_current_signing_key,
@@ -147,7 +156,11 @@ fn credentials(dir: &Path, cfg: &Config) -> Result<Resolved, String> {
         acl_secret: stored_q.acl_token_secret.unwrap_or_default().into_bytes(),
         admin_token: pick(&cfg.admin_token, stored_q.admin_token),
     };
+    if resolved.qstash_read_only_token == resolved.qstash_token {
+        return Err("the delivery token and its read-only token must differ".into());
+    }
     if resolved.qstash_token.is_empty()
+        || resolved.qstash_read_only_token.is_empty()
         || resolved.keys.current.is_empty()
         || resolved.keys.next.is_empty()
     {
@@ -293,10 +306,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
             ),
         };
         let banner = format!(
-            "tidepool {} listening on {url}\n  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}",
+            "tidepool {} listening on {url}\n  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QStash read-only token: {}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}",
             env!("CARGO_PKG_VERSION"),
             dir.display(),
             creds.qstash_token,
+            creds.qstash_read_only_token,
             creds.keys.current,
             creds.keys.next,
             creds.admin_token,
@@ -309,6 +323,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let key_dir = dir.to_path_buf();
         let qstash = crate::http::qstash::QstashAuth {
             token: creds.qstash_token.clone(),
+            read_only_token: creds.qstash_read_only_token.clone(),
             dev_users: cfg.dev,
             keys,
             save_keys: match cfg.at {

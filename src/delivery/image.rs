@@ -76,6 +76,11 @@ pub struct LogImage {
     pub method: String,
     pub max_retries: u32,
     pub labels: Vec<String>,
+    /// Added after the first snapshots: absent in older files, and not written when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,6 +94,11 @@ pub struct RunImage {
     pub trigger_conf: Option<Conf>,
     pub completed_ms: Option<u64>,
     pub response: Option<Bin>,
+    /// Added after the first snapshots: absent in older files, and not written when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_ip: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,6 +211,8 @@ impl Delivery {
                 trigger_conf: r.trigger_conf.as_deref().cloned(),
                 completed_ms: r.completed_ms,
                 response: r.response.clone().map(Bin),
+                labels: r.labels.clone(),
+                caller_ip: r.caller_ip.clone(),
             })
             .collect();
         run_list.sort_by(|a, b| a.id.cmp(&b.id));
@@ -264,6 +276,8 @@ impl Delivery {
                     method: l.method.to_string(),
                     max_retries: l.max_retries,
                     labels: l.labels.clone(),
+                    caller_ip: l.caller_ip.clone(),
+                    flow_key: l.flow_key.clone(),
                 })
                 .collect(),
             runs: run_list,
@@ -360,6 +374,8 @@ impl Delivery {
                 method: method.as_str(),
                 max_retries: l.max_retries,
                 labels: l.labels,
+                caller_ip: l.caller_ip,
+                flow_key: l.flow_key,
             });
         }
         for r in img.runs {
@@ -375,6 +391,8 @@ impl Delivery {
                     trigger_conf: r.trigger_conf.map(Box::new),
                     completed_ms: r.completed_ms,
                     response: r.response.map(|b| b.0),
+                    labels: r.labels,
+                    caller_ip: r.caller_ip,
                 },
             );
         }

@@ -218,6 +218,8 @@ pub fn log(l: &LogEntry) -> Value {
     m.insert("method".into(), json!(l.method));
     m.insert("maxRetries".into(), json!(l.max_retries));
     labels(&mut m, &l.labels);
+    put_opt(&mut m, "flowControlKey", l.flow_key.clone());
+    put_opt(&mut m, "callerIP", l.caller_ip.clone());
     Value::Object(m)
 }
 

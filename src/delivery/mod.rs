@@ -81,6 +81,8 @@ pub struct LogEntry {
     pub method: &'static str,
     pub max_retries: u32,
     pub labels: Vec<String>,
+    pub caller_ip: Option<String>,
+    pub flow_key: Option<String>,
 }
 
 /// The delivery state. Only `apply` changes it (plus the in-flight marks, see the module doc).
@@ -185,6 +187,8 @@ impl Delivery {
             method: msg.method.as_str(),
             max_retries: msg.max_retries,
             labels: msg.conf.labels.clone(),
+            caller_ip: msg.caller_ip.as_deref().map(str::to_string),
+            flow_key: msg.conf.flow_key.clone(),
         });
     }
 
@@ -328,6 +332,8 @@ impl Delivery {
                         trigger_conf: None,
                         completed_ms: None,
                         response: None,
+                        labels: Vec::new(),
+                        caller_ip: None,
                     },
                 );
             }
@@ -407,6 +413,8 @@ impl Delivery {
             trigger_conf: None,
             completed_ms: None,
             response: None,
+            labels: m.conf.labels.clone(),
+            caller_ip: m.caller_ip.as_deref().map(str::to_string),
         });
         if run.ended.is_none() {
             if run.trigger_conf.is_none() {

@@ -281,6 +281,9 @@ pub struct Run {
     pub trigger_conf: Option<Box<Conf>>,
     pub completed_ms: Option<u64>,
     pub response: Option<Vec<u8>>,
+    /// The first message's labels and caller, kept past the run's end for the filters.
+    pub labels: Vec<String>,
+    pub caller_ip: Option<String>,
 }
 
 /// How an attempt ended, as the executor decided it.

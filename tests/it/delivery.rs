@@ -1672,7 +1672,7 @@ fn unknown_filters_are_refused_never_ignored() {
         ("GET", "/v2/logs?hots=x"),
         ("GET", "/v2/events?stat=DELIVERED"),
         ("GET", "/v2/workflows/events?workflowRunID=x"),
-        ("DELETE", "/v2/workflows/runs?label=x"),
+        ("DELETE", "/v2/workflows/runs?lable=x"),
         ("DELETE", "/v2/workflows/dlq?workflowRunIdd=x"),
     ] {
         let r = c.request(method, path, &[], b"");
@@ -1714,6 +1714,99 @@ fn unknown_filters_are_refused_never_ignored() {
             .as_array()
             .map(Vec::len),
         Some(0)
+    );
+    // The logs by caller and flow-control key; entries show both.
+    let keyed = publish(
+        &mut c,
+        &sink.url("/keyed"),
+        &[
+            ("Upstash-Flow-Control-Key", "fk1"),
+            ("Upstash-Flow-Control-Value", "parallelism=1"),
+            ("Upstash-Delay", "1h"),
+        ],
+        b"z",
+    );
+    assert_eq!(keyed.status, 200, "{}", keyed.text());
+    let by_key = c.get("/v2/logs?flowControlKey=fk1").json();
+    let by_key = by_key["events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(by_key.len(), 1, "{by_key:?}");
+    assert_eq!(by_key[0]["flowControlKey"], "fk1");
+    assert_eq!(by_key[0]["callerIP"], "127.0.0.1");
+    let by_ip = c.get("/v2/logs?callerIp=127.0.0.1").json()["events"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    assert!(by_ip > 1);
+    assert_eq!(
+        c.get("/v2/logs?callerIp=10.9.9.9").json()["events"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+}
+
+/// Workflow runs by label: the run logs, and bulk cancel by label, caller and flow-control
+/// key (issue 18); `count` caps a bulk cancel.
+#[test]
+fn workflow_runs_filter_by_label_caller_and_flow_key() {
+    let dir = TempDir::new("dl-run-filters");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let wf = sink.url("/wf");
+    for (id, label, key) in [
+        ("wfr_a", "blue", "k1"),
+        ("wfr_b", "blue", "k2"),
+        ("wfr_c", "green", "k1"),
+        ("wfr_d", "green", "k2"),
+    ] {
+        let r = publish(
+            &mut c,
+            &wf,
+            &[
+                ("Upstash-Workflow-RunId", id),
+                ("Upstash-Workflow-Init", "true"),
+                ("Upstash-Label", label),
+                ("Upstash-Flow-Control-Key", key),
+                ("Upstash-Flow-Control-Value", "parallelism=1"),
+                ("Upstash-Delay", "1h"),
+            ],
+            b"{}",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = v["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["workflowRunId"].as_str().map(str::to_string))
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(&c.get("/v2/workflows/events?label=blue").json()),
+        ["wfr_a", "wfr_b"]
+    );
+    let cancel = |c: &mut Http, q: &str| {
+        c.request("DELETE", &format!("/v2/workflows/runs?{q}"), &[], b"")
+            .json()
+    };
+    assert_eq!(
+        cancel(&mut c, "label=green&flowControlKey=k2"),
+        json!({"cancelled": 1})
+    );
+    assert_eq!(cancel(&mut c, "callerIp=10.0.0.1"), json!({"cancelled": 0}));
+    assert_eq!(
+        cancel(&mut c, "callerIp=127.0.0.1&count=2"),
+        json!({"cancelled": 2})
+    );
+    assert_eq!(cancel(&mut c, "label=blue"), json!({"cancelled": 0}));
+    // The label filter still finds the runs after they ended.
+    assert_eq!(
+        ids(&c.get("/v2/workflows/events?label=green").json()),
+        ["wfr_c", "wfr_d"]
     );
 }
 
@@ -1793,4 +1886,56 @@ fn trigger_routes_start_workflow_runs() {
             "{method} {path}"
         );
     }
+}
+
+/// The delivery API's read-only token (issue 18; `--qstash-read-only-token`, else generated
+/// and printed): GET routes answer, anything else is 403 and changes nothing, and it cannot
+/// read the signing keys.
+#[test]
+fn read_only_token_reads_and_nothing_more() {
+    let dir = TempDir::new("dl-readonly");
+    let sink = Sink::start();
+    let s = Server::start_delivery_with(dir.path(), &["--qstash-read-only-token", "qro-test"]);
+    let mut owner = s.qstash();
+    let r = publish(
+        &mut owner,
+        &sink.url("/later"),
+        &[("Upstash-Delay", "1h")],
+        b"x",
+    );
+    let id = r.json()["messageId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut ro = Http::connect(&s.addr, "qro-test");
+    assert_eq!(ro.get(&format!("/v2/messages/{id}")).status, 200);
+    assert_eq!(ro.get("/v2/logs").status, 200);
+    assert_eq!(ro.get("/v2/dlq").status, 200);
+    for (method, path) in [
+        ("DELETE", format!("/v2/messages/{id}")),
+        ("POST", format!("/v2/publish/{}", sink.url("/x"))),
+        ("DELETE", "/v2/dlq".to_string()),
+        ("GET", "/v2/keys".to_string()),
+        ("POST", "/v2/keys/rotate".to_string()),
+    ] {
+        let r = ro.request(method, &path, &[], b"");
+        assert_eq!(r.status, 403, "{method} {path}: {}", r.text());
+        assert!(r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("forbidden")));
+    }
+    assert_eq!(
+        owner.get(&format!("/v2/messages/{id}")).status,
+        200,
+        "still pending"
+    );
+    // A token that is neither is 401 as before; the two tokens must differ.
+    assert_eq!(Http::connect(&s.addr, "nope").get("/v2/logs").status, 401);
+    let other = TempDir::new("dl-readonly-same");
+    let same = Server::try_start_env(
+        other.path(),
+        &["--qstash-token", "same", "--qstash-read-only-token", "same"],
+        &[],
+    );
+    assert!(same.is_err_and(|e| e.contains("must differ")));
 }

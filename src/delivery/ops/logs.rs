@@ -33,6 +33,8 @@ pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
             && any_eq(f, "topicName", l.topic.as_deref())
             && any_eq(f, "scheduleId", l.schedule_id.as_deref())
             && any_eq(f, "queueName", l.queue.as_deref())
+            && any_eq(f, "callerIp", l.caller_ip.as_deref())
+            && any_eq(f, "flowControlKey", l.flow_key.as_deref())
             && values(f, "label").is_none_or(|vs| l.labels.iter().any(|x| vs.contains(x))))
         {
             continue;

@@ -215,35 +215,51 @@ pub(super) fn run_delete(tx: &mut Tx, id: String, cancel: bool, body: Vec<u8>) -
 }
 
 pub(super) fn runs_cancel(tx: &mut Tx, f: Filter) -> OpReply {
-    let ids: Vec<String> =
-        tx.d.runs
-            .values()
-            .filter(|r| r.ended.is_none())
-            .filter(|r| f.ids.is_empty() || f.ids.contains(&r.id))
-            .filter(|r| {
-                let at = |k: &str| {
-                    values(&f, k)
-                        .and_then(|v| v.first())
-                        .and_then(|v| v.parse::<u64>().ok())
-                };
-                at("fromDate").is_none_or(|from| r.created_ms >= from)
-                    && at("toDate").is_none_or(|to| r.created_ms <= to)
-            })
-            .filter(|r| {
-                values(&f, "workflowUrl").is_none_or(|vs| {
-                    let exact = values(&f, "workflowUrlExactMatch")
-                        .is_some_and(|v| v.iter().any(|x| x == "true"));
-                    vs.iter().any(|v| {
-                        if exact {
-                            r.url == *v
-                        } else {
-                            r.url.starts_with(v.as_str())
-                        }
-                    })
+    let ids: Vec<String> = tx
+        .d
+        .runs
+        .values()
+        .filter(|r| r.ended.is_none())
+        .filter(|r| f.ids.is_empty() || f.ids.contains(&r.id))
+        .filter(|r| {
+            let at = |k: &str| {
+                values(&f, k)
+                    .and_then(|v| v.first())
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            at("fromDate").is_none_or(|from| r.created_ms >= from)
+                && at("toDate").is_none_or(|to| r.created_ms <= to)
+        })
+        .filter(|r| {
+            values(&f, "workflowUrl").is_none_or(|vs| {
+                let exact = values(&f, "workflowUrlExactMatch")
+                    .is_some_and(|v| v.iter().any(|x| x == "true"));
+                vs.iter().any(|v| {
+                    if exact {
+                        r.url == *v
+                    } else {
+                        r.url.starts_with(v.as_str())
+                    }
                 })
             })
-            .map(|r| r.id.clone())
-            .collect();
+        })
+        .filter(|r| values(&f, "label").is_none_or(|vs| r.labels.iter().any(|l| vs.contains(l))))
+        .filter(|r| any_eq(&f, "callerIp", r.caller_ip.as_deref()))
+        .filter(|r| {
+            any_eq(
+                &f,
+                "flowControlKey",
+                r.trigger_conf.as_ref().and_then(|c| c.flow_key.as_deref()),
+            )
+        })
+        .map(|r| r.id.clone())
+        .collect();
+    // `count` caps how many runs one call cancels, oldest first.
+    let mut ids = ids;
+    if let Some(n) = f.count {
+        ids.sort_by_key(|id| tx.d.runs.get(id).map(|r| (r.created_ms, r.id.clone())));
+        ids.truncate(n);
+    }
     for id in &ids {
         end_run(tx, id, true, None);
     }
@@ -405,6 +421,7 @@ pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
         .filter(|r| any_eq(f, "workflowRunId", Some(&r.id)))
         .filter(|r| any_eq(f, "workflowUrl", Some(&r.url)))
         .filter(|r| any_eq(f, "state", Some(json::run_state(r))))
+        .filter(|r| values(f, "label").is_none_or(|vs| r.labels.iter().any(|l| vs.contains(l))))
         .filter(|r| {
             values(f, "workflowCreatedAt")
                 .and_then(|v| v.first())

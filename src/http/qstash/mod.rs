@@ -28,6 +28,8 @@ use tokio::sync::oneshot;
 /// The delivery service's credentials.
 pub struct QstashAuth {
     pub token: String,
+    /// A token for the GET routes only (`--qstash-read-only-token`).
+    pub read_only_token: String,
     /// `serve --dev`: the dev server's other test users (the first one is `token`).
     pub dev_users: bool,
     pub keys: Arc<RwLock<SigningKeys>>,
@@ -80,14 +82,22 @@ fn err(status: u16, text: impl Into<String>) -> Response<Body> {
 
 /// Who a request is: `Some(None)` for the delivery token, `Some(Some(user))` for one of the
 /// dev server's other test users (`serve --dev`), None for anyone else.
-fn authorized(
-    headers: &HeaderMap,
-    query: Option<&str>,
-    auth: &QstashAuth,
-) -> Option<Option<&'static DevUser>> {
+/// Who a request's token is: the delivery token, the read-only one, or (`--dev`) a dev user.
+enum Caller {
+    Owner,
+    ReadOnly,
+    Dev(&'static DevUser),
+}
+
+fn authorized(headers: &HeaderMap, query: Option<&str>, auth: &QstashAuth) -> Option<Caller> {
     let p = request::presented_token(headers, query, "qstash_token")?;
     if crate::secret::ct_eq(p.as_bytes(), auth.token.as_bytes()) {
-        return Some(None);
+        return Some(Caller::Owner);
+    }
+    if !auth.read_only_token.is_empty()
+        && crate::secret::ct_eq(p.as_bytes(), auth.read_only_token.as_bytes())
+    {
+        return Some(Caller::ReadOnly);
     }
     if !auth.dev_users {
         return None;
@@ -95,7 +105,7 @@ fn authorized(
     DEV_USERS[1..]
         .iter()
         .find(|u| crate::secret::ct_eq(p.as_bytes(), u.token.as_bytes()))
-        .map(Some)
+        .map(Caller::Dev)
 }
 
 async fn read_body(body: Incoming, max: usize) -> Result<Bytes, Response<Body>> {
@@ -145,11 +155,30 @@ pub async fn handle(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Resp
     if let Some(rest) = path.strip_prefix("/v2/workflows/hooks/") {
         return webhook(app, auth, rest, &parts, body).await;
     }
-    let Some(dev_user) = authorized(&parts.headers, parts.uri.query(), auth) else {
-        return err(
-            401,
-            "unauthorized: use Authorization: Bearer <QSTASH_TOKEN>",
-        );
+    let dev_user = match authorized(&parts.headers, parts.uri.query(), auth) {
+        None => {
+            return err(
+                401,
+                "unauthorized: use Authorization: Bearer <QSTASH_TOKEN>",
+            )
+        }
+        Some(Caller::ReadOnly) if !matches!(parts.method, Method::GET | Method::HEAD) => {
+            return err(
+                403,
+                format!(
+                    "forbidden: the read-only token may only read (GET); {} {} needs QSTASH_TOKEN",
+                    parts.method, path
+                ),
+            )
+        }
+        Some(Caller::ReadOnly) if path == "/v2/keys" || path.starts_with("/v2/keys/") => {
+            return err(
+                403,
+                "forbidden: the signing keys are for QSTASH_TOKEN, not the read-only token",
+            )
+        }
+        Some(Caller::Dev(u)) => Some(u),
+        Some(_) => None,
     };
     let rest = path.strip_prefix("/v2/").unwrap_or("");
     let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));

@@ -187,6 +187,8 @@ pub(super) const LOG_FILTERS: &[&str] = &[
     "scheduleId",
     "queueName",
     "label",
+    "callerIp",
+    "flowControlKey",
     "fromDate",
     "toDate",
 ];
@@ -196,11 +198,19 @@ pub(super) const WORKFLOW_LOG_FILTERS: &[&str] = &[
     "workflowUrl",
     "state",
     "workflowCreatedAt",
+    "label",
     "groupBy",
 ];
 /// `DELETE /v2/workflows/runs`.
-pub(super) const RUN_CANCEL_FILTERS: &[&str] =
-    &["workflowUrl", "workflowUrlExactMatch", "fromDate", "toDate"];
+pub(super) const RUN_CANCEL_FILTERS: &[&str] = &[
+    "workflowUrl",
+    "workflowUrlExactMatch",
+    "fromDate",
+    "toDate",
+    "label",
+    "callerIp",
+    "flowControlKey",
+];
 
 /// The selection a list, bulk-delete or bulk-cancel request makes: ids (`ids_key`, in the
 /// query or the JSON body) or filters. A filter name outside `known` (lists of names, one of
