@@ -212,6 +212,18 @@ impl Delivery {
                     if let Some((key, p)) = self.msgs.remove_entry(id.as_str()) {
                         self.log(ts, &p.msg, &key, "CANCEL_REQUESTED");
                         self.log(ts, &p.msg, &key, "CANCELED");
+                        // A cancelled failure callback did not succeed: it shows as failed
+                        // (and can be called again), not as in progress forever.
+                        if let Some(call) = p
+                            .msg
+                            .source_id
+                            .as_deref()
+                            .filter(|_| p.msg.origin == Origin::FailureCallback)
+                            .and_then(|s| self.failure_calls.get_mut(s))
+                            .filter(|c| c.message_id == key)
+                        {
+                            call.state = "CALLBACK_FAIL";
+                        }
                         self.forget(&key, p);
                     }
                 }

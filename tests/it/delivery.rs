@@ -1939,3 +1939,56 @@ fn read_only_token_reads_and_nothing_more() {
     );
     assert!(same.is_err_and(|e| e.contains("must differ")));
 }
+
+/// `DELETE /v2/workflows/dlq/callback/<dlqId>` (issue 18) cancels a failure callback while it
+/// is in progress: it shows as failed then, can be called again, and a second cancel (nothing
+/// in progress) is 400.
+#[test]
+fn a_failure_callback_in_progress_can_be_cancelled() {
+    let dir = TempDir::new("dl-fcb-cancel");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let wf = sink.url("/wf");
+    let fcb = sink.url("/status/502");
+    let headers = |init: &'static str| {
+        vec![
+            ("Upstash-Workflow-RunId", "wfr_fc"),
+            ("Upstash-Workflow-Init", init),
+            ("Upstash-Forward-Upstash-Workflow-Sdk-Version", "1"),
+            ("Upstash-Retries", "0"),
+            ("Upstash-Failure-Callback", fcb.as_str()),
+            // The failure call fails once, then waits an hour for its next attempt.
+            ("Upstash-Failure-Callback-Retries", "3"),
+            ("Upstash-Failure-Callback-Retry-Delay", "3600000"),
+        ]
+    };
+    publish(&mut c, &wf, &headers("true"), b"{}");
+    let step = br#"{"stepId":1,"stepName":"a","stepType":"Run","out":"1","concurrent":1}"#;
+    publish(&mut c, &sink.url("/status/500"), &headers("false"), step);
+    let state = |c: &mut Http| {
+        c.get("/v2/workflows/dlq").json()["messages"][0]["failureCallbackInfo"]["state"].clone()
+    };
+    poll(10, "the failure call to be retrying", || {
+        state(&mut c) == "CALLBACK_INPROGRESS"
+            && sink.received().iter().any(|r| r.target == "/status/502")
+    });
+    let dlq_id = c.get("/v2/workflows/dlq").json()["messages"][0]["dlqId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let path = format!("/v2/workflows/dlq/callback/{dlq_id}");
+    let r = c.request("DELETE", &path, &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(state(&mut c), "CALLBACK_FAIL");
+    let again = c.request("DELETE", &path, &[], b"");
+    assert_eq!(again.status, 400, "{}", again.text());
+    assert_eq!(
+        c.request("DELETE", "/v2/workflows/dlq/callback/nope", &[], b"")
+            .status,
+        404
+    );
+    // Called again, it is in progress again.
+    assert_eq!(c.post(&path, b"").status, 200);
+    assert_eq!(state(&mut c), "CALLBACK_INPROGRESS");
+}

@@ -50,6 +50,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
             overrides,
         } => workflow::recover(tx, how, filter, single, overrides),
         Op::RunFailureCallback(id) => workflow::failure_callback(tx, id),
+        Op::RunFailureCallbackCancel(id) => workflow::failure_callback_cancel(tx, id),
         Op::TopicAdd { name, endpoints } => topics::add(tx, name, endpoints),
         Op::TopicRemove { name, endpoints } => topics::remove(tx, name, endpoints),
         Op::TopicGet(name) => topics::get(tx, name),

@@ -128,6 +128,8 @@ pub enum Op {
     },
     /// `POST /v2/workflows/dlq/callback/<dlqId>`: the failure function called again.
     RunFailureCallback(String),
+    /// `DELETE /v2/workflows/dlq/callback/<dlqId>`: a failure callback in progress cancelled.
+    RunFailureCallbackCancel(String),
 }
 
 impl Op {

@@ -132,6 +132,29 @@ pub(super) fn failure_callback(tx: &mut Tx, id: String) -> OpReply {
     ok(reply)
 }
 
+/// Cancels the failure callback of a DLQ entry while it is still being delivered (retrying);
+/// 400 when none is in progress, as the workflow API documents. The call then counts as
+/// failed (`CALLBACK_FAIL`), and `POST .../callback/<dlqId>` can start it again.
+pub(super) fn failure_callback_cancel(tx: &mut Tx, id: String) -> OpReply {
+    let Some(e) = tx.d.dlq.get(&id) else {
+        return not_found(&format!("dlq message {id} not found"));
+    };
+    let in_progress =
+        tx.d.failure_calls
+            .get(&*e.message.id)
+            .map(|c| c.message_id.to_string())
+            .filter(|m| tx.d.msgs.contains_key(m.as_str()));
+    let Some(message_id) = in_progress else {
+        return bad(format!(
+            "no failure callback of dlq message {id} is in progress"
+        ));
+    };
+    tx.emit(Event::Cancel {
+        ids: vec![message_id],
+    });
+    ok(json!({}))
+}
+
 pub(super) fn wait(tx: &mut Tx, w: WaitReq) -> OpReply {
     let run = run_id(&w.headers);
     let stored = run.as_ref().and_then(|r| {

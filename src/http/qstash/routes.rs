@@ -498,6 +498,7 @@ fn workflow_dlq(r: &Req) -> Routed {
             }
         }
         (&Method::POST, ["callback", _]) => Op::RunFailureCallback(id),
+        (&Method::DELETE, ["callback", _]) => Op::RunFailureCallbackCancel(id),
         (&Method::GET | &Method::DELETE | &Method::POST, _) => {
             return Err(refuse(
                 404,
