@@ -36,8 +36,11 @@ test -x target/debug/tidepool
 echo "== the official Python SDKs (upstash-redis, qstash) against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
 
-echo "== the official @upstash/workflow SDK running a workflow end to end against tidepool"
+# Two releases of the workflow SDK are in use: the newest 1.x, and 0.2.x (package.json).
+echo "== the official @upstash/workflow SDK (1.x) running workflows end to end against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/workflow.mjs
+echo "== the same with @upstash/workflow 0.2.x"
+WORKFLOW_SDK=upstash-workflow-0-2 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/workflow.mjs
 
 echo "== @upstash/ratelimit on the official @upstash/redis (Lua scripts by EVALSHA) against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/ratelimit.mjs

@@ -46,7 +46,9 @@ process.env.QSTASH_URL = base;
 process.env.QSTASH_TOKEN = TOKEN;
 process.env.QSTASH_CURRENT_SIGNING_KEY = CURRENT;
 process.env.QSTASH_NEXT_SIGNING_KEY = NEXT;
-const { serve, Client } = await import("@upstash/workflow");
+// WORKFLOW_SDK picks the SDK release under test (tools/test.sh runs 1.x and 0.2.x).
+const SDK = process.env.WORKFLOW_SDK ?? "@upstash/workflow";
+const { serve, Client } = await import(SDK);
 
 // 2. The workflow endpoint: a plain Node server in front of the SDK's generic handler.
 const trace = [];
