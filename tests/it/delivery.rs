@@ -1931,6 +1931,9 @@ fn read_only_token_reads_and_nothing_more() {
     );
     // A token that is neither is 401 as before; the two tokens must differ.
     assert_eq!(Http::connect(&s.addr, "nope").get("/v2/logs").status, 401);
+    // Not there yet, and said so: a URL group's default headers.
+    let r = owner.request("PATCH", "/v2/topics/g", &[], b"{\"headers\":{}}");
+    assert_eq!(r.status, 501, "{}", r.text());
     let other = TempDir::new("dl-readonly-same");
     let same = Server::try_start_env(
         other.path(),
@@ -1991,4 +1994,150 @@ fn a_failure_callback_in_progress_can_be_cancelled() {
     // Called again, it is in progress again.
     assert_eq!(c.post(&path, b"").status, 200);
     assert_eq!(state(&mut c), "CALLBACK_INPROGRESS");
+}
+
+/// `context.invoke` (issue 18): a publish with `Upstash-Workflow-Invoke: true` starts the
+/// invoked run with the payload inside the invoker's request, and when that run is cancelled
+/// or fails for good the invoker's run gets the Invoke step with `out` = `{"body", "isFailed",
+/// "isCanceled"}`, delivered to the invoker's URL. (tests/node/workflow.mjs runs a finishing
+/// invoke through the SDK.) A publisher cannot plant an invoker of its own.
+#[test]
+fn invoked_runs_answer_their_invoker() {
+    let dir = TempDir::new("dl-invoke");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let parent = sink.url("/p");
+    let r = publish(
+        &mut c,
+        &parent,
+        &[
+            ("Upstash-Workflow-RunId", "wfr_p"),
+            ("Upstash-Workflow-Init", "true"),
+        ],
+        b"{}",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let invoke = |c: &mut Http, child: &str, url: &str, step_id: u32| {
+        let request = json!({
+            "body": "{\"x\":1}",
+            "headers": {
+                "Upstash-Workflow-Runid": ["wfr_p"],
+                "Upstash-Forward-Upstash-Workflow-Sdk-Version": ["1"],
+            },
+            "workflowRunId": "wfr_p",
+            "workflowRunCreatedAt": 1,
+            "workflowUrl": parent,
+            "step": {"stepId": step_id, "stepName": "call", "stepType": "Invoke", "concurrent": 1},
+        });
+        publish(
+            c,
+            url,
+            &[
+                ("Upstash-Workflow-RunId", child),
+                ("Upstash-Workflow-Init", "true"),
+                ("Upstash-Workflow-Invoke", "true"),
+                ("Upstash-Retries", "0"),
+            ],
+            request.to_string().as_bytes(),
+        )
+    };
+    let child_url = sink.url("/child");
+    assert_eq!(invoke(&mut c, "wfr_c1", &child_url, 1).status, 200);
+    let got = sink.wait_for(10, "the invoked run's first step", |g| {
+        g.iter().any(|r| r.target == "/child")
+    });
+    let first = got.iter().find(|r| r.target == "/child").expect("child");
+    let payload = STANDARD
+        .decode(first.json()[0]["body"].as_str().expect("body"))
+        .expect("b64");
+    assert_eq!(
+        payload, b"{\"x\":1}",
+        "the invoked run starts with the inner payload"
+    );
+    // Cancelled: the invoker gets isCanceled.
+    let r = c.request("DELETE", "/v2/workflows/runs/wfr_c1?cancel=true", &[], b"");
+    assert_eq!(r.status, 200);
+    let out_of = |g: &[Received], step: u32| {
+        g.iter()
+            .filter(|r| r.target == "/p")
+            .flat_map(|r| r.json().as_array().cloned().unwrap_or_default())
+            .filter_map(|s| {
+                let b = STANDARD.decode(s["body"].as_str()?).ok()?;
+                let v: Value = serde_json::from_slice(&b).ok()?;
+                (v["stepId"] == step && v["stepType"] == "Invoke").then(|| v["out"].clone())
+            })
+            .next_back()
+    };
+    let got = sink.wait_for(10, "the invoker's cancelled result", |g| {
+        out_of(g, 1).is_some()
+    });
+    let out: Value =
+        serde_json::from_str(out_of(&got, 1).expect("out").as_str().expect("s")).expect("out json");
+    assert_eq!(out, json!({"body": null, "isCanceled": true}));
+    // Failed for good: the invoker gets isFailed with the failing answer's body.
+    assert_eq!(invoke(&mut c, "wfr_c2", &child_url, 2).status, 200);
+    let step = br#"{"stepId":1,"stepName":"s","stepType":"Run","out":"1","concurrent":1}"#;
+    publish(
+        &mut c,
+        &sink.url("/status/500"),
+        &[
+            ("Upstash-Workflow-RunId", "wfr_c2"),
+            ("Upstash-Retries", "0"),
+        ],
+        step,
+    );
+    let got = sink.wait_for(10, "the invoker's failed result", |g| {
+        out_of(g, 2).is_some()
+    });
+    let out: Value =
+        serde_json::from_str(out_of(&got, 2).expect("out").as_str().expect("s")).expect("out json");
+    assert_eq!(out["isFailed"], true, "{out}");
+    // An invoke whose body is no invoker's request is refused; a planted invoker is dropped.
+    let r = publish(
+        &mut c,
+        &child_url,
+        &[
+            ("Upstash-Workflow-RunId", "wfr_bad"),
+            ("Upstash-Workflow-Init", "true"),
+            ("Upstash-Workflow-Invoke", "true"),
+        ],
+        b"not json",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let planted = json!({"workflowRunId": "wfr_p", "workflowUrl": parent, "headers": {}, "step": {"stepId": 9}});
+    publish(
+        &mut c,
+        &child_url,
+        &[
+            ("Upstash-Workflow-RunId", "wfr_plain"),
+            ("Upstash-Workflow-Init", "true"),
+            ("Upstash-Workflow-Invoker", &planted.to_string()),
+        ],
+        b"{}",
+    );
+    c.request(
+        "DELETE",
+        "/v2/workflows/runs/wfr_plain?cancel=true",
+        &[],
+        b"",
+    );
+    let history = c.get("/v2/workflows/runs/wfr_p").json();
+    let steps: Vec<Value> = history
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let b = STANDARD.decode(s["body"].as_str()?).ok()?;
+            serde_json::from_slice(&b).ok()
+        })
+        .collect();
+    assert!(
+        steps.iter().any(|v| v["stepId"] == 2),
+        "the check can see steps: {steps:?}"
+    );
+    assert!(
+        !steps.iter().any(|v| v["stepId"] == 9),
+        "no result for a planted invoker: {steps:?}"
+    );
 }

@@ -2,7 +2,8 @@
 // workflow endpoint on loopback runs context.run, context.sleep, context.waitForEvent and
 // context.call end to end, started with the SDK's Client.trigger and woken with Client.notify;
 // and a failing run through client.dlq (list, retryFailureFunction, resume); and runs started
-// with the REST API's POST /v2/trigger and /v2/batch/trigger. Exits non-zero on any failure. The server binary comes from TIDEPOOL_BIN.
+// with the REST API's POST /v2/trigger and /v2/batch/trigger; and context.invoke of another
+// workflow, whose result the server hands back. Exits non-zero on any failure. The server binary comes from TIDEPOOL_BIN.
 import { spawn } from "node:child_process";
 import http from "node:http";
 import fs from "node:fs";
@@ -119,6 +120,19 @@ const { handler: SIMPLE } = serve(async (context) => {
   simpleResults.push(doubled);
   return doubled;
 }, { verbose: Boolean(process.env.WF_VERBOSE) });
+// A workflow that invokes another (context.invoke): the server starts the invoked run with
+// the payload, and gives its result back to the invoker as the Invoke step's out.
+const childWorkflow = { workflowId: "child", options: {} };
+const { handler: CHILD } = serve(async (context) => {
+  const v = await context.run("child-step", async () => context.requestPayload.x + 1);
+  return { doubled: v * 2 };
+}, { verbose: Boolean(process.env.WF_VERBOSE) });
+let invokeDone;
+const invokeFinished = new Promise((r) => { invokeDone = r; });
+const { handler: PARENT } = serve(async (context) => {
+  const got = await context.invoke("call-child", { workflow: childWorkflow, body: { x: 20 } });
+  await context.run("after-invoke", async () => invokeDone(got));
+}, { verbose: Boolean(process.env.WF_VERBOSE) });
 const endpoint = http.createServer(async (req, res) => {
   const chunks = [];
   for await (const c of req) chunks.push(c);
@@ -135,7 +149,8 @@ const endpoint = http.createServer(async (req, res) => {
     body: chunks.length ? Buffer.concat(chunks) : undefined,
   });
   try {
-    const response = await (req.url === "/flaky" ? FLAKY : req.url === "/simple" ? SIMPLE : POST)(request);
+    const handler = { "/flaky": FLAKY, "/simple": SIMPLE, "/inv/parent": PARENT, "/inv/child": CHILD }[req.url] ?? POST;
+    const response = await handler(request);
     const text = Buffer.from(await response.arrayBuffer());
     if (response.status >= 400 || process.env.WF_VERBOSE) {
       console.error(`endpoint answered ${response.status}: ${text}`);
@@ -250,7 +265,13 @@ const triggerChecks = [
   [JSON.stringify([...simpleResults].sort()) === JSON.stringify([10, 12]), `the triggered runs ran: ${JSON.stringify(simpleResults)}`],
 ];
 for (const [ok, what] of triggerChecks) if (!ok) await fail(what);
-console.log(`workflow test passed: run ${workflowRunId}, steps ${JSON.stringify(trace)}, slept ${result.slept} ms; DLQ run ${flakyRun} resumed: ${JSON.stringify(flakyTrace)}`);
+
+const { workflowRunId: parentRun } = await client.trigger({ url: `http://127.0.0.1:${endpoint.address().port}/inv/parent` });
+const invoked = await invokeFinished;
+if (invoked?.body?.doubled !== 42 || invoked.isFailed || invoked.isCanceled) {
+  await fail(`context.invoke got ${JSON.stringify(invoked)} (run ${parentRun})`);
+}
+console.log(`workflow test passed (${SDK}): run ${workflowRunId}, steps ${JSON.stringify(trace)}, slept ${result.slept} ms; DLQ run ${flakyRun} resumed: ${JSON.stringify(flakyTrace)}; invoke answered ${JSON.stringify(invoked)}`);
 clearTimeout(deadline);
 server.kill("SIGTERM");
 endpoint.close();

@@ -198,6 +198,13 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
     // The callbacks of a queued message's last attempt hold its queue slot until they are done;
     // their Puts come before the Attempt so that the slot never looks free in between.
     let last_attempt = !matches!(outcome, Outcome::Retry { .. });
+    // A run that fails for good answers its invoker (`context.invoke`), if it has one.
+    let failed_run = dlq_id
+        .as_ref()
+        .and(m.conf.run_id())
+        .filter(|_| m.origin == Origin::Publish)
+        .map(str::to_string);
+    let failed_body = failed_run.as_ref().map(|_| r.response.body.0.clone());
     let attempt = Event::Attempt {
         id: r.id,
         retried: r.retried,
@@ -213,4 +220,7 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
         tx.emit(Event::Put(Box::new(cm)));
     }
     tx.emit(attempt);
+    if let (Some(run), Some(body)) = (failed_run, failed_body) {
+        super::workflow::invoke_result(tx, &run, Some(&body), true, false);
+    }
 }

@@ -232,6 +232,10 @@ impl<'a> Tx<'a> {
         origin: Origin,
         schedule_id: Option<String>,
     ) -> Result<Value, OpReply> {
+        // `context.invoke`: the first invocation of the invoked run carries the invoker's
+        // request; the run starts with the payload inside it, and remembers the invoker.
+        let unwrapped = super::workflow::unwrap_invoke(req).map_err(bad)?;
+        let req = unwrapped.as_ref().unwrap_or(req);
         let targets: Vec<(String, Option<GroupTarget>)> = if req.dest.starts_with("http://")
             || req.dest.starts_with("https://")
         {

@@ -469,7 +469,155 @@ pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
 }
 
 /// Ends a run: cancelled runs lose their pending messages and waiters.
+/// The pseudo configuration header that keeps, on an invoked run's first message, who invoked
+/// it: `{"workflowRunId", "workflowUrl", "headers", "step"}` as JSON. Never delivered; a
+/// publisher cannot set it (`unwrap_invoke` drops one that arrives).
+pub const INVOKER: &str = "Upstash-Workflow-Invoker";
+
+/// A publish with `Upstash-Workflow-Invoke: true` (the workflow SDK's `context.invoke`) holds
+/// the invoker's request as its body: `{body, headers, workflowRunId, workflowRunCreatedAt,
+/// workflowUrl, step}`. The invoked run's first message gets `body` as its payload and the
+/// rest under [`INVOKER`]. None when the publish is no invoke (and holds no forged INVOKER).
+pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, String> {
+    let forged = req.conf.workflow_value(INVOKER).is_some();
+    let invoke = req.conf.workflow_value("Upstash-Workflow-Invoke") == Some("true")
+        && req.conf.workflow_value("Upstash-Workflow-Init") == Some("true");
+    if !invoke && !forged {
+        return Ok(None);
+    }
+    let mut out = req.clone();
+    out.conf
+        .workflow
+        .retain(|(k, _)| !k.eq_ignore_ascii_case(INVOKER));
+    if !invoke {
+        return Ok(Some(out));
+    }
+    let v: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| format!("invalid invoke request: the body is not JSON ({e})"))?;
+    let (Some(run), Some(url), Some(step)) = (
+        v.get("workflowRunId").and_then(Value::as_str),
+        v.get("workflowUrl").and_then(Value::as_str),
+        v.get("step").filter(|s| s.is_object()),
+    ) else {
+        return Err("invalid invoke request: it needs workflowRunId, workflowUrl and step".into());
+    };
+    out.body = match v.get("body") {
+        Some(Value::String(s)) => s.clone().into_bytes(),
+        None | Some(Value::Null) => Vec::new(),
+        Some(other) => other.to_string().into_bytes(),
+    };
+    let invoker = json!({
+        "workflowRunId": run,
+        "workflowUrl": url,
+        "headers": v.get("headers").cloned().unwrap_or(json!({})),
+        "step": step,
+    });
+    out.conf
+        .workflow
+        .push((INVOKER.into(), invoker.to_string()));
+    Ok(Some(out))
+}
+
+/// When an invoked run finishes, fails or is cancelled, its invoker gets the result as the
+/// Invoke step's `out` (`{"body", "isFailed", "isCanceled"}` as JSON text), published into the
+/// invoker's run as the workflow SDK publishes a step, to the invoker's URL with its headers.
+/// Nothing when the run was not invoked, or its invoker has ended.
+pub(super) fn invoke_result(
+    tx: &mut Tx,
+    run_id: &str,
+    body: Option<&[u8]>,
+    failed: bool,
+    canceled: bool,
+) {
+    let Some(invoker) =
+        tx.d.runs
+            .get(run_id)
+            .and_then(|r| r.trigger_conf.as_ref())
+            .and_then(|c| c.workflow_value(INVOKER))
+            .and_then(|j| serde_json::from_str::<Value>(j).ok())
+    else {
+        return;
+    };
+    let (Some(url), Some(step)) = (
+        invoker.get("workflowUrl").and_then(Value::as_str),
+        invoker.get("step"),
+    ) else {
+        return;
+    };
+    let mut out = Map::new();
+    out.insert(
+        "body".into(),
+        body.map_or(Value::Null, |b| {
+            Value::String(String::from_utf8_lossy(b).into_owned())
+        }),
+    );
+    if failed {
+        out.insert("isFailed".into(), json!(true));
+    }
+    if canceled {
+        out.insert("isCanceled".into(), json!(true));
+    }
+    let mut step = step.clone();
+    step["stepType"] = json!("Invoke");
+    step["out"] = json!(Value::Object(out).to_string());
+    if let Some(s) = step.as_object_mut() {
+        s.remove("targetStep");
+    }
+    // The invoker's headers, as its SDK gave them: `Upstash-*` configuration pairs.
+    let mut pairs = Vec::new();
+    let mut content_type = None;
+    if let Some(h) = invoker.get("headers").and_then(Value::as_object) {
+        for (k, v) in h {
+            let val = match v {
+                Value::Array(a) => a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                Value::String(s) => s.clone(),
+                _ => continue,
+            };
+            let lk = k.to_ascii_lowercase();
+            if lk == "content-type" {
+                content_type = Some(val);
+            } else if let Some(rest) = lk.strip_prefix("upstash-") {
+                pairs.push((rest.to_string(), val));
+            }
+        }
+    }
+    let Ok(mut conf) = conf::parse(&pairs, &mut conf::Extra::default()) else {
+        return;
+    };
+    set_run_id(
+        &mut conf,
+        invoker
+            .get("workflowRunId")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        true,
+    );
+    conf.workflow
+        .retain(|(k, _)| !k.eq_ignore_ascii_case("Upstash-Workflow-Init"));
+    conf.workflow
+        .push(("Upstash-Workflow-Init".into(), "false".into()));
+    if let Some(ct) = content_type {
+        if !conf.forward.iter().any(|(k, _)| k == "Content-Type") {
+            conf.forward.insert(0, ("Content-Type".into(), ct));
+        }
+    }
+    let req = PublishReq {
+        dest: url.to_string(),
+        queue: None,
+        conf,
+        body: step.to_string().into_bytes(),
+        caller_ip: None,
+    };
+    // A refusal (the invoker ended meanwhile) drops the result, as a late step is dropped.
+    let _ = tx.publish_one(&req, Origin::Publish, None);
+}
+
 pub(super) fn end_run(tx: &mut Tx, id: &str, cancel: bool, response: Option<Vec<u8>>) {
+    invoke_result(tx, id, response.as_deref(), false, cancel);
     if cancel {
         let mut msgs: Vec<(u64, String)> =
             tx.d.msgs

@@ -240,6 +240,10 @@ pub(super) fn topics(r: &Req) -> Routed {
                 endpoints: list,
             })
         }
+        (&Method::PATCH, None) => Err(refuse(
+            501,
+            "a URL group's default headers (PATCH /v2/topics/<name>) are not implemented by tidepool yet: send the headers with each publish to the group",
+        )),
         _ => Err(refuse(404, "unknown URL group route")),
     }
 }
