@@ -375,6 +375,22 @@ pub fn flag_value(
     Ok(value)
 }
 
+/// The regions the SDKs' multi-region mode knows, as the `Upstash-Region` header spells them.
+pub const REGIONS: [&str; 2] = ["US-EAST-1", "EU-CENTRAL-1"];
+
+/// A `--region` value in the header's spelling (`us_east_1` and `US-EAST-1` alike).
+pub fn region(given: &str) -> Result<String, String> {
+    let r = given.trim().replace('_', "-").to_ascii_uppercase();
+    if REGIONS.contains(&r.as_str()) {
+        Ok(r)
+    } else {
+        Err(format!(
+            "invalid --region '{given}': use {} (the regions the SDKs' multi-region mode knows)",
+            REGIONS.join(" or ")
+        ))
+    }
+}
+
 /// The server's configuration after flags, environment and defaults are resolved.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -385,6 +401,9 @@ pub struct Config {
     pub fsync: FsyncMode,
     /// Threads that run HTTP connections (the executor and the flusher have their own).
     pub http_threads: usize,
+    /// The region this server stands for (`--region`): every delivery carries it as
+    /// `Upstash-Region`, which multi-region SDK receivers pick their signing keys by.
+    pub region: Option<String>,
     pub qstash_token: Option<String>,
     /// A delivery-API token that may only read (GET routes).
     pub qstash_read_only_token: Option<String>,

@@ -12,7 +12,7 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--max-request-bytes B] [--max-key-bytes B] [--max-value-bytes B]
                       [--max-requests-per-day N] [--admin-token A] [--start-path PATH|off]
                       [--scratch-ttl DURATION] [--start-per-hour N] [--metrics-open]
-                      [--log-level LEVEL] [--dev]
+                      [--region US-EAST-1|EU-CENTRAL-1] [--log-level LEVEL] [--dev]
        tidepool db create [NAME] | list | get NAME | delete NAME | reset NAME | claim NAME
                       [--url URL] [--admin-token A] [--data DIR]
 
@@ -106,6 +106,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut dedup_max = env("TIDEPOOL_DEDUP_MAX");
     let mut at = env("TIDEPOOL_AT");
     let mut retention = env("TIDEPOOL_LOG_RETENTION");
+    let mut region = env("TIDEPOOL_REGION");
     let mut auto_pct = env("TIDEPOOL_AUTO_SNAPSHOT_PERCENTAGE");
     let mut auto_min = env("TIDEPOOL_AUTO_SNAPSHOT_MIN_BYTES");
     let mut cors = env("TIDEPOOL_CORS_ORIGIN");
@@ -155,6 +156,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--dedup-max" => &mut dedup_max,
             "--at" => &mut at,
             "--log-retention" => &mut retention,
+            "--region" => &mut region,
             "--auto-snapshot-percentage" => &mut auto_pct,
             "--auto-snapshot-min-bytes" => &mut auto_min,
             "--cors-origin" => &mut cors,
@@ -385,6 +387,10 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         at,
         delivery_limits,
         message_bytes_max,
+        region: match region {
+            None => None,
+            Some(r) => Some(config::region(&r)?),
+        },
         qstash_token: qtoken,
         qstash_read_only_token: qro,
         qstash_current_signing_key: qcurrent,

@@ -261,6 +261,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             keys: keys.clone(),
             backoff_unit_ms: cfg.retry_backoff_unit_ms,
             message_bytes_max: cfg.message_bytes_max,
+            region: cfg.region.clone(),
             delivery_limits: cfg.delivery_limits,
             at: cfg.at,
             snapshots: cfg.snapshots,

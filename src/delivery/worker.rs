@@ -36,6 +36,8 @@ pub struct Workers {
     results: mpsc::Sender<AttemptResult>,
     /// A response body longer than this (the maximum message size) is cut.
     response_bytes_max: usize,
+    /// `--region`: every delivery's `Upstash-Region`.
+    region: Option<String>,
 }
 
 impl Workers {
@@ -44,6 +46,7 @@ impl Workers {
         log: Arc<Progress>,
         wait_for_sync: bool,
         response_bytes_max: usize,
+        region: Option<String>,
         results: mpsc::Sender<AttemptResult>,
     ) -> Result<Workers, String> {
         // Follow 307/308 (method and body kept) a few times; any other 3xx is a failed attempt.
@@ -68,6 +71,7 @@ impl Workers {
             log,
             wait_for_sync,
             response_bytes_max,
+            region,
             results,
         })
     }
@@ -160,6 +164,9 @@ impl Workers {
         }
         if let Some(u) = m.conf.workflow_value("Upstash-Workflow-Url") {
             own.push(("upstash-workflow-url", u.to_string()));
+        }
+        if let Some(r) = &self.region {
+            own.push(("upstash-region", r.clone()));
         }
         for (k, v) in own {
             if let Ok(value) = reqwest::header::HeaderValue::from_str(&v) {

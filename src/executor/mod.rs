@@ -193,6 +193,8 @@ pub struct Setup {
     pub backoff_unit_ms: u64,
     /// Where a destination's response body is cut (the maximum message size).
     pub message_bytes_max: usize,
+    /// `--region`: sent with every delivery as `Upstash-Region`.
+    pub region: Option<String>,
     /// The bounds of the delivery state.
     pub delivery_limits: config::DeliveryLimits,
     /// Open the log at this past point, read-only (`tidepool serve --at`).
@@ -333,6 +335,7 @@ pub fn start(
         shared.log.clone(),
         fsync == FsyncMode::Always,
         setup.message_bytes_max,
+        setup.region.clone(),
         results_tx,
     )?;
     let now = clock::wall_unix_ms();

@@ -2141,3 +2141,28 @@ fn invoked_runs_answer_their_invoker() {
         "no result for a planted invoker: {steps:?}"
     );
 }
+
+/// `--region` (issue 18): every delivery carries `Upstash-Region`, which the SDKs' receivers
+/// in multi-region mode (`QSTASH_REGION`) pick their signing keys by; without it the header is
+/// left out, as a single-region server should. Only the regions the SDKs know are taken.
+#[test]
+fn deliveries_carry_the_configured_region() {
+    let dir = TempDir::new("dl-region");
+    let sink = Sink::start();
+    let s = Server::start_delivery_with(dir.path(), &["--region", "eu_central_1"]);
+    let mut c = s.qstash();
+    assert_eq!(publish(&mut c, &sink.url("/r"), &[], b"x").status, 200);
+    let got = sink.wait_for(10, "the delivery", |g| !g.is_empty());
+    assert_eq!(got[0].header("upstash-region"), Some("EU-CENTRAL-1"));
+    drop(s);
+    let other = TempDir::new("dl-noregion");
+    let s = Server::start_delivery(other.path());
+    let mut c = s.qstash();
+    let sink = Sink::start();
+    publish(&mut c, &sink.url("/r"), &[], b"x");
+    let got = sink.wait_for(10, "the delivery", |g| !g.is_empty());
+    assert_eq!(got[0].header("upstash-region"), None);
+    let bad = TempDir::new("dl-badregion");
+    let r = Server::try_start_env(bad.path(), &["--region", "mars-1"], &[]);
+    assert!(r.is_err_and(|e| e.contains("invalid --region 'mars-1'")));
+}
