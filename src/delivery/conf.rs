@@ -281,6 +281,19 @@ pub fn pairs_from_request(
     out
 }
 
+/// Headers as given (a URL group's default headers) as configuration pairs: `Upstash-` gone,
+/// lower case, others dropped.
+pub fn default_pairs(headers: &[(String, String)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| {
+            let lk = k.to_ascii_lowercase();
+            lk.strip_prefix("upstash-")
+                .map(|r| (r.to_string(), v.clone()))
+        })
+        .collect()
+}
+
 /// Names that are valid for queues and schedule ids: letters, digits, `-`, `_`, `.`.
 pub fn valid_name(s: &str) -> bool {
     !s.is_empty()

@@ -188,7 +188,16 @@ pub fn topic(t: &Topic) -> Value {
             Value::Object(m)
         })
         .collect();
-    json!({"name": t.name, "createdAt": t.created_ms, "updatedAt": t.updated_ms, "endpoints": endpoints})
+    let mut v = json!({"name": t.name, "createdAt": t.created_ms, "updatedAt": t.updated_ms, "endpoints": endpoints});
+    if !t.headers.is_empty() {
+        v["headers"] = Value::Object(
+            t.headers
+                .iter()
+                .map(|(k, val)| (k.clone(), json!(val)))
+                .collect(),
+        );
+    }
+    v
 }
 
 pub fn queue(q: &Queue) -> Value {

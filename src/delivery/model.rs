@@ -150,6 +150,46 @@ pub struct Message {
 }
 
 impl Conf {
+    /// Takes from `d` what this configuration leaves out (a URL group's default headers):
+    /// each setting it does not give, and each forwarded header it does not name.
+    pub fn fill_from(&mut self, d: &Conf) {
+        fn or<T: Clone>(own: &mut Option<T>, d: &Option<T>) {
+            if own.is_none() {
+                own.clone_from(d);
+            }
+        }
+        or(&mut self.method, &d.method);
+        or(&mut self.retries, &d.retries);
+        or(&mut self.retry_delay, &d.retry_delay);
+        or(&mut self.timeout_ms, &d.timeout_ms);
+        or(&mut self.delay_ms, &d.delay_ms);
+        or(&mut self.not_before_ms, &d.not_before_ms);
+        or(&mut self.callback, &d.callback);
+        or(&mut self.failure_callback, &d.failure_callback);
+        self.content_dedup |= d.content_dedup;
+        for (k, v) in &d.forward {
+            if !self
+                .forward
+                .iter()
+                .any(|(own, _)| own.eq_ignore_ascii_case(k))
+            {
+                self.forward.push((k.clone(), v.clone()));
+            }
+        }
+        if self.labels.is_empty() {
+            self.labels.clone_from(&d.labels);
+        }
+        if self.flow_key.is_none() && d.flow_key.is_some() {
+            self.flow_key.clone_from(&d.flow_key);
+            self.parallelism = d.parallelism;
+            self.rate = d.rate;
+            self.period_s = d.period_s;
+        }
+        if self.redact.is_empty() {
+            self.redact.clone_from(&d.redact);
+        }
+    }
+
     /// A `Upstash-Workflow-*` value (canonical name, e.g. `Upstash-Workflow-Runid`).
     pub fn workflow_value(&self, name: &str) -> Option<&str> {
         self.workflow
@@ -209,6 +249,11 @@ pub struct Topic {
     pub created_ms: u64,
     pub updated_ms: u64,
     pub endpoints: Vec<Endpoint>,
+    /// Default headers of the group's messages (`PATCH /v2/topics/<name>`): `Upstash-*`
+    /// configuration a publish to the group leaves out is taken from here. Added after the
+    /// first records: absent in older ones, not written when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

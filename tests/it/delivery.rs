@@ -1915,6 +1915,7 @@ fn read_only_token_reads_and_nothing_more() {
         ("DELETE", format!("/v2/messages/{id}")),
         ("POST", format!("/v2/publish/{}", sink.url("/x"))),
         ("DELETE", "/v2/dlq".to_string()),
+        ("PATCH", "/v2/topics/g".to_string()),
         ("GET", "/v2/keys".to_string()),
         ("POST", "/v2/keys/rotate".to_string()),
     ] {
@@ -1931,9 +1932,7 @@ fn read_only_token_reads_and_nothing_more() {
     );
     // A token that is neither is 401 as before; the two tokens must differ.
     assert_eq!(Http::connect(&s.addr, "nope").get("/v2/logs").status, 401);
-    // Not there yet, and said so: a URL group's default headers.
-    let r = owner.request("PATCH", "/v2/topics/g", &[], b"{\"headers\":{}}");
-    assert_eq!(r.status, 501, "{}", r.text());
+
     let other = TempDir::new("dl-readonly-same");
     let same = Server::try_start_env(
         other.path(),
@@ -2165,4 +2164,71 @@ fn deliveries_carry_the_configured_region() {
     let bad = TempDir::new("dl-badregion");
     let r = Server::try_start_env(bad.path(), &["--region", "mars-1"], &[]);
     assert!(r.is_err_and(|e| e.contains("invalid --region 'mars-1'")));
+}
+
+/// `PATCH /v2/topics/<name>` (issue 18): a URL group's default headers fill in what a publish
+/// to the group leaves out (its own headers win), `Upstash-Header-Forward` among them; they
+/// are checked as a publish's are, shown by GET, and kept across a restart.
+#[test]
+fn url_group_default_headers_fill_in_what_a_publish_leaves_out() {
+    let dir = TempDir::new("dl-topic-headers");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let r = c.post(
+        "/v2/topics/g/endpoints",
+        json!({"endpoints": [{"url": sink.url("/g")}]})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let defaults = json!({"headers": {
+        "Upstash-Forward-Team": "blue",
+        "Upstash-Header-Forward": "true",
+        "Upstash-Retries": "0",
+    }});
+    let r = c.request(
+        "PATCH",
+        "/v2/topics/g",
+        &[],
+        defaults.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        c.get("/v2/topics/g").json()["headers"]["Upstash-Forward-Team"],
+        "blue"
+    );
+    // The group's default, then the publish's own value.
+    publish(&mut c, "g", &[("X-Req", "1")], b"one");
+    publish(&mut c, "g", &[("Upstash-Forward-Team", "red")], b"two");
+    let got = sink.wait_for(10, "both deliveries", |g| g.len() == 2);
+    let by_body = |b: &[u8]| got.iter().find(|r| r.body == b).expect("delivery");
+    assert_eq!(by_body(b"one").header("team"), Some("blue"));
+    assert_eq!(
+        by_body(b"one").header("x-req"),
+        Some("1"),
+        "Header-Forward from the group"
+    );
+    assert_eq!(by_body(b"two").header("team"), Some("red"));
+    // Checked as a publish's, for a group that exists.
+    let bad = json!({"headers": {"Upstash-Retries": "many"}});
+    let r = c.request("PATCH", "/v2/topics/g", &[], bad.to_string().as_bytes());
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = c.request(
+        "PATCH",
+        "/v2/topics/none",
+        &[],
+        defaults.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(c.request("PATCH", "/v2/topics/g", &[], b"[]").status, 400);
+    // Kept across a restart.
+    drop(c);
+    assert_eq!(s.terminate(), Some(0));
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    assert_eq!(
+        c.get("/v2/topics/g").json()["headers"]["Upstash-Retries"],
+        "0"
+    );
 }

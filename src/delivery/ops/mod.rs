@@ -54,6 +54,7 @@ pub fn run(tx: &mut Tx, op: Op) -> OpReply {
         Op::TopicAdd { name, endpoints } => topics::add(tx, name, endpoints),
         Op::TopicRemove { name, endpoints } => topics::remove(tx, name, endpoints),
         Op::TopicGet(name) => topics::get(tx, name),
+        Op::TopicHeaders { name, headers } => topics::set_headers(tx, name, headers),
         Op::TopicList => topics::list(tx),
         Op::TopicDelete(name) => topics::delete(tx, name),
         Op::QueueUpsert(q) => queues::upsert(tx, q),

@@ -13,6 +13,9 @@ pub struct PublishReq {
     pub conf: Conf,
     pub body: Vec<u8>,
     pub caller_ip: Option<String>,
+    /// The request's other headers when it did not ask to forward them
+    /// (`Upstash-Header-Forward`): a URL group's default headers may ask it instead.
+    pub unforwarded: Vec<(String, String)>,
 }
 
 /// Selects messages or DLQ entries: explicit ids, or filters.
@@ -80,6 +83,11 @@ pub enum Op {
         endpoints: Vec<(Option<String>, Option<String>)>,
     },
     TopicGet(String),
+    /// `PATCH /v2/topics/<name>`: the group's default headers, replaced.
+    TopicHeaders {
+        name: String,
+        headers: Vec<(String, String)>,
+    },
     TopicList,
     TopicDelete(String),
     QueueUpsert(QueueConf),

@@ -91,6 +91,7 @@ pub fn fire_schedules(tx: &mut Tx) {
         let mut message_id = None;
         if !s.paused {
             let req = PublishReq {
+                unforwarded: Vec::new(),
                 dest: s.destination.clone(),
                 queue: s.queue.clone(),
                 conf: s.conf.clone(),

@@ -12,6 +12,7 @@ pub(super) fn add(tx: &mut Tx, name: String, endpoints: Vec<Endpoint>) -> OpRepl
         created_ms: tx.now_ms,
         updated_ms: tx.now_ms,
         endpoints: Vec::new(),
+        headers: Vec::new(),
     });
     for e in endpoints {
         t.endpoints
@@ -66,4 +67,17 @@ pub(super) fn delete(tx: &mut Tx, name: String) -> OpReply {
         tx.emit(Event::TopicDelete { name });
     }
     ok(json!({}))
+}
+
+/// `PATCH /v2/topics/<name>` with `{"headers": {...}}`: replaces the group's default headers
+/// (checked as a publish's would be; an empty map clears them).
+pub(super) fn set_headers(tx: &mut Tx, name: String, headers: Vec<(String, String)>) -> OpReply {
+    let Some(t) = tx.d.topics.get(&name) else {
+        return not_found(&format!("topic {name} not found"));
+    };
+    let mut t = t.clone();
+    t.headers = headers;
+    t.updated_ms = tx.now_ms;
+    tx.emit(Event::Topic(t.clone()));
+    ok(json::topic(&t))
 }

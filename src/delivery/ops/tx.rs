@@ -225,6 +225,38 @@ impl<'a> Tx<'a> {
         )))
     }
 
+    /// The publish with its URL group's default headers (`PATCH /v2/topics/<name>`) taken in
+    /// where it gives none of its own; None when the destination has none. Defaults that no
+    /// longer parse (they were checked when set) are left out.
+    fn group_defaults(&self, req: &PublishReq) -> Option<PublishReq> {
+        let t = self
+            .d
+            .topics
+            .get(&req.dest)
+            .filter(|t| !t.headers.is_empty())?;
+        let mut extra = crate::delivery::conf::Extra::default();
+        let defaults = crate::delivery::conf::parse(
+            &crate::delivery::conf::default_pairs(&t.headers),
+            &mut extra,
+        )
+        .ok()?;
+        let mut out = req.clone();
+        out.conf.fill_from(&defaults);
+        if extra.header_forward {
+            for (k, v) in &req.unforwarded {
+                if !out
+                    .conf
+                    .forward
+                    .iter()
+                    .any(|(own, _)| own.eq_ignore_ascii_case(k))
+                {
+                    out.conf.forward.push((k.clone(), v.clone()));
+                }
+            }
+        }
+        Some(out)
+    }
+
     /// Publishes to a URL or fans out to a group. Returns one answer item per message.
     pub(super) fn publish_one(
         &mut self,
@@ -236,6 +268,9 @@ impl<'a> Tx<'a> {
         // request; the run starts with the payload inside it, and remembers the invoker.
         let unwrapped = super::workflow::unwrap_invoke(req).map_err(bad)?;
         let req = unwrapped.as_ref().unwrap_or(req);
+        // A URL group's default headers fill in what the publish leaves out.
+        let with_defaults = self.group_defaults(req);
+        let req = with_defaults.as_ref().unwrap_or(req);
         let targets: Vec<(String, Option<GroupTarget>)> = if req.dest.starts_with("http://")
             || req.dest.starts_with("https://")
         {

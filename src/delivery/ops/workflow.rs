@@ -606,6 +606,7 @@ pub(super) fn invoke_result(
         }
     }
     let req = PublishReq {
+        unforwarded: Vec::new(),
         dest: url.to_string(),
         queue: None,
         conf,

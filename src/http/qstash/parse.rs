@@ -95,18 +95,23 @@ pub(super) fn publish_req(
             c.forward.insert(0, ("Content-Type".into(), ct));
         }
     }
-    if extra.header_forward {
-        for (k, v) in all_headers {
-            let lk = k.to_ascii_lowercase();
-            if lk.starts_with("upstash-")
-                || matches!(
-                    lk.as_str(),
-                    "authorization" | "host" | "content-length" | "content-type" | "connection"
-                )
-            {
-                continue;
-            }
+    // The request's own headers: forwarded with `Upstash-Header-Forward`, else kept aside in
+    // case the URL group it goes to asks for them in its default headers.
+    let mut unforwarded = Vec::new();
+    for (k, v) in all_headers {
+        let lk = k.to_ascii_lowercase();
+        if lk.starts_with("upstash-")
+            || matches!(
+                lk.as_str(),
+                "authorization" | "host" | "content-length" | "content-type" | "connection"
+            )
+        {
+            continue;
+        }
+        if extra.header_forward {
             c.forward.push((canonical(&k), v));
+        } else if !is_url(&dest) {
+            unforwarded.push((canonical(&k), v));
         }
     }
     if is_url(&dest) {
@@ -133,6 +138,7 @@ pub(super) fn publish_req(
             conf: c,
             body,
             caller_ip: Some(caller.ip().to_string()),
+            unforwarded,
         },
         extra,
     ))
@@ -421,6 +427,32 @@ pub(super) fn batch(
         let dest = destination(dest, &[]);
         out.push(publish_req(dest, queue, pairs, content_type, all, body, peer).map(|(r, _)| r));
     }
+    Ok(out)
+}
+
+/// The body of `PATCH /v2/topics/<name>`: `{"headers": {"Upstash-Retries": "3", ...}}`,
+/// names canonical, each value a string (or an array of strings, joined by commas). The
+/// headers are checked as a publish's would be.
+pub(super) fn topic_headers(body: &[u8]) -> Result<Vec<(String, String)>, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON body: {e}"))?;
+    let map = v
+        .get("headers")
+        .and_then(Value::as_object)
+        .ok_or("expected {\"headers\": {\"Upstash-...\": \"...\"}}")?;
+    let mut out = Vec::new();
+    for (k, val) in map {
+        let val = match val {
+            Value::String(s) => s.clone(),
+            Value::Array(a) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(","),
+            other => other.to_string(),
+        };
+        out.push((canonical(k), val));
+    }
+    conf::parse(&conf::default_pairs(&out), &mut Extra::default())?;
     Ok(out)
 }
 

@@ -4,8 +4,8 @@
 
 use super::parse::{
     batch as batch_items, batch_trigger, destination, endpoints, filter, flow_action, header_list,
-    publish_req, queue_upsert, trigger_pairs, wait_req, DLQ_FILTERS, LOG_FILTERS, MESSAGE_FILTERS,
-    RUN_CANCEL_FILTERS, WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
+    publish_req, queue_upsert, topic_headers, trigger_pairs, wait_req, DLQ_FILTERS, LOG_FILTERS,
+    MESSAGE_FILTERS, RUN_CANCEL_FILTERS, WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
 };
 use super::Req;
 use crate::delivery::conf::{self, check_url, valid_name, Extra};
@@ -240,10 +240,12 @@ pub(super) fn topics(r: &Req) -> Routed {
                 endpoints: list,
             })
         }
-        (&Method::PATCH, None) => Err(refuse(
-            501,
-            "a URL group's default headers (PATCH /v2/topics/<name>) are not implemented by tidepool yet: send the headers with each publish to the group",
-        )),
+        (&Method::PATCH, None) => topic_headers(&r.body)
+            .map(|headers| Op::TopicHeaders {
+                name: topic,
+                headers,
+            })
+            .map_err(|e| refuse(400, e)),
         _ => Err(refuse(404, "unknown URL group route")),
     }
 }
