@@ -154,16 +154,24 @@ pub fn command_list(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     )
 }
 
-/// `COMMAND GETKEYS command arg ...`: the key arguments, by the table's key positions.
-pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+/// The command GETKEYS and GETKEYSANDFLAGS look into (`a[2..]`), with Redis's refusals.
+fn getkeys_target(a: &[Vec<u8>]) -> Result<(&'static table::CommandInfo, &[Vec<u8>]), Reply> {
     let args = &a[2..];
     let info = match table::global().lookup(args) {
         table::Lookup::Found(i) => i,
-        _ => return Reply::err("ERR Invalid command specified"),
+        _ => return Err(Reply::err("ERR Invalid command specified")),
     };
     if !super::pipeline::arity_ok(info, args.len()) {
-        return Reply::err("ERR Invalid number of arguments specified for command");
+        return Err(Reply::err(
+            "ERR Invalid number of arguments specified for command",
+        ));
     }
+    Ok((info, args))
+}
+
+/// `COMMAND GETKEYS command arg ...`: the key arguments, by the table's key positions.
+pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    let (info, args) = tri!(getkeys_target(a));
     if info.flags.iter().any(|f| f == "movablekeys") {
         // Redis finds these keys with key specifications tidepool's table does not hold; an
         // answer from the fixed positions would be wrong.
@@ -181,14 +189,7 @@ pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 
 /// `COMMAND GETKEYSANDFLAGS command arg ...`: each key argument with its key flags.
 pub fn command_getkeysandflags(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let args = &a[2..];
-    let info = match table::global().lookup(args) {
-        table::Lookup::Found(i) => i,
-        _ => return Reply::err("ERR Invalid command specified"),
-    };
-    if !super::pipeline::arity_ok(info, args.len()) {
-        return Reply::err("ERR Invalid number of arguments specified for command");
-    }
+    let (info, args) = tri!(getkeys_target(a));
     let movable = info.flags.iter().any(|f| f == "movablekeys")
         && !matches!(info.name.as_str(), "sort" | "sort_ro");
     let found = match info.keys_and_flags(args) {

@@ -281,6 +281,22 @@ pub fn pairs_from_request(
     out
 }
 
+/// A header's value as a JSON object gives it (a batch item's or a URL group's headers, an
+/// invoker's): a string, or an array of strings joined by commas; None for null.
+pub fn header_value(v: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    Some(match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(","),
+        Value::Null => return None,
+        other => other.to_string(),
+    })
+}
+
 /// Headers as given (a URL group's default headers) as configuration pairs: `Upstash-` gone,
 /// lower case, others dropped.
 pub fn default_pairs(headers: &[(String, String)]) -> Vec<(String, String)> {

@@ -147,7 +147,7 @@ pub fn install(lua: &Lua, bridge: &Table) -> mlua::Result<()> {
 
 /// Argument `i` (0-based) of the C function `name` as `luaL_checknumber` reads it: a number,
 /// or a string that converts to one; anything else raises Lua's "bad argument" error.
-fn check_number(
+pub(super) fn check_number(
     lua: &Lua,
     bridge: &Table,
     args: &MultiValue,

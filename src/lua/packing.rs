@@ -4,7 +4,7 @@
 //! What C leaves undefined (a double cast to an integer it does not fit) follows what x86-64
 //! does, which is what Redis's builds do.
 
-use super::libs::raise;
+use super::libs::{check_number, raise};
 use crate::config::{LUA_CMSGPACK_DECODE_DEPTH_MAX, LUA_CMSGPACK_NESTING_MAX};
 use mlua::{Lua, MultiValue, Table, Value};
 
@@ -114,28 +114,6 @@ fn check_string(
             Err(bad_argument(lua, bridge, i, name, &what))
         }
     }
-}
-
-/// `luaL_checknumber`: a number, or a string that reads as one.
-fn check_number(
-    lua: &Lua,
-    bridge: &Table,
-    args: &MultiValue,
-    i: usize,
-    name: &str,
-) -> mlua::Result<f64> {
-    match args.get(i) {
-        Some(Value::Number(n)) => return Ok(*n),
-        Some(Value::Integer(n)) => return Ok(*n as f64),
-        Some(v @ Value::String(_)) => {
-            if let Some(n) = lua.coerce_number(v.clone())? {
-                return Ok(n);
-            }
-        }
-        _ => {}
-    }
-    let what = format!("number expected, got {}", type_name(args, i));
-    Err(bad_argument(lua, bridge, i, name, &what))
 }
 
 /// `luaL_checkinteger`: the number, cut toward zero to an integer as `(ptrdiff_t)d` is.

@@ -5,17 +5,6 @@
 
 use crate::common::*;
 
-/// Sends `cmd` through every door and from a Lua script, and requires `want` from each.
-fn everywhere(c: &mut Http, cmd: &[&str], want: &Canon) {
-    let bytes: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
-    for door in DOORS {
-        assert_eq!(&c.cmd_via(*door, &bytes), want, "{cmd:?} via {door:?}");
-    }
-    let mut lua = vec!["EVAL", "return redis.call(unpack(ARGV))", "0"];
-    lua.extend(cmd);
-    assert_eq!(&c.cmd_str(&lua), want, "{cmd:?} from Lua");
-}
-
 fn strs(v: &[&str]) -> Canon {
     Canon::Arr(v.iter().map(|s| Canon::s(s)).collect())
 }
@@ -32,8 +21,9 @@ fn a_scan_over_few_entries_answers_whole_in_one_call() {
         c.cmd_str(&["SET", &format!("k{i}"), "v"]);
     }
     c.cmd_str(&["HSET", "hash", "f", "v"]);
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["SCAN", "0", "MATCH", "hash"],
         &Canon::Arr(vec![Canon::s("0"), strs(&["hash"])]),
     );
@@ -139,8 +129,9 @@ fn scan_withtype_lists_each_key_with_its_type() {
             "{door:?}"
         );
     }
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["SCAN", "0", "TYPE", "zset", "WITHTYPE"],
         &Canon::Arr(vec![Canon::s("0"), strs(&["z", "zset"])]),
     );
@@ -159,8 +150,8 @@ fn copy_onto_itself_answers_not_copied() {
     let s = Server::start(dir.path(), &[]);
     let mut c = s.client();
     c.cmd_str(&["SET", "a", "v"]);
-    everywhere(&mut c, &["COPY", "a", "a"], &Canon::Int(0));
-    everywhere(&mut c, &["COPY", "a", "a", "REPLACE"], &Canon::Int(0));
+    every_door_and_lua(&mut c, &[], &["COPY", "a", "a"], &Canon::Int(0));
+    every_door_and_lua(&mut c, &[], &["COPY", "a", "a", "REPLACE"], &Canon::Int(0));
     assert_eq!(c.cmd_str(&["GET", "a"]), Canon::s("v"));
     assert_eq!(
         c.cmd_str(&["COPY", "a", "a", "BAD"]),
@@ -177,13 +168,15 @@ fn zrange_by_rank_takes_limit() {
     let s = Server::start(dir.path(), &[]);
     let mut c = s.client();
     c.cmd_str(&["ZADD", "z", "1", "a", "2", "b", "3", "c", "4", "d"]);
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["ZRANGE", "z", "0", "-1", "LIMIT", "1", "2"],
         &strs(&["b", "c"]),
     );
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &[
             "ZRANGE",
             "z",
@@ -197,18 +190,21 @@ fn zrange_by_rank_takes_limit() {
         ],
         &strs(&["c", "3", "b", "2", "a", "1"]),
     );
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["ZRANGE", "z", "1", "2", "LIMIT", "1", "5"],
         &strs(&["c"]),
     );
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["ZRANGE", "z", "0", "-1", "LIMIT", "4", "1"],
         &strs(&[]),
     );
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["ZRANGE", "z", "0", "-1", "LIMIT", "-1", "1"],
         &strs(&[]),
     );
@@ -235,8 +231,9 @@ fn hexpireat_accepts_a_time_past_redis_bound() {
     let s = Server::start(dir.path(), &[]);
     let mut c = s.client();
     let far = "1764045000000"; // seconds: the year 57870
-    everywhere(
+    every_door_and_lua(
         &mut c,
+        &[],
         &["HEXPIREAT", "missing", far, "FIELDS", "1", "f"],
         &Canon::Arr(vec![Canon::Int(-2)]),
     );

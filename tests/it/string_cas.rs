@@ -6,30 +6,6 @@
 
 use crate::common::*;
 
-/// Sends `cmd` through every door and from a Lua script, and requires `want` from each.
-fn everywhere(c: &mut Http, setup: &[&[&str]], cmd: &[&str], want: &Canon) {
-    let bytes: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
-    let mut lua = vec!["EVAL", "return redis.call(unpack(ARGV))", "0"];
-    lua.extend(cmd);
-    let lua: Vec<Vec<u8>> = lua.iter().map(|a| a.as_bytes().to_vec()).collect();
-    for door in DOORS.iter().map(Some).chain([None]) {
-        for s in setup {
-            c.cmd_str(s);
-        }
-        let got = match door {
-            Some(d) => c.cmd_via(*d, &bytes),
-            // From Lua, an error names the script after Redis's text.
-            None => match c.cmd(&lua) {
-                Canon::Err(e) => {
-                    Canon::Err(e.split(" script: ").next().unwrap_or_default().to_string())
-                }
-                other => other,
-            },
-        };
-        assert_eq!(&got, want, "{cmd:?} via {door:?} (None: Lua)");
-    }
-}
-
 fn err(text: &str) -> Canon {
     Canon::Err(text.into())
 }
@@ -48,7 +24,7 @@ fn bitop_diff_diff1_andor_and_one() {
         ("ANDOR", 0x60),
         ("ONE", 0x16),
     ] {
-        everywhere(
+        every_door_and_lua(
             &mut c,
             setup,
             &["BITOP", op, "d", "a", "b", "c"],
@@ -73,7 +49,7 @@ fn bitop_diff_diff1_andor_and_one() {
     );
     assert_eq!(c.cmd_str(&["EXISTS", "d"]), Canon::Int(0));
     for op in ["DIFF", "diff1", "AndOr"] {
-        everywhere(
+        every_door_and_lua(
             &mut c,
             &[],
             &["BITOP", op, "d", "a"],
@@ -101,7 +77,7 @@ fn digest_is_xxh3_in_sixteen_hex_digits() {
     let dir = TempDir::new("digest");
     let s = Server::start(dir.path(), &[]);
     let mut c = s.client();
-    everywhere(
+    every_door_and_lua(
         &mut c,
         &[&["SET", "key1", "Hello world"]],
         &["DIGEST", "key1"],
@@ -183,21 +159,21 @@ fn set_if_conditions_compare_the_value_or_its_digest() {
             "n",
         ),
     ] {
-        everywhere(&mut c, hello, &cmd, &want);
+        every_door_and_lua(&mut c, hello, &cmd, &want);
         assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s(after), "{cmd:?}");
     }
     // On a missing key: IFEQ and IFDEQ do not create it, IFNE and IFDNE do.
     let gone: &[&[&str]] = &[&["DEL", "k"]];
-    everywhere(&mut c, gone, &["SET", "k", "n", "IFEQ", "x"], &Canon::Nil);
-    everywhere(&mut c, gone, &["SET", "k", "n", "IFDEQ", d], &Canon::Nil);
+    every_door_and_lua(&mut c, gone, &["SET", "k", "n", "IFEQ", "x"], &Canon::Nil);
+    every_door_and_lua(&mut c, gone, &["SET", "k", "n", "IFDEQ", d], &Canon::Nil);
     assert_eq!(c.cmd_str(&["EXISTS", "k"]), Canon::Int(0));
-    everywhere(
+    every_door_and_lua(
         &mut c,
         gone,
         &["SET", "k", "n", "IFNE", "x"],
         &Canon::s("OK"),
     );
-    everywhere(
+    every_door_and_lua(
         &mut c,
         gone,
         &["SET", "k", "n", "IFDNE", d],
@@ -261,7 +237,7 @@ fn delex_deletes_when_the_condition_holds() {
         (vec!["DELEX", "k", "IFDNE", d], 0),
         (vec!["DELEX", "k", "IFDNE", "0123456789abcdef"], 1),
     ] {
-        everywhere(&mut c, hello, &cmd, &Canon::Int(want));
+        every_door_and_lua(&mut c, hello, &cmd, &Canon::Int(want));
         assert_eq!(c.cmd_str(&["EXISTS", "k"]), Canon::Int(1 - want), "{cmd:?}");
     }
     // A missing key is never deleted, not even by IFNE.

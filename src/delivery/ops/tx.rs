@@ -107,6 +107,55 @@ pub(super) fn set_run_id(c: &mut Conf, id: &str, always: bool) {
     }
 }
 
+/// The pseudo configuration header that keeps, on an invoked run's first message, who invoked
+/// it: `{"workflowRunId", "workflowUrl", "headers", "step"}` as JSON. Never delivered; a
+/// publisher cannot set it (`unwrap_invoke` drops one that arrives).
+pub const INVOKER: &str = "Upstash-Workflow-Invoker";
+
+/// A publish with `Upstash-Workflow-Invoke: true` (the workflow SDK's `context.invoke`) holds
+/// the invoker's request as its body: `{body, headers, workflowRunId, workflowRunCreatedAt,
+/// workflowUrl, step}`. The invoked run's first message gets `body` as its payload and the
+/// rest under [`INVOKER`]. None when the publish is no invoke (and holds no forged INVOKER).
+pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, String> {
+    let forged = req.conf.workflow_value(INVOKER).is_some();
+    let invoke = req.conf.workflow_value("Upstash-Workflow-Invoke") == Some("true")
+        && req.conf.workflow_value("Upstash-Workflow-Init") == Some("true");
+    if !invoke && !forged {
+        return Ok(None);
+    }
+    let mut out = req.clone();
+    out.conf
+        .workflow
+        .retain(|(k, _)| !k.eq_ignore_ascii_case(INVOKER));
+    if !invoke {
+        return Ok(Some(out));
+    }
+    let v: Value = serde_json::from_slice(&req.body)
+        .map_err(|e| format!("invalid invoke request: the body is not JSON ({e})"))?;
+    let (Some(run), Some(url), Some(step)) = (
+        v.get("workflowRunId").and_then(Value::as_str),
+        v.get("workflowUrl").and_then(Value::as_str),
+        v.get("step").filter(|s| s.is_object()),
+    ) else {
+        return Err("invalid invoke request: it needs workflowRunId, workflowUrl and step".into());
+    };
+    out.body = match v.get("body") {
+        Some(Value::String(s)) => s.clone().into_bytes(),
+        None | Some(Value::Null) => Vec::new(),
+        Some(other) => other.to_string().into_bytes(),
+    };
+    let invoker = json!({
+        "workflowRunId": run,
+        "workflowUrl": url,
+        "headers": v.get("headers").cloned().unwrap_or(json!({})),
+        "step": step,
+    });
+    out.conf
+        .workflow
+        .push((INVOKER.into(), invoker.to_string()));
+    Ok(Some(out))
+}
+
 impl<'a> Tx<'a> {
     pub fn new(d: &'a mut Delivery, now_ms: u64, rng: &'a mut Rng) -> Tx<'a> {
         Tx {
@@ -266,7 +315,7 @@ impl<'a> Tx<'a> {
     ) -> Result<Value, OpReply> {
         // `context.invoke`: the first invocation of the invoked run carries the invoker's
         // request; the run starts with the payload inside it, and remembers the invoker.
-        let unwrapped = super::workflow::unwrap_invoke(req).map_err(bad)?;
+        let unwrapped = unwrap_invoke(req).map_err(bad)?;
         let req = unwrapped.as_ref().unwrap_or(req);
         // A URL group's default headers fill in what the publish leaves out.
         let with_defaults = self.group_defaults(req);

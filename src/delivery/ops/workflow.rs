@@ -469,55 +469,6 @@ pub(super) fn logs(d: &Delivery, f: &Filter) -> OpReply {
 }
 
 /// Ends a run: cancelled runs lose their pending messages and waiters.
-/// The pseudo configuration header that keeps, on an invoked run's first message, who invoked
-/// it: `{"workflowRunId", "workflowUrl", "headers", "step"}` as JSON. Never delivered; a
-/// publisher cannot set it (`unwrap_invoke` drops one that arrives).
-pub const INVOKER: &str = "Upstash-Workflow-Invoker";
-
-/// A publish with `Upstash-Workflow-Invoke: true` (the workflow SDK's `context.invoke`) holds
-/// the invoker's request as its body: `{body, headers, workflowRunId, workflowRunCreatedAt,
-/// workflowUrl, step}`. The invoked run's first message gets `body` as its payload and the
-/// rest under [`INVOKER`]. None when the publish is no invoke (and holds no forged INVOKER).
-pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, String> {
-    let forged = req.conf.workflow_value(INVOKER).is_some();
-    let invoke = req.conf.workflow_value("Upstash-Workflow-Invoke") == Some("true")
-        && req.conf.workflow_value("Upstash-Workflow-Init") == Some("true");
-    if !invoke && !forged {
-        return Ok(None);
-    }
-    let mut out = req.clone();
-    out.conf
-        .workflow
-        .retain(|(k, _)| !k.eq_ignore_ascii_case(INVOKER));
-    if !invoke {
-        return Ok(Some(out));
-    }
-    let v: Value = serde_json::from_slice(&req.body)
-        .map_err(|e| format!("invalid invoke request: the body is not JSON ({e})"))?;
-    let (Some(run), Some(url), Some(step)) = (
-        v.get("workflowRunId").and_then(Value::as_str),
-        v.get("workflowUrl").and_then(Value::as_str),
-        v.get("step").filter(|s| s.is_object()),
-    ) else {
-        return Err("invalid invoke request: it needs workflowRunId, workflowUrl and step".into());
-    };
-    out.body = match v.get("body") {
-        Some(Value::String(s)) => s.clone().into_bytes(),
-        None | Some(Value::Null) => Vec::new(),
-        Some(other) => other.to_string().into_bytes(),
-    };
-    let invoker = json!({
-        "workflowRunId": run,
-        "workflowUrl": url,
-        "headers": v.get("headers").cloned().unwrap_or(json!({})),
-        "step": step,
-    });
-    out.conf
-        .workflow
-        .push((INVOKER.into(), invoker.to_string()));
-    Ok(Some(out))
-}
-
 /// When an invoked run finishes, fails or is cancelled, its invoker gets the result as the
 /// Invoke step's `out` (`{"body", "isFailed", "isCanceled"}` as JSON text), published into the
 /// invoker's run as the workflow SDK publishes a step, to the invoker's URL with its headers.
@@ -568,14 +519,8 @@ pub(super) fn invoke_result(
     let mut content_type = None;
     if let Some(h) = invoker.get("headers").and_then(Value::as_object) {
         for (k, v) in h {
-            let val = match v {
-                Value::Array(a) => a
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                Value::String(s) => s.clone(),
-                _ => continue,
+            let Some(val) = conf::header_value(v) else {
+                continue;
             };
             let lk = k.to_ascii_lowercase();
             if lk == "content-type" {

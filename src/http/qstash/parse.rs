@@ -396,15 +396,8 @@ pub(super) fn batch(
         let mut all = Vec::new();
         if let Some(h) = item.get("headers").and_then(Value::as_object) {
             for (k, v) in h {
-                let val = match v {
-                    Value::String(s) => s.clone(),
-                    Value::Array(a) => a
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    Value::Null => continue,
-                    other => other.to_string(),
+                let Some(val) = conf::header_value(v) else {
+                    continue;
                 };
                 let lk = k.to_ascii_lowercase();
                 if lk == "content-type" {
@@ -441,16 +434,9 @@ pub(super) fn topic_headers(body: &[u8]) -> Result<Vec<(String, String)>, String
         .ok_or("expected {\"headers\": {\"Upstash-...\": \"...\"}}")?;
     let mut out = Vec::new();
     for (k, val) in map {
-        let val = match val {
-            Value::String(s) => s.clone(),
-            Value::Array(a) => a
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(","),
-            other => other.to_string(),
-        };
-        out.push((canonical(k), val));
+        if let Some(val) = conf::header_value(val) {
+            out.push((canonical(k), val));
+        }
     }
     conf::parse(&conf::default_pairs(&out), &mut Extra::default())?;
     Ok(out)

@@ -974,3 +974,29 @@ pub fn functions_sorted(c: Canon) -> Canon {
             .collect(),
     )
 }
+
+/// Sends `cmd` through every door and from a Lua script (`redis.call`), running `setup` before
+/// each, and requires `want` from each; from Lua an error is compared without the script's name
+/// and line that follow Redis's text.
+pub fn every_door_and_lua(c: &mut Http, setup: &[&[&str]], cmd: &[&str], want: &Canon) {
+    let bytes: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let mut lua = vec!["EVAL", "return redis.call(unpack(ARGV))", "0"];
+    lua.extend(cmd);
+    let lua: Vec<Vec<u8>> = lua.iter().map(|a| a.as_bytes().to_vec()).collect();
+    for door in DOORS.iter().map(Some).chain([None]) {
+        for s in setup {
+            c.cmd_str(s);
+        }
+        let got = match door {
+            Some(d) => c.cmd_via(*d, &bytes),
+            // From Lua, an error names the script after Redis's text.
+            None => match c.cmd(&lua) {
+                Canon::Err(e) => {
+                    Canon::Err(e.split(" script: ").next().unwrap_or_default().to_string())
+                }
+                other => other,
+            },
+        };
+        assert_eq!(&got, want, "{cmd:?} via {door:?} (None: Lua)");
+    }
+}
