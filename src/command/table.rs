@@ -269,8 +269,14 @@ impl CommandInfo {
         let has_arg =
             |from: usize, word: &[u8]| args.iter().skip(from).any(|a| a.eq_ignore_ascii_case(word));
         match self.name.as_str() {
-            // setGetKeys: GET makes SET a read too.
-            "set" if args.len() > 1 => return vec![at(1, has_arg(3, b"get"), true)],
+            // setGetKeys: GET makes SET a read too, and so do Redis 8.4's conditions (the reply
+            // tells whether the value matched).
+            "set" if args.len() > 1 => {
+                let reads = [&b"get"[..], b"ifeq", b"ifne", b"ifdeq", b"ifdne"]
+                    .iter()
+                    .any(|w| has_arg(3, w));
+                return vec![at(1, reads, true)];
+            }
             // bitfieldGetKeys: only GET operations make it a read.
             "bitfield" if args.len() > 1 => {
                 let mut read_only = true;

@@ -520,3 +520,29 @@ fn gentoken_is_a_password_and_a_rest_token() {
         .cmd_str(&["GET", "app:1"])
         .is_err());
 }
+
+/// SET's Redis 8.4 conditions read the value (the reply says whether it matched), so, as GET
+/// does, they need read access to the key: a write-only user (`%W~`) may SET but not SET IFEQ.
+#[test]
+fn set_conditions_need_read_access() {
+    let dir = TempDir::new("acl-setif");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    c.cmd_str(&["ACL", "SETUSER", "w", "on", ">pw", "%W~*", "+@all"]);
+    let Canon::Str(tok) = c.cmd_str(&["ACL", "RESTTOKEN", "w", "pw"]) else {
+        panic!("token");
+    };
+    let mut w = Http::connect(&s.addr, &String::from_utf8(tok).expect("utf8"));
+    assert_eq!(w.cmd_str(&["SET", "k", "v"]), Canon::s("OK"));
+    let denied = Canon::Err(
+        "NOPERM this user has no permissions to access one of the keys used as arguments".into(),
+    );
+    for cond in ["IFEQ", "IFNE"] {
+        assert_eq!(w.cmd_str(&["SET", "k", "x", cond, "v"]), denied, "{cond}");
+    }
+    assert_eq!(
+        w.cmd_str(&["SET", "k", "x", "IFDEQ", "0000000000000000"]),
+        denied
+    );
+    assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v"));
+}
