@@ -754,6 +754,13 @@ enum RefPolicy {
     Acked,
 }
 
+/// The policies by their words, for parsing and for the commands a change is logged as.
+const REF_POLICIES: [(&str, RefPolicy); 3] = [
+    ("KEEPREF", RefPolicy::KeepRef),
+    ("DELREF", RefPolicy::DelRef),
+    ("ACKED", RefPolicy::Acked),
+];
+
 /// `[KEEPREF | DELREF | ACKED] IDS numids id ...` from `args[from..]`, in any order: the policy
 /// (KEEPREF by default) and the IDs, each checked before anything changes.
 fn ref_policy_args(args: &[Vec<u8>], from: usize) -> Result<(RefPolicy, Vec<StreamId>), Reply> {
@@ -762,13 +769,7 @@ fn ref_policy_args(args: &[Vec<u8>], from: usize) -> Result<(RefPolicy, Vec<Stre
     let mut j = from;
     while j < args.len() {
         let a = &args[j];
-        let named = [
-            ("keepref", RefPolicy::KeepRef),
-            ("delref", RefPolicy::DelRef),
-            ("acked", RefPolicy::Acked),
-        ]
-        .into_iter()
-        .find(|(w, _)| is(a, w));
+        let named = REF_POLICIES.into_iter().find(|(w, _)| is(a, w));
         match named {
             Some((_, p)) if policy.is_none() => {
                 policy = Some(p);
@@ -911,11 +912,10 @@ pub fn xackdel(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         }
     }
     if !unpending.is_empty() {
-        let policy_word = match policy {
-            RefPolicy::KeepRef => &b"KEEPREF"[..],
-            RefPolicy::DelRef => b"DELREF",
-            RefPolicy::Acked => b"ACKED",
-        };
+        let policy_word = REF_POLICIES
+            .iter()
+            .find(|(_, p)| *p == policy)
+            .map_or(&b"KEEPREF"[..], |(w, _)| w.as_bytes());
         let ids_of = |ids: &[StreamId]| {
             let mut v = vec![b"IDS".to_vec(), ids.len().to_string().into_bytes()];
             v.extend(ids.iter().map(StreamId::text));

@@ -297,6 +297,42 @@ pub fn header_value(v: &serde_json::Value) -> Option<String> {
     })
 }
 
+/// Headers given as a JSON object (a batch item's, an invoker's), read once: the `Upstash-*`
+/// configuration pairs (prefix gone, lower case), the content type, and every header as given.
+#[derive(Default)]
+pub struct JsonHeaders {
+    pub pairs: Vec<(String, String)>,
+    pub content_type: Option<String>,
+    pub all: Vec<(String, String)>,
+}
+
+pub fn json_headers(h: Option<&serde_json::Map<String, serde_json::Value>>) -> JsonHeaders {
+    let mut out = JsonHeaders::default();
+    for (k, v) in h.into_iter().flatten() {
+        let Some(val) = header_value(v) else {
+            continue;
+        };
+        let lk = k.to_ascii_lowercase();
+        if lk == "content-type" {
+            out.content_type = Some(val.clone());
+        } else if let Some(rest) = lk.strip_prefix("upstash-") {
+            out.pairs.push((rest.to_string(), val.clone()));
+        }
+        out.all.push((k.clone(), val));
+    }
+    out
+}
+
+/// A message body given as a JSON value: a string as its bytes, nothing for null or absent,
+/// anything else as its JSON text.
+pub fn json_body(v: Option<&serde_json::Value>) -> Vec<u8> {
+    match v {
+        Some(serde_json::Value::String(s)) => s.clone().into_bytes(),
+        Some(serde_json::Value::Null) | None => Vec::new(),
+        Some(other) => other.to_string().into_bytes(),
+    }
+}
+
 /// Headers as given (a URL group's default headers) as configuration pairs: `Upstash-` gone,
 /// lower case, others dropped.
 pub fn default_pairs(headers: &[(String, String)]) -> Vec<(String, String)> {

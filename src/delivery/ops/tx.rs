@@ -139,11 +139,7 @@ pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, Stri
     ) else {
         return Err("invalid invoke request: it needs workflowRunId, workflowUrl and step".into());
     };
-    out.body = match v.get("body") {
-        Some(Value::String(s)) => s.clone().into_bytes(),
-        None | Some(Value::Null) => Vec::new(),
-        Some(other) => other.to_string().into_bytes(),
-    };
+    out.body = crate::delivery::conf::json_body(v.get("body"));
     let invoker = json!({
         "workflowRunId": run,
         "workflowUrl": url,

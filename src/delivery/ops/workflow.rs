@@ -515,21 +515,11 @@ pub(super) fn invoke_result(
         s.remove("targetStep");
     }
     // The invoker's headers, as its SDK gave them: `Upstash-*` configuration pairs.
-    let mut pairs = Vec::new();
-    let mut content_type = None;
-    if let Some(h) = invoker.get("headers").and_then(Value::as_object) {
-        for (k, v) in h {
-            let Some(val) = conf::header_value(v) else {
-                continue;
-            };
-            let lk = k.to_ascii_lowercase();
-            if lk == "content-type" {
-                content_type = Some(val);
-            } else if let Some(rest) = lk.strip_prefix("upstash-") {
-                pairs.push((rest.to_string(), val));
-            }
-        }
-    }
+    let conf::JsonHeaders {
+        pairs,
+        content_type,
+        ..
+    } = conf::json_headers(invoker.get("headers").and_then(Value::as_object));
     let Ok(mut conf) = conf::parse(&pairs, &mut conf::Extra::default()) else {
         return;
     };

@@ -391,28 +391,12 @@ pub(super) fn batch(
             out.push(Err("every batch item needs a destination".to_string()));
             continue;
         };
-        let mut pairs = Vec::new();
-        let mut content_type = None;
-        let mut all = Vec::new();
-        if let Some(h) = item.get("headers").and_then(Value::as_object) {
-            for (k, v) in h {
-                let Some(val) = conf::header_value(v) else {
-                    continue;
-                };
-                let lk = k.to_ascii_lowercase();
-                if lk == "content-type" {
-                    content_type = Some(val.clone());
-                } else if let Some(rest) = lk.strip_prefix("upstash-") {
-                    pairs.push((rest.to_string(), val.clone()));
-                }
-                all.push((k.clone(), val));
-            }
-        }
-        let body = match item.get("body") {
-            Some(Value::String(s)) => s.clone().into_bytes(),
-            Some(Value::Null) | None => Vec::new(),
-            Some(other) => other.to_string().into_bytes(),
-        };
+        let conf::JsonHeaders {
+            pairs,
+            content_type,
+            all,
+        } = conf::json_headers(item.get("headers").and_then(Value::as_object));
+        let body = conf::json_body(item.get("body"));
         let queue = item
             .get("queue")
             .and_then(Value::as_str)

@@ -4,8 +4,8 @@
 
 use super::parse::{
     batch as batch_items, batch_trigger, destination, endpoints, filter, flow_action, header_list,
-    publish_req, queue_upsert, topic_headers, trigger_pairs, wait_req, DLQ_FILTERS, LOG_FILTERS,
-    MESSAGE_FILTERS, RUN_CANCEL_FILTERS, WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
+    is_url, publish_req, queue_upsert, topic_headers, trigger_pairs, wait_req, DLQ_FILTERS,
+    LOG_FILTERS, MESSAGE_FILTERS, RUN_CANCEL_FILTERS, WORKFLOW_DLQ_FILTERS, WORKFLOW_LOG_FILTERS,
 };
 use super::Req;
 use crate::delivery::conf::{self, check_url, valid_name, Extra};
@@ -60,7 +60,18 @@ pub(super) fn publish(r: &Req) -> Routed {
     }
     let dest = destination(raw, &r.query);
     let pairs = conf::pairs_from_request(r.headers, &r.query);
-    match publish_req(
+    request_publish(r, dest, queue, pairs).map(Op::Publish)
+}
+
+/// The publish a request makes of its body and headers, to `dest` with `pairs` as its
+/// configuration; a bad one is 400.
+fn request_publish(
+    r: &Req,
+    dest: String,
+    queue: Option<String>,
+    pairs: Vec<(String, String)>,
+) -> Result<crate::delivery::ops::PublishReq, Refusal> {
+    publish_req(
         dest,
         queue,
         pairs,
@@ -68,10 +79,9 @@ pub(super) fn publish(r: &Req) -> Routed {
         header_list(r.headers),
         r.body.to_vec(),
         &r.peer,
-    ) {
-        Ok((p, _)) => Ok(Op::Publish(p)),
-        Err(e) => Err(refuse(400, e)),
-    }
+    )
+    .map(|(p, _)| p)
+    .map_err(|e| refuse(400, e))
 }
 
 /// `POST /v2/trigger/<workflow url>`: starts a workflow run, as the workflow SDK's trigger
@@ -84,7 +94,7 @@ pub(super) fn trigger(r: &Req) -> Routed {
         return Err(refuse(400, "missing workflow URL: /v2/trigger/<url>"));
     }
     let dest = destination(r.tail, &r.query);
-    if !dest.starts_with("http://") && !dest.starts_with("https://") {
+    if !is_url(&dest) {
         return Err(refuse(
             400,
             format!("invalid workflow URL '{dest}': use http:// or https://"),
@@ -97,17 +107,7 @@ pub(super) fn trigger(r: &Req) -> Routed {
         .map(|(_, v)| v.clone());
     pairs.retain(|(k, _)| k != "workflow-runid");
     pairs.extend(trigger_pairs(given.as_deref(), &dest).map_err(|e| refuse(500, e))?);
-    let req = publish_req(
-        dest,
-        None,
-        pairs,
-        r.content_type.clone(),
-        header_list(r.headers),
-        r.body.to_vec(),
-        &r.peer,
-    )
-    .map(|(p, _)| p)
-    .map_err(|e| refuse(400, e))?;
+    let req = request_publish(r, dest, None, pairs)?;
     Ok(Op::Trigger {
         items: vec![Ok(req)],
         single: true,
