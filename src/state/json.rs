@@ -23,7 +23,7 @@ pub enum Json {
 }
 
 /// One step of a concrete location: an object member or an array position.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Step {
     Key(String),
     Idx(usize),
@@ -540,9 +540,12 @@ fn select_from(root: &Json, doc: &Json, base: Vec<Step>, segs: &[Segment]) -> Ve
     cur
 }
 
-/// `node` and everything below it, parents before children.
+/// `node` and everything below it, in the hosted service's order: every node after all the
+/// nodes inside it (post-order), members and elements in document order. So `$..b` on
+/// `{"b":3,"nested":{"b":null}}` answers `[null,3]`: what a member's value holds comes before
+/// the match at the member's own level (the SDKs' test suites assert this order; RedisJSON
+/// lists parents first). Depth is bounded by the document's own (`MAX_DEPTH`).
 fn descendants(node: &Json, at: Vec<Step>, out: &mut Vec<Vec<Step>>) {
-    out.push(at.clone());
     match node {
         Json::Arr(a) => {
             for (i, v) in a.iter().enumerate() {
@@ -560,6 +563,7 @@ fn descendants(node: &Json, at: Vec<Step>, out: &mut Vec<Vec<Step>>) {
         }
         _ => {}
     }
+    out.push(at);
 }
 
 fn child(at: &[Step], s: Step) -> Vec<Step> {
@@ -1025,6 +1029,24 @@ pub fn mutation_order(a: &[Step], b: &[Step]) -> Ordering {
     b.len().cmp(&a.len())
 }
 
+/// How many of `found` (in match order) a deletion removes when it deletes them one by one in
+/// that order: a match is counted unless it repeats one before it or lies inside one deleted
+/// before it. The match order lists what lies inside a match first, so `$..a` on
+/// `{"a":{"a":1}}` deletes the inner `a` and then the outer one: 2.
+pub fn deleted_in_match_order(found: &[Vec<Step>]) -> usize {
+    // A location's prefixes number at most MAX_DEPTH + 1, so this is linear in the matches.
+    let mut gone: std::collections::HashSet<&[Step]> = std::collections::HashSet::new();
+    let mut n = 0;
+    for p in found {
+        if (0..=p.len()).any(|l| gone.contains(&p[..l])) {
+            continue;
+        }
+        gone.insert(p.as_slice());
+        n += 1;
+    }
+    n
+}
+
 /// The locations to delete: in mutation order, without those inside another one.
 pub fn deletion_targets(mut paths: Vec<Vec<Step>>) -> Vec<Vec<Step>> {
     paths.sort_by(|a, b| mutation_order(a, b));
@@ -1064,9 +1086,12 @@ mod tests {
     }
 
     #[test]
-    fn paths_select_like_redisjson() {
+    fn paths_select_in_the_hosted_order() {
         let d = doc(r#"{"a":"b","b":[{"a":2},{"a":5.0},{"a":"c"}]}"#);
-        assert_eq!(sel(&d, "$..a"), r#"["b",2,5.0,"c"]"#);
+        // The hosted order: what a member's value holds before the member itself.
+        assert_eq!(sel(&d, "$..a"), r#"[2,5.0,"c","b"]"#);
+        let nested = doc(r#"{"a":{"a":1},"x":[{"a":[{"a":2}]}]}"#);
+        assert_eq!(sel(&nested, "$..a"), r#"[1,2,[{"a":2}],{"a":1}]"#);
         assert_eq!(sel(&d, "$.b[-1].a"), r#"["c"]"#);
         assert_eq!(sel(&d, "$.b[0:2].a"), r#"[2,5.0]"#);
         assert_eq!(sel(&d, "$.b[*].a"), r#"[2,5.0,"c"]"#);

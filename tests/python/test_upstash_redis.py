@@ -114,7 +114,11 @@ def test_json_documents(redis):
     assert redis.json.get("user:1") == [doc]
     assert redis.json.get("user:1", "$.stats.visits", "$.name") == {
         "$.stats.visits": [1], "$.name": ["ada"]}
-    assert redis.json.set("user:1", "$.missing.deep", 1) is False  # the nil reply
+    # Under a missing parent: an error, as the hosted service answers (the SDK suite's
+    # test_set_nonexisting_path); RedisJSON would answer nil.
+    with pytest.raises(UpstashError, match="missing key at non-terminal path level"):
+        redis.json.set("user:1", "$.missing.deep", 1)
+    assert redis.json.set("user:1", "$.missing", 1, xx=True) is False  # the nil reply
     assert redis.json.numincrby("user:1", "$.stats.visits", 2) == [3]
     assert redis.json.nummultby("user:1", "$.stats.score", 2) == [5.0]
     assert redis.json.strappend("user:1", "$.name", " lovelace") == [12]
@@ -164,7 +168,8 @@ def test_keyspace(redis):
 
 def test_where_the_hosted_service_differs_from_redis(redis):
     """Issue 18: answers the SDK's own test suite holds the hosted service to."""
-    # A small keyspace is scanned whole in one call (the SDK suite's `scan(0, match="hash")`).
+    # A MATCH over a small keyspace answers in one call (the SDK suite's `scan(0, match="hash")`):
+    # COUNT bounds the keys answered, not the keys examined (issue 24).
     redis.mset({f"k{i}": "v" for i in range(30)})
     redis.hset("hash", "f", "v")
     assert tuple(redis.scan(0, match="hash")) == (0, ["hash"])
