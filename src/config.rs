@@ -181,10 +181,16 @@ pub const HTTP_CONNECTIONS_MAX: usize = 10_000;
 /// Descriptors kept free of client connections (log segments, outbound deliveries, accepts).
 pub const HTTP_DESCRIPTORS_RESERVED: usize = 64;
 
-/// A SCAN, HSCAN, SSCAN or ZSCAN from cursor 0 over at most this many entries answers all of
-/// them at once with cursor 0, as Redis does for collections in its compact encodings (whose
-/// default bound is 128 entries) and the hosted service does for a small keyspace.
+/// An HSCAN, SSCAN or ZSCAN from cursor 0 over at most this many entries answers all of them
+/// at once with cursor 0, as Redis does for collections in its compact encodings (whose
+/// default bound is 128 entries).
 pub const SCAN_WHOLE_ENTRIES_MAX: usize = 128;
+
+/// SCAN over the keyspace answers at most COUNT keys, as the hosted service does, and examines
+/// as many keys as it takes to find them, up to this many (or COUNT, if larger) in one call: a
+/// `SCAN 0 MATCH p` over a small keyspace answers whole, and one over a large keyspace of few
+/// matches still returns to its caller after this much work.
+pub const SCAN_KEYS_EXAMINED_MAX: usize = 1_000;
 
 /// Keys MEMORY STATS and MEMORY DOCTOR size to estimate a database's data (their mean, times
 /// the number of keys), so that neither walks a large keyspace on the executor.

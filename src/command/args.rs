@@ -125,10 +125,9 @@ pub fn scan_opts(args: &[Vec<u8>], at: usize, what: Scanning) -> Result<ScanOpts
 }
 
 impl ScanOpts {
-    /// How many elements this call visits in a collection of `len`. Redis answers a scan of a
-    /// small collection (one in its compact encoding) whole, in one call, with cursor 0, and the
-    /// hosted service answers a scan of a small keyspace the same way; SDK tests rely on it.
-    /// COUNT is a hint, so this never breaks a caller that loops.
+    /// How many elements this call visits in a collection of `len` (HSCAN, SSCAN, ZSCAN).
+    /// Redis answers a scan of a small collection (one in its compact encoding) whole, in one
+    /// call, with cursor 0. COUNT is a hint, so this never breaks a caller that loops.
     pub fn budget(&self, len: usize) -> usize {
         if self.cursor == 0 && len <= crate::config::SCAN_WHOLE_ENTRIES_MAX {
             usize::MAX

@@ -338,19 +338,22 @@ pub fn scan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
     let mut out = Vec::new();
     let keys = ctx.db.raw();
-    let next = keys.scan(o.cursor, o.budget(keys.len()), |k, e| {
+    // The hosted service's rule: COUNT bounds the keys answered, not the keys examined.
+    let examine = o.count.max(crate::config::SCAN_KEYS_EXAMINED_MAX);
+    let next = keys.scan_until(o.cursor, o.count, examine, |k, e| {
         if Db::is_expired(e, now) || !o.matches(k) {
-            return;
+            return false;
         }
         if let Some(t) = &o.type_name {
             if !t.eq_ignore_ascii_case(e.value.type_name().as_bytes()) {
-                return;
+                return false;
             }
         }
         out.push(Reply::bulk(k));
         if o.with_type {
             out.push(Reply::bulk(e.value.type_name()));
         }
+        true
     });
     Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(out)])
 }

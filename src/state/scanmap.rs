@@ -420,6 +420,30 @@ impl<V> IndexedScanMap<V> {
         range.next().unwrap_or(0)
     }
 
+    /// A scan that stops once `visit` has accepted `want` entries or `examine` entries have
+    /// been visited, whichever comes first (at a bucket's end: a cursor cannot point inside
+    /// one). Answers the next cursor, 0 at the end.
+    pub fn scan_until(
+        &self,
+        cursor: u64,
+        want: usize,
+        examine: usize,
+        mut visit: impl FnMut(&[u8], &V) -> bool,
+    ) -> u64 {
+        let (mut seen, mut taken) = (0usize, 0usize);
+        let mut range = self.hashes_from(cursor);
+        for h in range.by_ref() {
+            for (k, v) in self.bucket(h) {
+                taken += usize::from(visit(k, v));
+                seen += 1;
+            }
+            if taken >= want || seen >= examine {
+                break;
+            }
+        }
+        range.next().unwrap_or(0)
+    }
+
     /// As [`ScanMap::random`].
     pub fn random(&self, r: u64) -> Option<(&[u8], &V)> {
         let h = self
