@@ -240,7 +240,12 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             continue;
         }
         let new_only = start.is_none();
-        consumer(&mut g, &cname, now);
+        // A NOACK read creates no consumer: nothing becomes pending for it, and the hosted
+        // service lists no consumer after one (`XINFO CONSUMERS` answers []). Redis creates
+        // it. An existing consumer is still seen.
+        if !noack || g.consumers.contains_key(&cname) {
+            consumer(&mut g, &cname, now);
+        }
         let entries = match start {
             None => {
                 let from = g.last_id.next();

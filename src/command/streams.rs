@@ -75,6 +75,29 @@ struct TrimArgs {
     limit: usize,
 }
 
+/// Trims `stream` as `trim` says. The approximate form (`~`) trims to the threshold, as the
+/// hosted service does (Redis stops at a node's edge): the count it removes is that of an
+/// exact `MAXLEN` to the length left, which is how it is logged, so replay does the same. A
+/// `~` read from the log (written before tidepool trimmed as the hosted service does) keeps
+/// Redis's whole-node meaning, so an older log replays to the state it had. Answers the
+/// entries removed and, for a live `~` trim that removed any, the length to log.
+fn trim_stream(
+    stream: &mut Stream,
+    how: Trim,
+    trim: &TrimArgs,
+    replaying: bool,
+) -> (usize, Option<usize>) {
+    if !trim.approx || replaying {
+        return (stream.trim(how, trim.approx, trim.limit), None);
+    }
+    let n = stream.hosted_trim_count(how, trim.limit);
+    if n == 0 {
+        return (0, None);
+    }
+    let left = stream.len() - n;
+    (stream.trim(Trim::MaxLen(left), false, 0), Some(left))
+}
+
 /// Parses options from `i`; for XADD stops at the ID (returned with its index).
 fn parse_options(
     args: &[Vec<u8>],
@@ -236,17 +259,42 @@ pub fn xadd(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             "ERR The ID specified in XADD is equal or smaller than the target stream top item",
         );
     };
+    let replaying = ctx.replaying;
     let stream = match typed::create::<Box<Stream>>(ctx, key) {
         Ok(s) => s,
         Err(e) => return e,
     };
     stream.append(id, fields.to_vec());
+    let mut exact_len = None;
     if let Some(how) = trim.how {
-        stream.trim(how, trim.approx, trim.limit);
+        exact_len = trim_stream(stream, how, &trim, replaying).1;
     }
     ctx.dirty = true;
-    let mut logged = args.to_vec();
-    logged[id_at] = id.text();
+    let logged = match (exact_len, trim.approx) {
+        // An approximate trim is logged as the exact one it amounted to.
+        (Some(left), _) => {
+            let mut l = vec![args[0].clone(), key.clone()];
+            l.extend([
+                b"MAXLEN".to_vec(),
+                b"=".to_vec(),
+                left.to_string().into_bytes(),
+            ]);
+            l.push(id.text());
+            l.extend_from_slice(fields);
+            l
+        }
+        // One that removed nothing is logged without it.
+        (None, true) => {
+            let mut l = vec![args[0].clone(), key.clone(), id.text()];
+            l.extend_from_slice(fields);
+            l
+        }
+        (None, false) => {
+            let mut l = args.to_vec();
+            l[id_at] = id.text();
+            l
+        }
+    };
     ctx.log_as(logged);
     Reply::Bulk(id.text())
 }
@@ -335,6 +383,7 @@ pub fn xdel(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
 }
 
 pub fn xtrim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+    let replaying = ctx.replaying;
     let (trim, _, _) = match parse_options(args, 2, false) {
         Ok(x) => x,
         Err(e) => return e,
@@ -347,9 +396,18 @@ pub fn xtrim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     let Some(how) = trim.how else {
         return Reply::err(errors::SYNTAX);
     };
-    let n = s.trim(how, trim.approx, trim.limit);
+    let (n, exact_len) = trim_stream(s, how, &trim, replaying);
     if n > 0 {
         ctx.dirty = true;
+    }
+    if let Some(left) = exact_len {
+        ctx.log_as(vec![
+            args[0].clone(),
+            args[1].clone(),
+            b"MAXLEN".to_vec(),
+            b"=".to_vec(),
+            left.to_string().into_bytes(),
+        ]);
     }
     Reply::Int(n as i64)
 }

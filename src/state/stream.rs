@@ -267,6 +267,16 @@ impl Stream {
         deleted
     }
 
+    /// How many entries the hosted service's approximate trim (`~`) removes: it trims to the
+    /// threshold, not to a node's edge, removing at most `limit` entries (0: no limit).
+    pub fn hosted_trim_count(&self, how: Trim, limit: usize) -> usize {
+        let cap = if limit == 0 { usize::MAX } else { limit };
+        match how {
+            Trim::MaxLen(m) => self.entries.len().saturating_sub(m).min(cap),
+            Trim::MinId(min) => self.entries.range(..min).take(cap).count(),
+        }
+    }
+
     pub fn first_id(&self) -> Option<StreamId> {
         self.entries.keys().next().copied()
     }

@@ -1547,6 +1547,112 @@ fn hosted_only(redis: &mut Redis, c: &[String], wrapped: bool) -> Option<Canon> 
                     .collect(),
             ))
         }
+        // Approximate trimming (`MAXLEN ~` / `MINID ~`): the hosted service trims to the
+        // threshold (at most LIMIT entries, 10,000 without it), where Redis stops at a node's
+        // edge. Redis is asked the command on a copy of the key for its checks and errors, and
+        // then trims the key exactly by the count the hosted service removes.
+        "xtrim" | "xadd" if c.len() > 3 => {
+            let mut i = 2;
+            let (mut how, mut approx, mut limit) = (None, false, None);
+            let mut trim_at = Vec::new();
+            while i < c.len() {
+                match lower[i].as_str() {
+                    "nomkstream" => i += 1,
+                    "maxlen" | "minid" if i + 1 < c.len() => {
+                        let start = i;
+                        let mut j = i + 1;
+                        if c[j] == "~" || c[j] == "=" {
+                            approx = c[j] == "~";
+                            j += 1;
+                        }
+                        how = Some((lower[i].clone(), c.get(j)?.clone()));
+                        i = j + 1;
+                        trim_at.extend(start..i);
+                    }
+                    "limit" if i + 1 < c.len() => {
+                        limit = c[i + 1].parse::<usize>().ok();
+                        trim_at.extend([i, i + 1]);
+                        i += 2;
+                    }
+                    _ => break,
+                }
+            }
+            let (kind, threshold) = how.filter(|_| approx)?;
+            let key = c[1].clone();
+            let tmp = "hosted-trim-copy";
+            redis.cmd_str(&["DEL", tmp]);
+            redis.cmd_str(&["COPY", &key, tmp]);
+            let mut on_copy = c.to_vec();
+            on_copy[1] = tmp.into();
+            let checked = ask(redis, on_copy);
+            redis.cmd_str(&["DEL", tmp]);
+            if matches!(checked, Canon::Err(_) | Canon::Nil) {
+                return Some(checked);
+            }
+            let reply = if lower[0] == "xadd" {
+                let plain: Vec<String> = c
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| !trim_at.contains(j))
+                    .map(|(_, a)| a.clone())
+                    .collect();
+                ask(redis, plain)
+            } else {
+                Canon::Nil
+            };
+            let Canon::Int(len) = redis.cmd_str(&["XLEN", &key]) else {
+                return None;
+            };
+            let cap = match limit {
+                Some(0) => usize::MAX,
+                Some(l) => l,
+                None => 10_000,
+            };
+            let below = if kind == "maxlen" {
+                (len as usize).saturating_sub(threshold.parse::<usize>().ok()?)
+            } else {
+                match redis.cmd_str(&["XRANGE", &key, "-", &format!("({threshold}")]) {
+                    Canon::Arr(v) => v.len(),
+                    _ => 0,
+                }
+            };
+            let n = below.min(cap);
+            if n > 0 {
+                let left = (len as usize - n).to_string();
+                redis.cmd_str(&["XTRIM", &key, "MAXLEN", "=", &left]);
+            }
+            Some(if lower[0] == "xadd" {
+                reply
+            } else {
+                Canon::Int(n as i64)
+            })
+        }
+        // XREADGROUP ... NOACK creates no consumer in the hosted service (XINFO CONSUMERS
+        // answers [] after one); Redis creates it, so a consumer it did not have before is
+        // deleted again (it has nothing pending: the read was NOACK).
+        "xreadgroup" if lower.iter().any(|a| a == "noack") => {
+            let at = lower.iter().position(|a| a == "streams")?;
+            let (group, consumer) = (c.get(2)?.clone(), c.get(3)?.clone());
+            let keys: Vec<String> = c[at + 1..at + 1 + (c.len() - at - 1) / 2].to_vec();
+            let had: Vec<bool> = keys
+                .iter()
+                .map(|k| {
+                    match redis.cmd_str(&["XINFO", "CONSUMERS", k, &group]) {
+                    Canon::Arr(list) => list.iter().any(|entry| {
+                        matches!(entry, Canon::Arr(f) if f.get(1) == Some(&Canon::s(&consumer)))
+                    }),
+                    _ => false,
+                }
+                })
+                .collect();
+            let reply = ask(redis, c.to_vec());
+            for (k, had) in keys.iter().zip(had) {
+                if !had {
+                    redis.cmd_str(&["XGROUP", "DELCONSUMER", k, &group, &consumer]);
+                }
+            }
+            Some(reply)
+        }
         // XINFO CONSUMERS of a group that does not exist: no consumers, where Redis answers
         // NOGROUP.
         "xinfo" if c.len() == 4 && lower[1] == "consumers" => match redis_reply(redis, c) {
