@@ -50,3 +50,6 @@ TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/json.mjs
 
 echo "== the official @upstash/redis where the hosted service answers differently from Redis"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/hosted.mjs
+
+echo "== the @upstash/redis suite's own cases where the hosted service differs from Redis"
+TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/sdk_hosted_cases.mjs
