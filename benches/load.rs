@@ -9,6 +9,8 @@
 //!
 //!     target/release/tidepool-bench --replay [--commands N] [--singles S]
 //!
+//!     target/release/tidepool-bench --noisy [--seconds N]
+//!
 //!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
 //!
 //! That form writes N SETs over K keys (pipelines of 100) twice, once with snapshots off and
@@ -29,6 +31,7 @@
 //! SETs (commands/s). Prints a Markdown table for the README.
 
 mod delivery;
+mod noisy;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -640,6 +643,7 @@ const USAGE: &str = "usage: tidepool-bench [--seconds N] [--connections C] [--ro
        tidepool-bench --delivery [--messages N] [--connections C] [--pending P]
        tidepool-bench --replay [--commands N] [--singles S]
        tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
+       tidepool-bench --noisy [--seconds N]
 Build with `cargo build --release` first: it runs target/release/tidepool (and, for the load
 form, webdis, redis-server and wrk) and prints Markdown tables for the README.";
 
@@ -704,6 +708,11 @@ fn run() -> Result<(), String> {
             arg("--commands", 1_000_000),
             arg("--singles", 100_000),
         );
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if args.iter().any(|a| a == "--noisy") {
+        let r = noisy::run(&bin, &tmp, arg("--seconds", 10));
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }

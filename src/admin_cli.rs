@@ -6,7 +6,7 @@
 use crate::config;
 use std::path::PathBuf;
 
-const USAGE: &str = "usage: tidepool db create [NAME] | list | get NAME | delete NAME | reset NAME | claim NAME [--url URL] [--admin-token A] [--data DIR]";
+const USAGE: &str = "usage: tidepool db create [NAME] [--script-time-limit-ms MS] [--max-data-bytes B] | list | get NAME | delete NAME | reset NAME | claim NAME [--url URL] [--admin-token A] [--data DIR]";
 
 /// Runs one `tidepool db` command; prints the server's JSON answer.
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -14,6 +14,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut url = env("TIDEPOOL_URL");
     let mut token = env("TIDEPOOL_ADMIN_TOKEN");
     let mut data = env("TIDEPOOL_DATA");
+    let mut script_ms = None;
+    let mut max_data = None;
     let mut words = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -22,6 +24,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--url" => &mut url,
             "--admin-token" => &mut token,
             "--data" => &mut data,
+            "--script-time-limit-ms" => &mut script_ms,
+            "--max-data-bytes" => &mut max_data,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(());
@@ -58,13 +62,41 @@ pub fn run(args: &[String]) -> Result<(), String> {
             })
             .collect()
     };
+    let number = |flag: &str, v: &Option<String>| -> Result<Option<u64>, String> {
+        v.as_deref()
+            .map(|t| {
+                t.parse::<u64>()
+                    .map_err(|_| format!("usage: {flag} takes a whole number, not '{t}'"))
+            })
+            .transpose()
+    };
+    let mut settings = serde_json::Map::new();
+    if let Some(ms) = number("--script-time-limit-ms", &script_ms)? {
+        settings.insert("script_time_limit_ms".into(), ms.into());
+    }
+    if let Some(b) = number("--max-data-bytes", &max_data)? {
+        settings.insert("max_data_bytes".into(), b.into());
+    }
+    if !settings.is_empty() && words.first() != Some(&"create") {
+        return Err(
+            "usage: --script-time-limit-ms and --max-data-bytes are set when a database is created"
+                .into(),
+        );
+    }
     let (method, target, body) = match words.as_slice() {
-        ["create"] => ("POST", base, "{}".to_string()),
-        ["create", name] => (
+        ["create"] => (
             "POST",
             base,
-            serde_json::json!({ "name": name }).to_string(),
+            serde_json::Value::Object(settings).to_string(),
         ),
+        ["create", name] => {
+            settings.insert("name".into(), (*name).into());
+            (
+                "POST",
+                base,
+                serde_json::Value::Object(settings).to_string(),
+            )
+        }
         ["list"] => ("GET", base, String::new()),
         ["get", name] => ("GET", format!("{base}/{}", enc(name)), String::new()),
         ["delete", name] => ("DELETE", format!("{base}/{}", enc(name)), String::new()),

@@ -29,7 +29,12 @@ pub const EXECUTOR_BATCH_JOBS_MAX: usize = 1024;
 /// Segment size at which the log moves on to a new file.
 pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Events buffered for one monitor or subscriber before it is told it fell behind and closed.
-pub const SUBSCRIBER_BUFFER_EVENTS_MAX: usize = 4096;
+pub const SUBSCRIBER_BUFFER_EVENTS_MAX: usize = 1024;
+/// Bytes of events buffered for one monitor or subscriber (events its connection has not
+/// taken yet) before it is told it fell behind and closed, as Redis disconnects a subscriber
+/// past `client-output-buffer-limit pubsub` (32 MB hard there; streams here are many and
+/// cheap, so the bound is per stream and smaller).
+pub const SUBSCRIBER_BUFFER_BYTES_MAX: usize = 1024 * 1024;
 /// Keep-alive comment interval on event streams.
 pub const SSE_PING_INTERVAL_MS: u64 = 15_000;
 /// How often the executor removes expired keys (through a logged record).
@@ -139,6 +144,25 @@ pub const LUA_CJSON_DEPTH_MAX: usize = 1000;
 /// other clients SCRIPT KILL it, as tidepool does, and tidepool also stops it itself). Writes
 /// it made before stay, as in Redis.
 pub const SCRIPT_TIME_LIMIT_MS: u64 = 5_000;
+/// The script time limit of a scratch database (`POST /start`), unless set at its creation:
+/// anyone who can reach the server may make one, so one call of its scripts holds the single
+/// executor, and with it every other database, for at most this long.
+pub const SCRATCH_SCRIPT_TIME_LIMIT_MS: u64 = 50;
+/// The largest script time limit a database may be created with.
+pub const SCRIPT_TIME_LIMIT_MS_MAX: u64 = 60_000;
+/// A database whose script runs past its time limit has its scripts and functions refused
+/// for a cooling period: this long after the first such run, twice as long after each
+/// further one, up to [`SCRIPT_COOLING_MAX_MS`]. A run past the limit more than
+/// [`SCRIPT_COOLING_FORGET_MS`] after the last one starts the count again.
+pub const SCRIPT_COOLING_MS: u64 = 1_000;
+pub const SCRIPT_COOLING_MAX_MS: u64 = 60_000;
+pub const SCRIPT_COOLING_FORGET_MS: u64 = 300_000;
+/// `/readyz` answers 503 while the executor has been on one job for longer than this (a
+/// script at a named database's limit, a large SAVE): requests of every database wait then.
+pub const EXECUTOR_STALL_MS: u64 = 1_000;
+/// The data a scratch database may hold, unless set at its creation (the hosted free plan's
+/// data-size limit is 256 MB).
+pub const SCRATCH_DATA_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// How often a SCRIPT KILL queued behind a script that has not started yet looks whether it
 /// has.
 pub const SCRIPT_KILL_POLL_MS: u64 = 10;
@@ -433,6 +457,9 @@ pub struct Config {
     pub value_bytes_max: Option<usize>,
     /// Commands one database may run per day (`--max-requests-per-day`); None: no limit.
     pub requests_per_day: Option<u64>,
+    /// The script time limit of the default database and of named databases created without
+    /// one of their own (`--script-time-limit-ms`).
+    pub script_time_limit_ms: u64,
     /// The admin API's token (`--admin-token`); generated on first start when not given.
     pub admin_token: Option<String>,
     /// Where `POST` creates a scratch database (`--start-path`); None: switched off.

@@ -13,12 +13,24 @@ mod active {
     use std::sync::OnceLock;
 
     static CRASH_AT: OnceLock<Option<String>> = OnceLock::new();
+    static NO_SPACE_AT: OnceLock<Option<String>> = OnceLock::new();
     static IN_CHILD: AtomicBool = AtomicBool::new(false);
 
     /// Reads the setting; called at start-up, before any thread could hold the environment's lock
     /// when a child is forked.
     pub fn init() {
         CRASH_AT.get_or_init(|| std::env::var("TIDEPOOL_FAULT_CRASH_AT").ok());
+        NO_SPACE_AT.get_or_init(|| std::env::var("TIDEPOOL_FAULT_NO_SPACE_AT").ok());
+    }
+
+    /// `TIDEPOOL_FAULT_NO_SPACE_AT=<point>`: the write at that point fails as on a full disk
+    /// (`snapshot-write`: writing a snapshot's temporary file; `segment-create`: creating a
+    /// log segment after the first).
+    pub fn no_space(name: &str) -> std::io::Result<()> {
+        match NO_SPACE_AT.get() {
+            Some(Some(at)) if at == name => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            _ => Ok(()),
+        }
     }
 
     /// Marks this process as a background save's child.
@@ -41,16 +53,39 @@ mod active {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
     }
+
+    /// Gives the allocator's free memory back to the system (glibc's `malloc_trim(0)`), so
+    /// that a test reads the memory the server really holds from its resident size, not what
+    /// the allocator keeps cached; answers the resident bytes after it.
+    pub fn trim_heap() -> u64 {
+        // SAFETY: malloc_trim takes an integer and only walks the allocator's own free lists.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
 }
 
 #[cfg(feature = "fault-injection")]
-pub use active::{in_child, init, point};
+pub use active::{in_child, init, no_space, point, trim_heap};
 
 #[cfg(not(feature = "fault-injection"))]
 pub fn init() {}
 
 #[cfg(not(feature = "fault-injection"))]
 pub fn in_child() {}
+
+/// A full disk at a point: never without the `fault-injection` feature.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn no_space(_name: &str) -> std::io::Result<()> {
+    Ok(())
+}
 
 /// A crash point: nothing at all without the `fault-injection` feature.
 #[cfg(not(feature = "fault-injection"))]

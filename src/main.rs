@@ -10,7 +10,8 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
                       [--max-request-bytes B] [--max-key-bytes B] [--max-value-bytes B]
-                      [--max-requests-per-day N] [--admin-token A] [--start-path PATH|off]
+                      [--max-requests-per-day N] [--script-time-limit-ms MS]
+                      [--admin-token A] [--start-path PATH|off]
                       [--scratch-ttl DURATION] [--start-per-hour N] [--metrics-open]
                       [--region US-EAST-1|EU-CENTRAL-1] [--log-level LEVEL] [--dev]
        tidepool db create [NAME] | list | get NAME | delete NAME | reset NAME | claim NAME
@@ -36,7 +37,9 @@ most 64 MiB; the hosted service's is 10 MB), TIDEPOOL_MAX_KEY_BYTES (the longest
 may name; default no limit; the hosted service's is 32 KB), TIDEPOOL_MAX_VALUE_BYTES (the most
 one write may store: its arguments besides the keys, or the length a string grows to; default no
 limit; the hosted service's is 100 MB), TIDEPOOL_MAX_REQUESTS_PER_DAY (commands one database may
-run per UTC day; default no limit), TIDEPOOL_ADMIN_TOKEN (the admin API's token, for
+run per UTC day; default no limit), TIDEPOOL_SCRIPT_TIME_LIMIT_MS (how long one script or
+function call of the default database, and of a named database created without a limit of its
+own, may hold the server; default 5000, Redis's; scratch databases: 50), TIDEPOOL_ADMIN_TOKEN (the admin API's token, for
 /_admin/databases and `tidepool db`), TIDEPOOL_START_PATH (where POST creates a scratch
 database; default /start; off switches it off), TIDEPOOL_SCRATCH_TTL (how long a scratch
 database lives unless claimed; default 72h), TIDEPOOL_START_PER_HOUR (scratch databases one
@@ -114,6 +117,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut max_key = env("TIDEPOOL_MAX_KEY_BYTES");
     let mut max_value = env("TIDEPOOL_MAX_VALUE_BYTES");
     let mut per_day = env("TIDEPOOL_MAX_REQUESTS_PER_DAY");
+    let mut script_ms = env("TIDEPOOL_SCRIPT_TIME_LIMIT_MS");
     let mut admin_token = env("TIDEPOOL_ADMIN_TOKEN");
     let mut start_path = env("TIDEPOOL_START_PATH");
     let mut scratch_ttl = env("TIDEPOOL_SCRATCH_TTL");
@@ -164,6 +168,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--max-key-bytes" => &mut max_key,
             "--max-value-bytes" => &mut max_value,
             "--max-requests-per-day" => &mut per_day,
+            "--script-time-limit-ms" => &mut script_ms,
             "--admin-token" => &mut admin_token,
             "--start-path" => &mut start_path,
             "--scratch-ttl" => &mut scratch_ttl,
@@ -326,6 +331,16 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     };
     let value_bytes_max = positive("--max-value-bytes", max_value)?.map(|n| n as usize);
     let requests_per_day = positive("--max-requests-per-day", per_day)?;
+    let script_time_limit_ms = match positive("--script-time-limit-ms", script_ms)? {
+        None => config::SCRIPT_TIME_LIMIT_MS,
+        Some(ms) if ms <= config::SCRIPT_TIME_LIMIT_MS_MAX => ms,
+        Some(ms) => {
+            return Err(format!(
+                "--script-time-limit-ms '{ms}' must be at most {}",
+                config::SCRIPT_TIME_LIMIT_MS_MAX
+            ))
+        }
+    };
     let start_path = match start_path.as_deref() {
         None => Some(config::START_PATH_DEFAULT.to_string()),
         Some("off") => None,
@@ -376,6 +391,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         log_level,
         value_bytes_max,
         requests_per_day,
+        script_time_limit_ms,
         admin_token,
         start_path,
         scratch_ttl_ms,

@@ -122,8 +122,11 @@ pub mod errors {
     }
     /// A write refused because the log failed (`why`); the same text from every door, without
     /// the `ERR` class word (the delivery API's JSON error takes it so).
+    /// After a failed write or sync of the log, reads are refused as well as writes until a
+    /// restart: the write that failed changed the state in memory, which the disk may not
+    /// hold, and no reader may see it (the recovery table in `log-format.md`).
     pub fn log_failed_text(why: &str) -> String {
-        format!("the write-ahead log failed ({why}); writes are refused, reads still work")
+        format!("the write-ahead log failed ({why}); reads and writes are refused until the server is restarted")
     }
     pub fn log_failed(why: &str) -> String {
         format!("ERR {}", log_failed_text(why))

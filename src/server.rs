@@ -272,6 +272,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             },
             commands_per_day: cfg.requests_per_day,
             usage_log_interval_ms: cfg.usage_log_interval_ms,
+            script_time_limit_ms: cfg.script_time_limit_ms,
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {

@@ -15,6 +15,10 @@ pub enum AdminOp {
     Create {
         name: Option<String>,
         expires_in_ms: Option<u64>,
+        /// The script time limit, if not its kind's default.
+        script_ms: Option<u64>,
+        /// The data-size limit, if not its kind's default (0: none).
+        max_data_bytes: Option<u64>,
     },
     List,
     Get(String),
@@ -68,6 +72,10 @@ impl Executor {
             if let Some(why) = &self.read_only {
                 return AdminReply::error(403, why);
             }
+        }
+        // Reads too, after a failed write or sync: a database whose create record failed
+        // must not be listed.
+        if self.read_only.is_none() {
             if let Some(why) = self.poisoned() {
                 return AdminReply::error(500, &crate::reply::errors::log_failed_text(&why));
             }
@@ -89,7 +97,9 @@ impl Executor {
             AdminOp::Create {
                 name,
                 expires_in_ms,
-            } => self.create(ts, name, expires_in_ms),
+                script_ms,
+                max_data_bytes,
+            } => self.create(ts, name, expires_in_ms, script_ms, max_data_bytes),
             AdminOp::Delete(name) => find(self, &name).and_then(|m| {
                 if m.id == DEFAULT_DB {
                     return Err(AdminReply::error(
@@ -121,7 +131,18 @@ impl Executor {
         ts: u64,
         name: Option<String>,
         expires_in_ms: Option<u64>,
+        script_ms: Option<u64>,
+        max_data_bytes: Option<u64>,
     ) -> Result<AdminReply, AdminReply> {
+        if script_ms.is_some_and(|ms| ms == 0 || ms > config::SCRIPT_TIME_LIMIT_MS_MAX) {
+            return Err(AdminReply::error(
+                400,
+                &format!(
+                    "\"script_time_limit_ms\" must be 1 to {}",
+                    config::SCRIPT_TIME_LIMIT_MS_MAX
+                ),
+            ));
+        }
         if self.dbs.len() >= config::DATABASES_MAX {
             return Err(AdminReply::error(
                 429,
@@ -159,6 +180,8 @@ impl Executor {
                 name,
                 expires_ms: expires_in_ms.map(|d| ts.saturating_add(d)),
                 scratch: expires_in_ms.is_some(),
+                script_ms,
+                max_data_bytes,
             }],
         );
         match self.dbs.meta(id).cloned() {
@@ -187,6 +210,8 @@ impl Executor {
             "scratch": m.scratch,
             "expires_at": m.expires_ms,
             "keys": keys,
+            "script_time_limit_ms": m.script_limit_ms(self.script_time_limit_ms),
+            "max_data_bytes": m.data_limit_bytes(),
             "requests_today": today.requests + pending.requests,
             "commands_today": today.commands + pending.commands,
         });

@@ -126,6 +126,9 @@ pub struct Shared {
     pub tokens: RwLock<TokenTable>,
     /// What is measured as it happens (`GET /metrics`).
     pub metrics: crate::metrics::Live,
+    /// When (Unix ms) the executor took the job it is on; 0 while it waits for work.
+    /// `/readyz` reads it: requests of every database wait while one job holds it.
+    pub busy_since_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -167,6 +170,8 @@ pub struct Executor {
     limits: pipeline::Limits,
     /// Commands a database may run per day (`--max-requests-per-day`).
     commands_per_day: Option<u64>,
+    /// The script time limit of the default and named databases (`--script-time-limit-ms`).
+    script_time_limit_ms: u64,
     /// Usage counted since it was last logged, per database, for `usage_day`.
     usage: BTreeMap<DbId, Counting>,
     /// Each command's latency, by table id (`GET /metrics`).
@@ -207,6 +212,8 @@ pub struct Setup {
     pub commands_per_day: Option<u64>,
     /// How often the usage counts are logged (`USAGE_LOG_INTERVAL_MS`).
     pub usage_log_interval_ms: u64,
+    /// The script time limit of the default and named databases (`--script-time-limit-ms`).
+    pub script_time_limit_ms: u64,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -227,6 +234,16 @@ pub fn start(
     setup: Setup,
 ) -> Result<ExecutorHandle, String> {
     let dir = &data_dir.join("wal");
+    // Temporary files of snapshots a crash interrupted take space the log may need: a server
+    // that writes removes them (`serve --at` changes no byte of the directory).
+    if setup.at.is_none() {
+        let removed = crate::snapshot::remove_stale_tmp(data_dir);
+        if removed > 0 {
+            crate::log::line(&format!(
+                "removed {removed} temporary snapshot file(s) left by an interrupted snapshot"
+            ));
+        }
+    }
     let chosen = match setup.at {
         None => crate::snapshot::choose(data_dir, dir, |_| true, |_| {})?,
         Some(p) => crate::snapshot::choose(
@@ -368,6 +385,7 @@ pub fn start(
         frozen_ms,
         limits: setup.limits,
         commands_per_day: setup.commands_per_day,
+        script_time_limit_ms: setup.script_time_limit_ms,
         usage: BTreeMap::new(),
         command_seconds: Vec::new(),
         commands_timed_at: 0,
@@ -535,6 +553,9 @@ impl Executor {
             }
             let mut pending: Vec<Pending> = Vec::with_capacity(batch.len());
             for job in batch.drain(..) {
+                self.shared
+                    .busy_since_ms
+                    .store(clock::wall_unix_ms().max(1), Ordering::Relaxed);
                 match job {
                     Job::Exec {
                         db,
@@ -632,6 +653,7 @@ impl Executor {
                 // Logged by the snapshot's own lines; nobody waits for an answer.
                 let _ = self.take_snapshot(true);
             }
+            self.shared.busy_since_ms.store(0, Ordering::Relaxed);
         }
         self.snapshots.stop();
         // Shutdown: everything written is synced before the process exits.
@@ -657,6 +679,9 @@ impl Executor {
                     body: serde_json::json!({ "error": why }),
                 };
             }
+        }
+        // Reads too, after a failed write or sync (see `exec`).
+        if self.read_only.is_none() {
             if let Some(why) = self.poisoned() {
                 return OpReply {
                     status: 500,
@@ -878,6 +903,13 @@ impl Executor {
         perm: &Perm,
         client: &str,
     ) -> Result<Vec<Reply>, String> {
+        // After a failed log write or sync nothing is answered from memory, reads included:
+        // the failed write changed it, and the disk may not hold that change.
+        if self.read_only.is_none() {
+            if let Some(why) = self.poisoned() {
+                return Err(errors::log_failed(&why));
+            }
+        }
         let ts = self.now();
         self.count_request(db_id, ts);
         let commands_left = self.commands_per_day.map(|max| {
@@ -906,10 +938,13 @@ impl Executor {
             limits,
             ..
         } = self;
+        let script_ms = dbs.meta(db_id).map_or(self.script_time_limit_ms, |m| {
+            m.script_limit_ms(self.script_time_limit_ms)
+        });
         let Some((db, kept)) = dbs.split_mut(db_id) else {
             return Err("WRONGPASS invalid or missing auth token".into());
         };
-        scripts.enter(db_id);
+        scripts.enter(db_id, script_ms);
         let mut around = Around {
             pubsub: pubsubs.entry(db_id).or_default(),
             command_started: None,
@@ -1045,8 +1080,16 @@ impl Executor {
         for e in &events {
             self.dbs.apply(ts, e);
             match e {
-                DbEvent::Create { id, .. } | DbEvent::ResetTokens { id } => {
+                DbEvent::Create { id, .. } => {
                     arm_acl_secrets(&self.tokens, &mut self.dbs, Some(*id));
+                }
+                DbEvent::ResetTokens { id } => {
+                    arm_acl_secrets(&self.tokens, &mut self.dbs, Some(*id));
+                    // Every stream of the database was opened with a token this reset revokes
+                    // (only the Standard token opens one): they end now, as the tokens do.
+                    if let Some(p) = self.pubsubs.remove(id) {
+                        p.end_all("the token that opened it was reset");
+                    }
                 }
                 DbEvent::Delete { id } => {
                     // Dropping its streams' senders ends them.

@@ -4,10 +4,11 @@
 
 use super::sse_event;
 use crate::clock;
+use crate::config;
 use crate::glob::glob_match;
 use bytes::Bytes;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -26,13 +27,24 @@ pub struct SubscriberHandle {
     pub tx: mpsc::Sender<Bytes>,
     /// Set when the buffer was full and the stream was dropped.
     pub lagged: Arc<AtomicBool>,
+    /// Bytes queued and not yet taken by the stream's connection (the body subtracts what it
+    /// takes): past SUBSCRIBER_BUFFER_BYTES_MAX the stream is dropped as fallen behind.
+    pub queued: Arc<AtomicUsize>,
 }
 
 impl SubscriberHandle {
     /// Queues an event; false when the stream is gone or fell behind (and is now marked so).
     fn deliver(&self, event: Bytes) -> bool {
+        let len = event.len();
+        if self.queued.load(Ordering::Acquire) + len > config::SUBSCRIBER_BUFFER_BYTES_MAX {
+            self.lagged.store(true, Ordering::SeqCst);
+            return false;
+        }
         match self.tx.try_send(event) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.queued.fetch_add(len, Ordering::AcqRel);
+                true
+            }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.lagged.store(true, Ordering::SeqCst);
                 false
@@ -145,6 +157,15 @@ impl PubSub {
         }
         let ev = sse_event(&text);
         self.monitors.retain(|m| m.deliver(ev.clone()));
+    }
+
+    /// Ends every stream with a last comment saying why (the SSE comment line a client
+    /// ignores, then the end of the body): dropping the senders closes the streams.
+    pub fn end_all(self, why: &str) {
+        let notice = Bytes::from(format!(": tidepool: {why}; this stream is closed\n\n"));
+        for h in self.monitors.iter().chain(self.subs.values()) {
+            let _ = h.tx.try_send(notice.clone());
+        }
     }
 
     /// The channels with at least one subscriber.

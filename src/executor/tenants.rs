@@ -190,6 +190,8 @@ mod tests {
                     name: format!("d{id}"),
                     expires_ms: None,
                     scratch: false,
+                    script_ms: None,
+                    max_data_bytes: None,
                 },
             );
         }
@@ -219,12 +221,16 @@ mod tests {
                 name: "a".into(),
                 expires_ms: None,
                 scratch: false,
+                script_ms: None,
+                max_data_bytes: None,
             },
             DbEvent::Create {
                 id: 2,
                 name: "b".into(),
                 expires_ms: None,
                 scratch: false,
+                script_ms: None,
+                max_data_bytes: None,
             },
             DbEvent::ResetTokens { id: 1 },
             DbEvent::ResetTokens { id: 0 },

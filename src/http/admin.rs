@@ -114,6 +114,15 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
         .map(|s| String::from_utf8_lossy(&request::percent_decode(s, false)).into_owned())
         .collect();
     let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    // Tests only (the fault-injection feature): the resident memory after the allocator gave
+    // its free memory back, for the memory bounds of the slow-body and subscriber tests.
+    #[cfg(feature = "fault-injection")]
+    if method == Method::POST && seg.as_slice() == ["debug", "trim"] {
+        let rss = tokio::task::spawn_blocking(crate::fault::trim_heap)
+            .await
+            .unwrap_or(0);
+        return json_response(200, &serde_json::json!({ "rss_bytes": rss }));
+    }
     let op = match (&method, seg.as_slice()) {
         (&Method::GET, ["databases"]) => AdminOp::List,
         (&Method::POST, ["databases"]) => {
@@ -130,15 +139,11 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
                     return refuse(400, &format!("could not read the body: {e}"))
                 }
             };
-            let name = if body.iter().all(u8::is_ascii_whitespace) {
-                None
+            let o = if body.iter().all(u8::is_ascii_whitespace) {
+                serde_json::Map::new()
             } else {
                 match serde_json::from_slice::<serde_json::Value>(&body) {
-                    Ok(serde_json::Value::Object(o)) => match o.get("name") {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(serde_json::Value::String(n)) => Some(n.clone()),
-                        Some(_) => return refuse(400, "\"name\" must be a string"),
-                    },
+                    Ok(serde_json::Value::Object(o)) => o,
                     _ => {
                         return refuse(
                             400,
@@ -147,9 +152,39 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
                     }
                 }
             };
+            let name = match o.get("name") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(n)) => Some(n.clone()),
+                Some(_) => return refuse(400, "\"name\" must be a string"),
+            };
+            let count = |field: &str| match o.get(field) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or(format!("\"{field}\" must be a whole number of at least 0")),
+            };
+            let (script_ms, max_data_bytes) =
+                match (count("script_time_limit_ms"), count("max_data_bytes")) {
+                    (Ok(s), Ok(d)) => (s, d),
+                    (Err(e), _) | (_, Err(e)) => return refuse(400, &e),
+                };
+            if let Some(k) = o
+                .keys()
+                .find(|k| !["name", "script_time_limit_ms", "max_data_bytes"].contains(&k.as_str()))
+            {
+                return refuse(
+                    400,
+                    &format!(
+                        "unknown field \"{k}\" (a database takes \"name\", \"script_time_limit_ms\" and \"max_data_bytes\")"
+                    ),
+                );
+            }
             AdminOp::Create {
                 name,
                 expires_in_ms: None,
+                script_ms,
+                max_data_bytes,
             }
         }
         (&Method::GET, ["databases", name]) => AdminOp::Get(name.to_string()),
@@ -209,6 +244,8 @@ pub async fn start(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Respo
         AdminOp::Create {
             name: None,
             expires_in_ms: Some(cfg.ttl_ms),
+            script_ms: None,
+            max_data_bytes: None,
         },
     )
     .await;

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use hyper::body::Frame;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
@@ -15,6 +15,8 @@ pub struct SseBody {
     pub rx: mpsc::Receiver<Bytes>,
     pub ping: tokio::time::Interval,
     pub lagged: Arc<AtomicBool>,
+    /// Bytes the executor queued that this body has not handed to the connection yet.
+    pub queued: Arc<AtomicUsize>,
     /// Sent once when the executor dropped this stream for falling behind.
     pub lag_notice: Option<Bytes>,
     /// Tells the executor the stream is gone when the client disconnects.
@@ -41,7 +43,10 @@ impl SseBody {
             return Poll::Ready(None);
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(b)) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+            Poll::Ready(Some(b)) => {
+                self.queued.fetch_sub(b.len(), Ordering::AcqRel);
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
             Poll::Ready(None) => {
                 self.done = true;
                 if self.lagged.load(Ordering::SeqCst) {

@@ -12,12 +12,14 @@ mod libs;
 mod packing;
 
 use crate::config::{
-    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
+    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_COOLING_FORGET_MS,
+    SCRIPT_COOLING_MAX_MS, SCRIPT_COOLING_MS, SCRIPT_TIME_LIMIT_MS,
 };
 use crate::reply::Reply;
 use crate::state::databases::{DbId, DEFAULT_DB};
 use crate::state::Db;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -54,6 +56,8 @@ pub struct ScriptControl {
     stop: AtomicU8,
     /// The database whose request runs Lua now: only that database's tokens may stop it.
     db: std::sync::atomic::AtomicU32,
+    /// The time limit of the Lua code running now, for the error that stops it.
+    limit_ms: std::sync::atomic::AtomicU64,
 }
 
 /// SCRIPT KILL (`Some(false)`) or FUNCTION KILL (`Some(true)`), in any case.
@@ -114,8 +118,8 @@ impl ScriptControl {
             GO_ON => None,
             KILLED => Some("Script killed by user with SCRIPT KILL...".into()),
             _ => Some(format!(
-                "tidepool stopped the script after {} ms (the script time limit)",
-                SCRIPT_TIME_LIMIT_MS
+                "tidepool stopped the script after {} ms (this database's script time limit)",
+                self.limit_ms.load(Ordering::Acquire)
             )),
         }
     }
@@ -295,12 +299,26 @@ pub struct Scripts {
     compiled: HashMap<(DbId, String), Compiled>,
     /// The database whose request runs now (see [`Scripts::enter`]).
     db: DbId,
+    /// Its script time limit.
+    limit_ms: u64,
+    /// Databases whose scripts ran past their time limit lately, and until when their
+    /// scripts are refused.
+    cooling: RefCell<HashMap<DbId, Cooling>>,
     /// Library functions by name, loaded from the libraries in the database.
     functions: HashMap<String, FnDef>,
     /// Library name to its code and its functions' names, in registration order.
     pub libraries: BTreeMap<String, (Vec<u8>, Vec<String>)>,
     /// The database and its `functions_version` these were loaded from.
     loaded_version: Option<(DbId, u64)>,
+}
+
+/// A database whose scripts ran past their time limit: how many times in a row, when last,
+/// and until when its scripts are refused.
+#[derive(Debug, Clone, Copy)]
+struct Cooling {
+    hits: u32,
+    last: Instant,
+    until: Instant,
 }
 
 /// A function a library registered.
@@ -446,6 +464,8 @@ impl Scripts {
             control,
             compiled: HashMap::new(),
             db: DEFAULT_DB,
+            limit_ms: SCRIPT_TIME_LIMIT_MS,
+            cooling: RefCell::new(HashMap::new()),
             functions: HashMap::new(),
             libraries: BTreeMap::new(),
             loaded_version: None,
@@ -458,7 +478,10 @@ impl Scripts {
         self.control.stop.store(GO_ON, Ordering::Release);
         self.control.running.store(running, Ordering::Release);
         let started = Instant::now();
-        let limit = Duration::from_millis(SCRIPT_TIME_LIMIT_MS);
+        let limit = Duration::from_millis(self.limit_ms);
+        self.control
+            .limit_ms
+            .store(self.limit_ms, Ordering::Release);
         let control = self.control.clone();
         self.lua.set_hook(
             mlua::HookTriggers::new().every_nth_instruction(LUA_HOOK_INSTRUCTIONS),
@@ -474,9 +497,13 @@ impl Scripts {
         )
     }
 
-    /// Stops the stop watch, and gives back memory when a run left much of it in use.
+    /// Stops the stop watch, and gives back memory when a run left much of it in use. A run
+    /// that went past the time limit puts the database's scripts in a cooling period.
     fn disarm(&self) {
         self.lua.remove_hook();
+        if self.control.stop.load(Ordering::Acquire) == TIMED_OUT {
+            self.timed_out();
+        }
         self.control.running.store(IDLE, Ordering::Release);
         self.control.stop.store(GO_ON, Ordering::Release);
         if self.lua.used_memory() > LUA_MEMORY_BYTES_MAX / 2 {
@@ -484,10 +511,62 @@ impl Scripts {
         }
     }
 
-    /// Scripts and functions from now on are those of database `db`.
-    pub fn enter(&mut self, db: DbId) {
+    /// Scripts and functions from now on are those of database `db`, each call held to
+    /// `limit_ms`.
+    pub fn enter(&mut self, db: DbId, limit_ms: u64) {
         self.db = db;
+        self.limit_ms = limit_ms;
         self.control.db.store(db, Ordering::Release);
+    }
+
+    /// A run of this database's Lua code went past its time limit: its scripts are refused
+    /// for SCRIPT_COOLING_MS, doubled for each such run in a row, up to SCRIPT_COOLING_MAX_MS.
+    fn timed_out(&self) {
+        let now = Instant::now();
+        let mut cooling = self.cooling.borrow_mut();
+        let hits = match cooling.get(&self.db) {
+            Some(c)
+                if now.duration_since(c.last) < Duration::from_millis(SCRIPT_COOLING_FORGET_MS) =>
+            {
+                c.hits.saturating_add(1)
+            }
+            _ => 1,
+        };
+        let ms = SCRIPT_COOLING_MS
+            .saturating_mul(1u64 << (hits - 1).min(20))
+            .min(SCRIPT_COOLING_MAX_MS);
+        cooling.insert(
+            self.db,
+            Cooling {
+                hits,
+                last: now,
+                until: now + Duration::from_millis(ms),
+            },
+        );
+        // Forget databases whose cooling has long ended, so the map stays small.
+        if cooling.len() > 1024 {
+            let forget = Duration::from_millis(SCRIPT_COOLING_FORGET_MS);
+            cooling.retain(|_, c| now.duration_since(c.last) < forget);
+        }
+    }
+
+    /// The refusal of a script or function while this database cools down, or None.
+    pub fn cooling_refusal(&self) -> Option<Reply> {
+        let cooling = self.cooling.borrow();
+        let c = cooling.get(&self.db)?;
+        let left = c.until.checked_duration_since(Instant::now())?;
+        Some(Reply::Error(format!(
+            "ERR this database's scripts are refused for {} ms more: a script ran past its time limit of {} ms ({} time{} in a row)",
+            left.as_millis().max(1),
+            self.limit_ms,
+            c.hits,
+            if c.hits == 1 { "" } else { "s" }
+        )))
+    }
+
+    /// Whether this database's scripts are refused now (cooling down).
+    pub fn cooling(&self) -> bool {
+        self.cooling_refusal().is_some()
     }
 
     /// Forgets a deleted database's scripts.
@@ -529,6 +608,9 @@ impl Scripts {
     /// Runs a library's code (FUNCTION LOAD) with only the library API as globals: its name
     /// and the functions it registers, or Redis's error.
     pub fn check_library(&self, code: &[u8]) -> Result<(String, Vec<(String, FnDef)>), Reply> {
+        if let Some(refusal) = self.cooling_refusal() {
+            return Err(refusal);
+        }
         beside_the_runtime(|| self.check_library_here(code))
     }
 
@@ -794,6 +876,9 @@ impl Scripts {
         read_only: bool,
         call: &mut Call,
     ) -> Reply {
+        if let Some(refusal) = self.cooling_refusal() {
+            return refusal;
+        }
         let Some(compiled) = self.compiled.get(&(self.db, sha.to_string())) else {
             return Reply::err("NOSCRIPT No matching script. Please use EVAL.");
         };
@@ -819,6 +904,9 @@ impl Scripts {
         read_only: bool,
         call: &mut Call,
     ) -> Reply {
+        if let Some(refusal) = self.cooling_refusal() {
+            return refusal;
+        }
         let Some(def) = self.functions.get(name) else {
             return Reply::err("ERR Function not found");
         };

@@ -519,20 +519,35 @@ pub fn write_tmp(
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(format!("{}.tmp", snapshot_file_name(header.seq)));
     let file = std::fs::File::create(&tmp)?;
-    let mut out = io::BufWriter::with_capacity(1 << 20, file);
-    let written = write(&mut out, dbs, delivery, header, progress)?;
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    crate::fault::point("snapshot-written");
-    file.sync_all()?;
-    crate::fault::point("snapshot-synced");
-    Ok((tmp, written))
+    let written = (|| {
+        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        let written = write(&mut out, dbs, delivery, header, progress)?;
+        crate::fault::no_space("snapshot-write")?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        crate::fault::point("snapshot-written");
+        file.sync_all()?;
+        crate::fault::point("snapshot-synced");
+        Ok(written)
+    })();
+    match written {
+        Ok(w) => Ok((tmp, w)),
+        // A failed snapshot (a full disk, most often) leaves no temporary file to take the
+        // space the log needs.
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
 }
 
 /// Renames a synced temporary snapshot to its name and syncs the directory: from here on the
 /// snapshot is what start-up uses.
 pub fn publish(data_dir: &Path, tmp: &(PathBuf, Written), seq: u64) -> io::Result<()> {
     let dir = snapshot_dir(data_dir);
-    std::fs::rename(&tmp.0, dir.join(snapshot_file_name(seq)))?;
+    if let Err(e) = std::fs::rename(&tmp.0, dir.join(snapshot_file_name(seq))) {
+        let _ = std::fs::remove_file(&tmp.0);
+        return Err(e);
+    }
     crate::fault::point("snapshot-renamed");
     sync_dir(&dir)?;
     crate::fault::point("snapshot-published");
@@ -621,6 +636,26 @@ pub fn compact(
         sync_dir(&dir)?;
     }
     Ok(done)
+}
+
+/// Removes the temporary files (`<seq>.snap.tmp`) of snapshots that never finished; answers
+/// how many. For start-up, before anything else runs: no snapshot is being written then.
+pub fn remove_stale_tmp(data_dir: &Path) -> usize {
+    let dir = snapshot_dir(data_dir);
+    let mut removed = 0;
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().ends_with(".snap.tmp")
+                && std::fs::remove_file(e.path()).is_ok()
+            {
+                removed += 1;
+            }
+        }
+    }
+    if removed > 0 {
+        let _ = sync_dir(&dir);
+    }
+    removed
 }
 
 /// Where start-up begins: the newest snapshot that reads whole and whose log follows it.

@@ -29,6 +29,38 @@ pub struct DbMeta {
     pub expires_ms: Option<u64>,
     /// Created by `POST /start` (and maybe claimed since).
     pub scratch: bool,
+    /// How long one script or function call may run, if not the default for its kind
+    /// ([`DbMeta::script_limit_ms`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script_ms: Option<u64>,
+    /// The most data the database may hold, if not the default for its kind
+    /// ([`DbMeta::data_limit_bytes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_data_bytes: Option<u64>,
+}
+
+impl DbMeta {
+    /// How long one script or function call may run: as set at creation, else a short limit
+    /// for a scratch database (anyone may make one) and `named_ms` (the server's
+    /// `--script-time-limit-ms`, Redis's 5 s by default) for the others, whose owners the
+    /// operator chose.
+    pub fn script_limit_ms(&self, named_ms: u64) -> u64 {
+        self.script_ms.unwrap_or(if self.scratch {
+            crate::config::SCRATCH_SCRIPT_TIME_LIMIT_MS.min(named_ms)
+        } else {
+            named_ms
+        })
+    }
+
+    /// The most data the database may hold: as set at creation, else a small bound for a
+    /// scratch database and none for the others (the server's `--max-memory` still holds).
+    pub fn data_limit_bytes(&self) -> Option<u64> {
+        self.max_data_bytes
+            .or(self
+                .scratch
+                .then_some(crate::config::SCRATCH_DATA_BYTES_MAX))
+            .filter(|b| *b > 0)
+    }
 }
 
 /// Usage of one database on one day (UTC).
@@ -66,6 +98,13 @@ pub enum DbEvent {
         name: String,
         expires_ms: Option<u64>,
         scratch: bool,
+        /// The script time limit set at creation (written only when set, so records and
+        /// snapshots from before it read the same).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        script_ms: Option<u64>,
+        /// The data-size limit set at creation (0: none; written only when set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_data_bytes: Option<u64>,
     },
     Delete {
         id: DbId,
@@ -125,6 +164,8 @@ impl Databases {
                 generation: 0,
                 expires_ms: None,
                 scratch: false,
+                script_ms: None,
+                max_data_bytes: None,
             },
         );
         let mut dbs = BTreeMap::new();
@@ -217,6 +258,8 @@ impl Databases {
                 name,
                 expires_ms,
                 scratch,
+                script_ms,
+                max_data_bytes,
             } => {
                 if self.metas.contains_key(id) {
                     return;
@@ -230,6 +273,8 @@ impl Databases {
                         generation: 0,
                         expires_ms: *expires_ms,
                         scratch: *scratch,
+                        script_ms: *script_ms,
+                        max_data_bytes: *max_data_bytes,
                     },
                 );
                 self.dbs.insert(*id, Db::new());
@@ -402,6 +447,8 @@ mod tests {
                 name: "a".into(),
                 expires_ms: Some(10),
                 scratch: true,
+                script_ms: None,
+                max_data_bytes: None,
             },
         );
         assert_eq!(d.next_id(), 4);

@@ -198,15 +198,19 @@ impl WalWriter {
         if self.segment_bytes <= format::SEGMENT_HEADER_BYTES as u64 {
             return Ok(());
         }
-        if let Err(e) = self.rotate() {
-            self.poison(format!("rolling the log to a new segment failed: {e}"));
+        // The current segment is synced first: a failed sync poisons the log as any does. A
+        // new segment that cannot be created (a full disk) fails the roll, and the snapshot
+        // that asked for it, but the current segment takes writes while it has room.
+        if let Err(e) = self.file.sync_data() {
+            self.poison(format!("syncing the log before a new segment failed: {e}"));
             return Err(e);
         }
-        Ok(())
+        self.rotate()
     }
 
     fn rotate(&mut self) -> io::Result<()> {
         self.file.sync_data()?;
+        crate::fault::no_space("segment-create")?;
         let (file, len) = create_segment(&self.dir, self.next_seq)?;
         self.file = Arc::new(file);
         self.segment_bytes = len;
@@ -265,9 +269,16 @@ fn create_segment(dir: &Path, first_seq: u64) -> io::Result<(File, u64)> {
         first_seq,
         created_unix_ms: crate::clock::wall_unix_ms(),
     };
-    file.write_all(&header.encode())?;
-    file.sync_all()?;
-    sync_dir(dir)?;
+    let written = file
+        .write_all(&header.encode())
+        .and_then(|()| file.sync_all())
+        .and_then(|()| sync_dir(dir));
+    if let Err(e) = written {
+        // A segment left half made would be taken for the newest at the next start.
+        let _ = std::fs::remove_file(&path);
+        let _ = sync_dir(dir);
+        return Err(e);
+    }
     Ok((file, format::SEGMENT_HEADER_BYTES as u64))
 }
 

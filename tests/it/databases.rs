@@ -279,8 +279,8 @@ fn monitor_subscribe_and_publish_are_per_database() {
             .status,
         200
     );
-    assert_eq!(mon_b.next_data(), None);
-    assert_eq!(sub_b.next_data(), None);
+    assert!(mon_b.ended(), "the monitor did not end");
+    assert!(sub_b.ended(), "the subscription did not end");
 }
 
 #[test]

@@ -362,6 +362,8 @@ fn database_record_frames_match_the_document() {
                 name: "app".into(),
                 expires_ms: None,
                 scratch: false,
+                script_ms: None,
+                max_data_bytes: None,
             }]),
         ),
     ] {

@@ -17,6 +17,7 @@ mod databases;
 mod delivery;
 mod differential;
 mod dump;
+mod every_tenant;
 mod fault;
 mod hardening;
 mod hash_ttl;

@@ -871,6 +871,9 @@ pub struct SseReader {
     r: BufReader<TcpStream>,
     buf: Vec<u8>,
     pub status: u16,
+    /// The last read gave up on the read timeout: a None from `next_line` then says nothing
+    /// about the stream's end.
+    pub timed_out: bool,
 }
 
 impl SseReader {
@@ -901,13 +904,22 @@ impl SseReader {
             r,
             buf: Vec::new(),
             status,
+            timed_out: false,
         }
     }
 
     fn fill(&mut self) -> bool {
         let mut sz = String::new();
-        if self.r.read_line(&mut sz).unwrap_or(0) == 0 {
-            return false;
+        match self.r.read_line(&mut sz) {
+            Ok(0) => return false,
+            Ok(_) => {}
+            Err(e) => {
+                self.timed_out = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+                return false;
+            }
         }
         let n = match usize::from_str_radix(sz.trim(), 16) {
             Ok(n) => n,
@@ -922,6 +934,13 @@ impl SseReader {
         }
         self.buf.extend_from_slice(&chunk[..n]);
         true
+    }
+
+    /// Whether the stream ended (the server closed it), rather than went quiet past the read
+    /// timeout.
+    pub fn ended(&mut self) -> bool {
+        while self.next_line().is_some() {}
+        !self.timed_out
     }
 
     /// The next line of the stream (data lines and comments alike), or None at its end.
@@ -1000,3 +1019,25 @@ pub fn every_door_and_lua(c: &mut Http, setup: &[&[&str]], cmd: &[&str], want: &
         assert_eq!(&got, want, "{cmd:?} via {door:?} (None: Lua)");
     }
 }
+
+/// Waits until the database's scripts are no longer refused for cooling down after one ran
+/// past its time limit (issue 25): polls a script that does nothing, for at most 90 s (the
+/// longest cooling period is 60 s).
+pub fn scripts_cooled(c: &mut Http) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        match c.cmd_str(&["EVAL_RO", "return 1", "0"]) {
+            Canon::Int(1) => return,
+            Canon::Err(e) if e.contains("scripts are refused") => {}
+            other => panic!("a script that does nothing answered {other:?}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scripts never stopped cooling down"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The error of a script stopped at its time limit.
+pub const SCRIPT_STOPPED: &str = "tidepool stopped the script after";

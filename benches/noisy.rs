@@ -1,0 +1,182 @@
+//! The noisy neighbour (issue 25): another database's GET latency while three scratch
+//! databases run busy scripts (`EVAL "while true do end" 0`, three clients each, without
+//! pause), against the same server idle. The single executor runs one job at a time, so a
+//! busy script holds every database for its time limit; the scratch limit (50 ms) and the
+//! cooling period after a script runs past it bound what three such databases can take.
+//!
+//!     target/release/tidepool-bench --noisy [--seconds N]
+
+use super::{tidepool_with, Proc};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "bench-admin";
+
+/// One keep-alive HTTP/1.1 connection with a bearer token.
+struct Conn {
+    stream: TcpStream,
+    token: String,
+}
+
+impl Conn {
+    fn open(port: u16, token: &str) -> Result<Conn, String> {
+        let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(Conn {
+            stream,
+            token: token.to_string(),
+        })
+    }
+
+    /// Sends a request; the status and body.
+    fn send(&mut self, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
+        let auth = if self.token.is_empty() {
+            String::new()
+        } else {
+            format!("Authorization: Bearer {}\r\n", self.token)
+        };
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        self.stream
+            .write_all(req.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16384];
+        loop {
+            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("connection closed".into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .ok_or("no content-length")?;
+                if buf.len() >= h + 4 + len {
+                    let text = String::from_utf8_lossy(&buf[h + 4..h + 4 + len]).into_owned();
+                    return Ok((status, text));
+                }
+            }
+        }
+    }
+}
+
+/// GETs for `seconds` on one connection: each latency in microseconds, sorted.
+fn gets(port: u16, token: &str, seconds: u64) -> Result<Vec<u64>, String> {
+    let mut c = Conn::open(port, token)?;
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut out = Vec::new();
+    while Instant::now() < end {
+        let t = Instant::now();
+        let (status, _) = c.send("GET", "/get/k", "")?;
+        if status != 200 {
+            return Err(format!("GET answered {status}"));
+        }
+        out.push(t.elapsed().as_micros() as u64);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+fn pct(v: &[u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i] as f64 / 1000.0
+}
+
+pub fn run(bin: &Path, tmp: &Path, seconds: u64) -> Result<(), String> {
+    let (_tp, port): (Proc, u16) =
+        tidepool_with(bin, &tmp.join("noisy"), "never", &["--admin-token", ADMIN])?;
+    let mut admin = Conn::open(port, ADMIN)?;
+    let (status, body) = admin.send("POST", "/_admin/databases", r#"{"name":"victim"}"#)?;
+    if status != 201 {
+        return Err(format!("creating the victim answered {status}: {body}"));
+    }
+    let doc: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    let victim = doc["token"].as_str().ok_or("no token")?.to_string();
+    Conn::open(port, &victim)?.send("POST", "/set/k/v", "")?;
+
+    let idle = gets(port, &victim, seconds)?;
+
+    // Three scratch databases, three clients each, sending busy scripts without pause.
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let (status, text) = Conn::open(port, "")?.send("POST", "/start", "")?;
+        if status != 201 {
+            return Err(format!("POST /start answered {status}: {text}"));
+        }
+        let token = text
+            .split("UPSTASH_REDIS_REST_TOKEN=\"")
+            .nth(1)
+            .and_then(|t| t.split('"').next())
+            .ok_or("no token in the quickstart")?
+            .to_string();
+        tokens.push(token);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stopped, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut noise = Vec::new();
+    for token in &tokens {
+        for _ in 0..3 {
+            let (stop, stopped, refused) = (stop.clone(), stopped.clone(), refused.clone());
+            let mut c = Conn::open(port, token)?;
+            noise.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match c.send("POST", "/", r#"["EVAL","while true do end","0"]"#) {
+                        Ok((_, b)) if b.contains("time limit of") => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok((_, b)) if b.contains("script time limit") => {
+                            stopped.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => {}
+                        Err(_) => return,
+                    }
+                }
+            }));
+        }
+    }
+    let noisy = gets(port, &victim, seconds)?;
+    stop.store(true, Ordering::Relaxed);
+    for t in noise {
+        let _ = t.join();
+    }
+
+    println!("| another database's GET | requests | p50 ms | p99 ms | max ms |");
+    println!("|---|---|---|---|---|");
+    for (name, v) in [
+        ("idle server", &idle),
+        ("three scratch databases running busy scripts", &noisy),
+    ] {
+        println!(
+            "| {name} | {} | {:.2} | {:.2} | {:.2} |",
+            v.len(),
+            pct(v, 0.5),
+            pct(v, 0.99),
+            pct(v, 1.0)
+        );
+    }
+    println!();
+    println!(
+        "busy scripts: {} stopped at the 50 ms limit, {} refused while their database cooled down ({seconds} s each phase, one GET client)",
+        stopped.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
