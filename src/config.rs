@@ -126,6 +126,12 @@ pub const WORKFLOW_ENDED_RUNS_KEPT_MAX: usize = 1_000;
 /// is a plan limit, not a protocol one.
 pub const DELIVERY_MESSAGE_BYTES_MAX_DEFAULT: usize = 10 * 1024 * 1024;
 
+/// The longest name or id a publish may carry in a header: `Upstash-Label` (each label),
+/// `Upstash-Workflow-RunId`, `Upstash-Deduplication-Id`, `Upstash-Flow-Control-Key`,
+/// `Upstash-Schedule-Id` and `Upstash-Queue-Name`. Each is kept with the message (and logged),
+/// and the runs, logs and DLQ are filtered by them: longer is refused with 400.
+pub const DELIVERY_ID_BYTES_MAX: usize = 256;
+
 /// Deepest nesting (parentheses, signs, function calls) an `Upstash-Retry-Delay` expression
 /// may have; deeper ones are refused with 400.
 pub const RETRY_DELAY_EXPRESSION_DEPTH_MAX: usize = 64;
@@ -252,6 +258,10 @@ pub const RANDOM_COUNT_REPEATS_MAX: u64 = 10_000_000;
 /// Bytes of keys a snapshot puts in one chunk (each chunk is checksummed on its own, and a
 /// damaged one is reported with its offset).
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+/// Keys a snapshot puts in one chunk at most: `tidepool-log repair` rebuilds a damaged
+/// snapshot from its intact chunks, so one damaged chunk loses at most this many small keys
+/// (a keyspace of small keys used to fit in one chunk, and lose everything with it).
+pub const SNAPSHOT_CHUNK_KEYS_MAX: u64 = 1_000;
 /// `--auto-snapshot-percentage`: a snapshot is taken when the log written since the last one
 /// has grown to this percentage of that snapshot's size (Redis's `auto-aof-rewrite-percentage`);
 /// 0 turns automatic snapshots off.

@@ -41,7 +41,8 @@ run per UTC day; default no limit), TIDEPOOL_SCRIPT_TIME_LIMIT_MS (how long one 
 function call of the default database, and of a named database created without a limit of its
 own, may hold the server; default 5000, Redis's; scratch databases: 50), TIDEPOOL_ADMIN_TOKEN (the admin API's token, for
 /_admin/databases and `tidepool db`), TIDEPOOL_START_PATH (where POST creates a scratch
-database; default /start; off switches it off), TIDEPOOL_SCRATCH_TTL (how long a scratch
+database; default /start on a loopback address, off on any other unless given; off switches
+it off), TIDEPOOL_SCRATCH_TTL (how long a scratch
 database lives unless claimed; default 72h), TIDEPOOL_START_PER_HOUR (scratch databases one
 client address may create per hour; default 10), TIDEPOOL_METRICS_OPEN=1 (GET /metrics answers
 clients on loopback without the admin token), TIDEPOOL_LOG_LEVEL or RUST_LOG (one line per
@@ -342,7 +343,11 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         }
     };
     let start_path = match start_path.as_deref() {
-        None => Some(config::START_PATH_DEFAULT.to_string()),
+        // Open by default only where no one else can reach it: on loopback (and so with
+        // --dev). On any other address anyone who reaches the server could create databases;
+        // --start-path opens it there on purpose.
+        None if listen.ip().is_loopback() => Some(config::START_PATH_DEFAULT.to_string()),
+        None => None,
         Some("off") => None,
         Some(p)
             if p.starts_with('/')

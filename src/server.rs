@@ -347,6 +347,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
         app.metrics_open = cfg.metrics_open;
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
+        app.url = url.clone();
+        // The per-hour limit of `/start` counts what the catalog says each address created in
+        // the last hour, so a restart does not reset it.
+        if app.start.is_some() {
+            let list = http::admin::catalog(&ex.tx).await;
+            app.started = std::sync::Mutex::new(http::admin::StartLog::from_catalog(
+                &list,
+                crate::clock::wall_unix_ms(),
+            ));
+        }
         let app = Arc::new(app);
         let ticker = ex.tx.clone();
         tokio::spawn(async move {

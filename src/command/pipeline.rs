@@ -294,11 +294,15 @@ pub struct Limits {
 /// The hosted service's limits that a command's arguments can pass (`--max-key-bytes`,
 /// `--max-value-bytes`): the refusal, in the hosted service's words, or None.
 fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply> {
+    let refs = info.key_refs_with(args, true);
     if let Some(max) = ctx.limits.key_bytes_max {
-        let long = info
-            .keys(args)
-            .into_iter()
-            .map(<[u8]>::len)
+        // Every key the command stores a value at, destinations found by the key
+        // specifications included (SORT ... STORE, GEORADIUS ... STORE). A key that exists
+        // from before a lower limit can still be read and deleted.
+        let long = refs
+            .iter()
+            .filter(|r| r.stores)
+            .map(|r| r.key.len())
             .max()
             .unwrap_or(0);
         if long > max {
@@ -311,7 +315,7 @@ fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply>
     if !info.write {
         return None;
     }
-    let keys: usize = info.keys(args).into_iter().map(<[u8]>::len).sum();
+    let keys: usize = refs.iter().map(|r| r.key.len()).sum();
     let all: usize = args.iter().skip(1).map(Vec::len).sum();
     let mut stored = all.saturating_sub(keys);
     // A string that grows in place: what it holds already counts.

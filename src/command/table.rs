@@ -54,6 +54,9 @@ pub struct KeySpec {
     pub read: bool,
     /// The command changes the keys (INSERT, DELETE, UPDATE): a write permission is needed.
     pub write: bool,
+    /// The command stores a value at the keys (INSERT, UPDATE), as opposed to only reading or
+    /// deleting them: what the key-size limit checks.
+    pub stores: bool,
     /// NOT_KEY: a channel or the like, not a key.
     pub not_key: bool,
     /// The flags as COMMAND GETKEYSANDFLAGS names them, in Redis's order.
@@ -68,6 +71,8 @@ pub struct KeyRef<'a> {
     pub key: &'a [u8],
     pub read: bool,
     pub write: bool,
+    /// A value is stored at the key (not only read or deleted).
+    pub stores: bool,
 }
 
 impl KeySpec {
@@ -127,10 +132,36 @@ impl KeySpec {
                 .collect(),
             read: has("ACCESS"),
             write: has("INSERT") || has("DELETE") || has("UPDATE"),
+            stores: has("INSERT") || has("UPDATE"),
             not_key: has("NOT_KEY"),
             begin,
             find,
         }
+    }
+
+    /// A spec of keys at fixed positions (Redis's legacy triple: `first`, `last`, `step`; a
+    /// negative `last` counts from the end) with Redis's flags (`RW`, `ACCESS`, ...), for the
+    /// commands newer than Redis 7.0's table.
+    fn fixed(first: i32, last: i32, step: i32, flags: &[&str]) -> KeySpec {
+        let raw = RawKeySpec {
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            begin_search: HashMap::from([(
+                "index".to_string(),
+                HashMap::from([("index".to_string(), serde_json::json!(first))]),
+            )]),
+            find_keys: HashMap::from([(
+                "range".to_string(),
+                HashMap::from([
+                    (
+                        "lastkey".to_string(),
+                        serde_json::json!(if last >= 0 { last - first } else { last }),
+                    ),
+                    ("keystep".to_string(), serde_json::json!(step)),
+                    ("limit".to_string(), serde_json::json!(0)),
+                ]),
+            )]),
+        };
+        KeySpec::from_raw(&raw)
     }
 
     /// The argument positions of this spec's keys, as Redis's `getKeysUsingKeySpecs` finds
@@ -261,10 +292,18 @@ impl CommandInfo {
     /// newer than Redis 7.0's table take their fixed positions and need read and write when
     /// they write (read alone otherwise).
     pub fn key_refs<'a>(&self, args: &'a [Vec<u8>]) -> Vec<KeyRef<'a>> {
+        self.key_refs_with(args, false)
+    }
+
+    /// As [`CommandInfo::key_refs`]; with `partial`, a specification the arguments do not fit
+    /// gives no keys while the others still give theirs (Redis's GET_KEYSPEC_RETURN_PARTIAL):
+    /// `PFMERGE dest` has its destination and no sources. The limits use it.
+    pub fn key_refs_with<'a>(&self, args: &'a [Vec<u8>], partial: bool) -> Vec<KeyRef<'a>> {
         let at = |i: usize, read: bool, write: bool| KeyRef {
             key: args[i].as_slice(),
             read,
             write,
+            stores: write,
         };
         let has_arg =
             |from: usize, word: &[u8]| args.iter().skip(from).any(|a| a.eq_ignore_ascii_case(word));
@@ -325,13 +364,18 @@ impl CommandInfo {
                     key,
                     read: true,
                     write: self.write,
+                    stores: self.write,
                 })
                 .collect();
         };
         let mut out = Vec::new();
         for spec in specs.iter().filter(|s| !s.not_key) {
             match spec.positions(args) {
-                Some(pos) => out.extend(pos.into_iter().map(|i| at(i, spec.read, spec.write))),
+                Some(pos) => out.extend(pos.into_iter().map(|i| KeyRef {
+                    stores: spec.stores,
+                    ..at(i, spec.read, spec.write)
+                })),
+                None if partial => {}
                 // As Redis: arguments that do not fit a spec give no keys at all; the
                 // command then refuses them itself.
                 None => return Vec::new(),
@@ -471,8 +515,29 @@ fn newer_entry(
         step: keys.1,
         flags,
         summary: summary.into(),
-        key_specs: None,
+        key_specs: Some(vec![KeySpec::fixed(
+            1,
+            keys.0,
+            keys.1,
+            newer_key_flags(name, write),
+        )]),
         id: 0,
+    }
+}
+
+/// The key flags of a command newer than Redis 7.0's table, as Redis 8 (and RedisJSON, whose
+/// commands Redis gives read-write access flags) lists them: what ACL, COMMAND
+/// GETKEYSANDFLAGS and the key-size limit read.
+fn newer_key_flags(name: &str, write: bool) -> &'static [&'static str] {
+    match name {
+        "hgetdel" | "delex" => &["RW", "ACCESS", "DELETE"],
+        "xackdel" | "xdelex" => &["RW", "DELETE"],
+        "json.del" | "json.forget" => &["RW", "ACCESS", "DELETE"],
+        "hsetex" | "hexpire" | "hpexpire" | "hexpireat" | "hpexpireat" | "hpersist" => {
+            &["RW", "UPDATE"]
+        }
+        _ if write => &["RW", "ACCESS", "UPDATE"],
+        _ => &["RO", "ACCESS"],
     }
 }
 
@@ -645,6 +710,7 @@ impl CommandTable {
             e.arity = -2;
             e.first_key = 2;
             e.last_key = 2;
+            e.key_specs = Some(vec![KeySpec::fixed(2, 2, 1, &["RO", "ACCESS"])]);
             e.summary = "Debugging container command".into();
             map.insert("json.debug".to_string(), e);
         }

@@ -93,6 +93,27 @@ pub fn parse(pairs: &[(String, String)], extra: &mut Extra) -> Result<Conf, Stri
     let mut fcb_url = None;
     for (name, value) in pairs {
         let v = value.trim();
+        let id_like = matches!(
+            name.as_str(),
+            "workflow-runid"
+                | "deduplication-id"
+                | "flow-control-key"
+                | "schedule-id"
+                | "queue-name"
+        );
+        let too_long = if name == "label" {
+            v.split(',')
+                .any(|l| l.trim().len() > crate::config::DELIVERY_ID_BYTES_MAX)
+        } else {
+            id_like && v.len() > crate::config::DELIVERY_ID_BYTES_MAX
+        };
+        if too_long {
+            return Err(format!(
+                "invalid Upstash-{}: longer than {} bytes",
+                canonical(name),
+                crate::config::DELIVERY_ID_BYTES_MAX
+            ));
+        }
         if let Some(rest) = name.strip_prefix("failure-callback-") {
             fcb.push((rest.to_string(), value.clone()));
             continue;

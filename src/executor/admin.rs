@@ -19,6 +19,8 @@ pub enum AdminOp {
         script_ms: Option<u64>,
         /// The data-size limit, if not its kind's default (0: none).
         max_data_bytes: Option<u64>,
+        /// The client address that asked for a scratch database (`POST /start`).
+        created_by: Option<String>,
     },
     List,
     Get(String),
@@ -99,7 +101,15 @@ impl Executor {
                 expires_in_ms,
                 script_ms,
                 max_data_bytes,
-            } => self.create(ts, name, expires_in_ms, script_ms, max_data_bytes),
+                created_by,
+            } => self.create(
+                ts,
+                name,
+                expires_in_ms,
+                script_ms,
+                max_data_bytes,
+                created_by,
+            ),
             AdminOp::Delete(name) => find(self, &name).and_then(|m| {
                 if m.id == DEFAULT_DB {
                     return Err(AdminReply::error(
@@ -133,6 +143,7 @@ impl Executor {
         expires_in_ms: Option<u64>,
         script_ms: Option<u64>,
         max_data_bytes: Option<u64>,
+        created_by: Option<String>,
     ) -> Result<AdminReply, AdminReply> {
         if script_ms.is_some_and(|ms| ms == 0 || ms > config::SCRIPT_TIME_LIMIT_MS_MAX) {
             return Err(AdminReply::error(
@@ -182,6 +193,7 @@ impl Executor {
                 scratch: expires_in_ms.is_some(),
                 script_ms,
                 max_data_bytes,
+                created_by,
             }],
         );
         match self.dbs.meta(id).cloned() {
@@ -211,6 +223,7 @@ impl Executor {
             "expires_at": m.expires_ms,
             "keys": keys,
             "script_time_limit_ms": m.script_limit_ms(self.script_time_limit_ms),
+            "created_by": m.created_by,
             "max_data_bytes": m.data_limit_bytes(),
             "requests_today": today.requests + pending.requests,
             "commands_today": today.commands + pending.commands,

@@ -588,11 +588,19 @@ impl Executor {
                             });
                         }));
                     }
-                    Job::Subscribe(handle) => {
-                        // A stream of a database deleted meanwhile ends at once.
-                        if self.dbs.meta(handle.db).is_some() {
-                            self.pubsubs.entry(handle.db).or_default().add(handle);
+                    Job::Subscribe(mut handle) => {
+                        // A stream of a database deleted meanwhile ends at once; one of a
+                        // database whose daily limit is spent does not open.
+                        if self.dbs.meta(handle.db).is_none() {
+                            continue;
                         }
+                        if self.commands_left(handle.db) == Some(0) {
+                            if let Some(o) = handle.opened.take() {
+                                let _ = o.send(Some(errors::DAILY_LIMIT.to_string()));
+                            }
+                            continue;
+                        }
+                        self.pubsubs.entry(handle.db).or_default().add(handle);
                     }
                     Job::Unsubscribe { db, id } => {
                         if let Some(p) = self.pubsubs.get_mut(&db) {
@@ -893,6 +901,17 @@ impl Executor {
         }
     }
 
+    /// Commands database `db` may still run today (`--max-requests-per-day`), or None when
+    /// there is no such limit.
+    fn commands_left(&self, db: DbId) -> Option<u64> {
+        self.commands_per_day.map(|max| {
+            let today = self.dbs.usage_on(db, self.usage_day);
+            let counted =
+                today.map_or(0, |u| u.commands) + self.usage.get(&db).map_or(0, |u| u.commands);
+            max.saturating_sub(counted)
+        })
+    }
+
     /// Runs a request's commands in database `db_id` through the one pipeline; their changes
     /// become one record.
     fn exec(
@@ -912,12 +931,7 @@ impl Executor {
         }
         let ts = self.now();
         self.count_request(db_id, ts);
-        let commands_left = self.commands_per_day.map(|max| {
-            let today = self.dbs.usage_on(db_id, self.usage_day);
-            let counted =
-                today.map_or(0, |u| u.commands) + self.usage.get(&db_id).map_or(0, |u| u.commands);
-            max.saturating_sub(counted)
-        });
+        let commands_left = self.commands_left(db_id);
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
         let refusal = self.write_refusal();
         let Executor {

@@ -30,6 +30,8 @@ pub struct SubscriberHandle {
     /// Bytes queued and not yet taken by the stream's connection (the body subtracts what it
     /// takes): past SUBSCRIBER_BUFFER_BYTES_MAX the stream is dropped as fallen behind.
     pub queued: Arc<AtomicUsize>,
+    /// Told whether the stream opened (None) or why it was refused, before its first event.
+    pub opened: Option<tokio::sync::oneshot::Sender<Option<String>>>,
 }
 
 impl SubscriberHandle {
@@ -74,7 +76,10 @@ impl PubSub {
         self.subs.len()
     }
 
-    pub fn add(&mut self, h: SubscriberHandle) {
+    pub fn add(&mut self, mut h: SubscriberHandle) {
+        if let Some(o) = h.opened.take() {
+            let _ = o.send(None);
+        }
         match &h.kind {
             SubKind::Monitor => {
                 if h.deliver(sse_event(b"\"OK\"")) {

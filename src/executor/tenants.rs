@@ -192,6 +192,7 @@ mod tests {
                     scratch: false,
                     script_ms: None,
                     max_data_bytes: None,
+                    created_by: None,
                 },
             );
         }
@@ -223,6 +224,7 @@ mod tests {
                 scratch: false,
                 script_ms: None,
                 max_data_bytes: None,
+                created_by: None,
             },
             DbEvent::Create {
                 id: 2,
@@ -231,6 +233,7 @@ mod tests {
                 scratch: false,
                 script_ms: None,
                 max_data_bytes: None,
+                created_by: None,
             },
             DbEvent::ResetTokens { id: 1 },
             DbEvent::ResetTokens { id: 0 },

@@ -49,6 +49,47 @@ impl StartLog {
         times.push_back(now_ms);
         true
     }
+
+    /// Counts a scratch database `client` created at `at_ms` (from the catalog at start-up:
+    /// the limit holds across restarts).
+    pub fn seed(&mut self, client: IpAddr, at_ms: u64) {
+        let times = self.by_client.entry(client).or_default();
+        let at = times.partition_point(|t| *t <= at_ms);
+        times.insert(at, at_ms);
+    }
+
+    /// The scratch databases of the catalog (the admin API's list) created in the last hour,
+    /// by the address that created them.
+    pub fn from_catalog(list: &serde_json::Value, now_ms: u64) -> StartLog {
+        let mut log = StartLog::default();
+        let hour_ago = now_ms.saturating_sub(3_600_000);
+        for d in list["databases"].as_array().into_iter().flatten() {
+            let by = d["created_by"]
+                .as_str()
+                .and_then(|a| a.parse::<IpAddr>().ok());
+            let at = d["created_at"].as_u64().unwrap_or(0);
+            if let (Some(by), true) = (by, at > hour_ago) {
+                log.seed(by, at);
+            }
+        }
+        log
+    }
+}
+
+/// The list of databases, asked of the executor (for the start limit's seed).
+pub async fn catalog(tx: &tokio::sync::mpsc::Sender<Job>) -> serde_json::Value {
+    let (reply, rx) = oneshot::channel();
+    if tx
+        .send(Job::Admin {
+            op: AdminOp::List,
+            reply,
+        })
+        .await
+        .is_err()
+    {
+        return serde_json::Value::Null;
+    }
+    rx.await.map(|a| a.body).unwrap_or(serde_json::Value::Null)
 }
 
 fn json_response(status: u16, body: &serde_json::Value) -> Response<Body> {
@@ -63,19 +104,11 @@ fn refuse(status: u16, text: &str) -> Response<Body> {
     json_response(status, &serde_json::json!({ "error": text }))
 }
 
-/// The address clients reach this server at, as the request names it (`Host`).
-fn base_url(req: &Request<Incoming>) -> String {
-    let host = req
-        .headers()
-        .get(hyper::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
-        })
-        .unwrap_or("127.0.0.1");
-    format!("http://{host}")
+/// The address clients reach this server at: the one it listens on (as its start line
+/// prints it). Never the request's `Host` header, which any client may set to anything and
+/// which `/start` would then echo into its document.
+fn base_url(app: &App) -> String {
+    app.url.clone()
 }
 
 async fn ask(app: &App, op: AdminOp) -> AdminReply {
@@ -100,7 +133,7 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
             "the admin API needs the admin token (Authorization: Bearer ...)",
         );
     }
-    let url = base_url(&req);
+    let url = base_url(app);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let rest = path
@@ -185,6 +218,7 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
                 expires_in_ms: None,
                 script_ms,
                 max_data_bytes,
+                created_by: None,
             }
         }
         (&Method::GET, ["databases", name]) => AdminOp::Get(name.to_string()),
@@ -219,7 +253,7 @@ fn with_url(body: &mut serde_json::Value, url: &str) {
 
 /// `POST /start`: a scratch database, answered as a Markdown document with its credentials
 /// and a quickstart.
-pub async fn start(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Response<Body> {
+pub async fn start(app: &App, peer: SocketAddr) -> Response<Body> {
     let Some(cfg) = &app.start else {
         return refuse(404, "scratch databases are switched off on this server");
     };
@@ -238,7 +272,7 @@ pub async fn start(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Respo
             ),
         );
     }
-    let url = base_url(&req);
+    let url = base_url(app);
     let answer = ask(
         app,
         AdminOp::Create {
@@ -246,6 +280,7 @@ pub async fn start(req: Request<Incoming>, app: &App, peer: SocketAddr) -> Respo
             expires_in_ms: Some(cfg.ttl_ms),
             script_ms: None,
             max_data_bytes: None,
+            created_by: Some(peer.ip().to_string()),
         },
     )
     .await;

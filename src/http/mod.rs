@@ -55,6 +55,9 @@ pub struct App {
     /// The largest REST request body (`--max-request-bytes`; the hosted service's limit,
     /// `REQUEST_BYTES_MAX` by default).
     pub request_bytes_max: usize,
+    /// The URL clients reach this server at (its listening address), for the documents and
+    /// answers that name it.
+    pub url: String,
     next_stream_id: AtomicU64,
 }
 
@@ -76,6 +79,7 @@ impl App {
             metrics_open: false,
             read_only: false,
             request_bytes_max: REQUEST_BYTES_MAX,
+            url: "http://127.0.0.1".into(),
             next_stream_id: AtomicU64::new(1),
         }
     }
@@ -618,7 +622,7 @@ async fn route_request(
         return admin::handle(req, app).await;
     }
     if req.method() == Method::POST && app.start.as_ref().is_some_and(|s| s.path == p) {
-        return admin::start(req, app, peer).await;
+        return admin::start(app, peer).await;
     }
     let allow = cors_origin(app, req.headers().get(hyper::header::ORIGIN));
     if req.method() == Method::OPTIONS && allow.is_some() {
@@ -719,7 +723,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             if let Err(r) = known_token(app, db, &access).await {
                 return r;
             }
-            stream(app, StreamKind::Monitor, db, access)
+            stream(app, StreamKind::Monitor, db, access).await
         }
         Some(kind @ ("subscribe" | "psubscribe")) => {
             let names: Vec<Vec<u8>> = segments[1..]
@@ -741,7 +745,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             if let Err(r) = known_token(app, db, &access).await {
                 return r;
             }
-            stream(app, k, db, access)
+            stream(app, k, db, access).await
         }
         Some(_) => {
             let mut cmd: Vec<Vec<u8>> = segments
@@ -901,7 +905,7 @@ async fn known_token(app: &App, db: DbId, access: &Access) -> Result<(), Respons
     }
 }
 
-fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Response<Body> {
+async fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Response<Body> {
     let name = match &kind {
         StreamKind::Monitor => "monitor",
         StreamKind::Channels(_) => "subscribe",
@@ -951,6 +955,7 @@ fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Response<Bod
             (SubKind::Patterns(pats), n)
         }
     };
+    let (opened, refusal) = oneshot::channel();
     let handle = SubscriberHandle {
         id,
         db,
@@ -958,13 +963,23 @@ fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Response<Bod
         tx,
         lagged: lagged.clone(),
         queued: queued.clone(),
+        opened: Some(opened),
     };
-    if app.tx.try_send(Job::Subscribe(handle)).is_err() {
-        return error(
+    let busy = || {
+        error(
             app,
             StatusCode::SERVICE_UNAVAILABLE,
             "ERR the server is busy or shutting down; try again",
-        );
+        )
+    };
+    if app.tx.try_send(Job::Subscribe(handle)).is_err() {
+        return busy();
+    }
+    // The executor opens the stream, or refuses it (the database's daily limit is spent).
+    match refusal.await {
+        Ok(None) => {}
+        Ok(Some(why)) => return error(app, StatusCode::BAD_REQUEST, &why),
+        Err(_) => return busy(),
     }
     let period = std::time::Duration::from_millis(config::SSE_PING_INTERVAL_MS);
     let ping = tokio::time::interval_at(tokio::time::Instant::now() + period, period);

@@ -130,7 +130,8 @@ fn write_db<W: Write>(
         })?;
         in_chunk += 1;
         *keys_total += 1;
-        if body.len() >= SNAPSHOT_CHUNK_BYTES {
+        if body.len() >= SNAPSHOT_CHUNK_BYTES || in_chunk >= crate::config::SNAPSHOT_CHUNK_KEYS_MAX
+        {
             keys_chunk(w, &mut body, &mut in_chunk)?;
             crate::fault::point("snapshot-partial");
             progress(*keys_total);

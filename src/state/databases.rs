@@ -37,6 +37,10 @@ pub struct DbMeta {
     /// ([`DbMeta::data_limit_bytes`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_data_bytes: Option<u64>,
+    /// The client address a scratch database was created for (`POST /start`): the per-hour
+    /// limit per address is counted from the catalog again after a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 impl DbMeta {
@@ -105,6 +109,9 @@ pub enum DbEvent {
         /// The data-size limit set at creation (0: none; written only when set).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_data_bytes: Option<u64>,
+        /// The client address that asked for a scratch database (written only when set).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created_by: Option<String>,
     },
     Delete {
         id: DbId,
@@ -166,6 +173,7 @@ impl Databases {
                 scratch: false,
                 script_ms: None,
                 max_data_bytes: None,
+                created_by: None,
             },
         );
         let mut dbs = BTreeMap::new();
@@ -260,6 +268,7 @@ impl Databases {
                 scratch,
                 script_ms,
                 max_data_bytes,
+                created_by,
             } => {
                 if self.metas.contains_key(id) {
                     return;
@@ -275,6 +284,7 @@ impl Databases {
                         scratch: *scratch,
                         script_ms: *script_ms,
                         max_data_bytes: *max_data_bytes,
+                        created_by: created_by.clone(),
                     },
                 );
                 self.dbs.insert(*id, Db::new());
@@ -449,6 +459,7 @@ mod tests {
                 scratch: true,
                 script_ms: None,
                 max_data_bytes: None,
+                created_by: None,
             },
         );
         assert_eq!(d.next_id(), 4);

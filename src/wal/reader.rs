@@ -81,6 +81,9 @@ pub fn decide(finding: &Finding, in_newest: bool, nothing_after: bool) -> Action
     match (finding, in_newest, nothing_after) {
         (_, false, _) => Action::Refuse,
         (Finding::SequenceGap { .. }, _, _) => Action::Refuse,
+        // A torn length (only zeros after it, nothing valid later: `torn_tail`) is the end of a
+        // write the crash cut short; any other impossible length is damage.
+        (Finding::Frame(FrameDamage::TooLarge { .. }), true, true) => Action::CutTail,
         (Finding::Frame(FrameDamage::TooLarge { .. }), _, _) => Action::Refuse,
         (Finding::Frame(FrameDamage::Incomplete { .. }), true, true) => Action::CutTail,
         (Finding::Header(_), true, true) => Action::CutTail,
@@ -108,6 +111,11 @@ pub fn torn_tail(data: &[u8], offset: usize, finding: &Finding, expected_seq: u6
     }
     match finding {
         Finding::Frame(FrameDamage::Incomplete { .. }) => true,
+        // An impossible length with nothing but zeros after the length field: the first bytes
+        // of a frame whose write was cut short, over the preallocated zeros.
+        Finding::Frame(FrameDamage::TooLarge { .. }) => data
+            .get(offset + 4..)
+            .is_none_or(|r| r.iter().all(|&b| b == 0)),
         Finding::Frame(FrameDamage::BadCrc { frame_len, .. }) => {
             let end = offset + frame_len;
             data.get(end..).is_none_or(|r| r.iter().all(|&b| b == 0))

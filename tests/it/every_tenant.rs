@@ -293,7 +293,7 @@ const MIB: u64 = 1024 * 1024;
 /// anything is read, and the memory comes back when the connections close.
 #[test]
 fn defect_2_a_body_that_trickles_in_costs_about_its_own_size() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let dir = TempDir::new("tenant-slowbody");
     let server = Server::start_delivery_with(&dir.path().join("data"), &["--admin-token", ADMIN]);
     let base = rss(&server);
@@ -339,9 +339,7 @@ fn defect_2_a_body_that_trickles_in_costs_about_its_own_size() {
         s.set_read_timeout(Some(Duration::from_secs(20))).ok();
         let req = format!("{head}Content-Length: 100000000\r\n\r\n");
         s.write_all(req.as_bytes()).expect("head");
-        let mut answer = [0u8; 4096];
-        let n = s.read(&mut answer).expect("an answer without the body");
-        let text = String::from_utf8_lossy(&answer[..n]).into_owned();
+        let text = read_raw_response(&mut s);
         assert!(text.starts_with("HTTP/1.1 413"), "{text}");
         assert!(text.contains(limit), "{text}");
     }
@@ -356,13 +354,8 @@ fn defect_2_a_body_that_trickles_in_costs_about_its_own_size() {
     s.set_read_timeout(Some(Duration::from_secs(20))).ok();
     s.write_all(format!("{}Content-Length: 64000000\r\n\r\n", heads[0]).as_bytes())
         .expect("head");
-    let mut answer = [0u8; 4096];
-    let n = s.read(&mut answer).expect("answer");
-    assert!(
-        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 413"),
-        "{}",
-        String::from_utf8_lossy(&answer[..n])
-    );
+    let text = read_raw_response(&mut s);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
 }
 
 /// Defect 2: 2,000 subscribers that never read while messages were published took resident
@@ -523,4 +516,321 @@ fn defect_7_a_snapshot_that_fails_for_lack_of_space_leaves_nothing_and_stops_no_
         "the stale temporary snapshot is still there"
     );
     assert!(server.client().cmd_str(&["GET", "before"]) == Canon::s("1"));
+}
+
+/// A command of the table that stores a value at a key (a key specification with INSERT or
+/// UPDATE, or the commands whose keys Redis finds itself: SET, BITFIELD, SORT ... STORE),
+/// written with the long key where the key specifications look for the stored key. The list
+/// comes from the command table, so a command added to it is covered.
+fn key_storing_examples(long: &str) -> Vec<(String, Vec<String>)> {
+    use tidepool::command::table;
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<String>>();
+    let mut out = Vec::new();
+    for info in table::global().all() {
+        let stores = matches!(info.name.as_str(), "set" | "bitfield" | "sort")
+            || info
+                .key_specs
+                .as_ref()
+                .is_some_and(|specs| specs.iter().any(|k| k.stores && !k.not_key));
+        if !info.write || !stores || info.has_subcommands {
+            continue;
+        }
+        // Where the stored key hides behind a keyword or a count of keys.
+        let args = match info.name.as_str() {
+            "sort" => s(&["SORT", "src", "STORE", long]),
+            "bitfield" => s(&["BITFIELD", long, "SET", "u8", "0", "1"]),
+            "georadius" => s(&["GEORADIUS", "src", "0", "0", "1", "km", "STOREDIST", long]),
+            "georadiusbymember" => s(&["GEORADIUSBYMEMBER", "src", "m", "1", "km", "STORE", long]),
+            "zunionstore" | "zinterstore" | "zdiffstore" => {
+                s(&[&info.name.to_ascii_uppercase(), long, "1", "src"])
+            }
+            "xreadgroup" => s(&["XREADGROUP", "GROUP", "g", "c", "STREAMS", long, ">"]),
+            _ => {
+                // The long key in every argument: every fixed key position finds it.
+                let mut a: Vec<String> =
+                    info.name.split('|').map(str::to_ascii_uppercase).collect();
+                while a.len() < (info.arity.unsigned_abs() as usize).max(2) {
+                    a.push(long.to_string());
+                }
+                a
+            }
+        };
+        out.push((info.name.clone(), args));
+    }
+    out
+}
+
+/// Defect 4: with `--max-key-bytes 100`, `SORT ... STORE`, `GEORADIUS ... STORE|STOREDIST`,
+/// `GEORADIUSBYMEMBER ... STORE` (and the same from Lua) created a 101-byte key, which then
+/// survived a restart and could not even be read or deleted. Every key a command stores a value
+/// at is now checked, found through the command table's key specifications (which the
+/// commands newer than Redis 7.0 now have too); reads and deletes never are, so a key kept from
+/// an older, higher limit can still be read and deleted.
+#[test]
+fn defect_4_every_key_a_command_stores_at_is_held_to_the_key_size_limit() {
+    let dir = TempDir::new("tenant-keysize");
+    let data = dir.path().join("data");
+    let long = "k".repeat(101);
+    let refusal = "ERR max key size exceeded. Limit: 100 bytes, Actual: 101 bytes";
+    {
+        let server = start(&data, &["--max-key-bytes", "100"]);
+        let mut c = server.client();
+        c.cmd_str(&["GEOADD", "src", "0", "0", "m"]);
+        c.cmd_str(&["SADD", "src2", "1"]);
+        let examples = key_storing_examples(&long);
+        assert!(examples.len() > 80, "only {} commands", examples.len());
+        let mut checked = 0;
+        for (name, args) in &examples {
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            let got = c.cmd_str(&argv);
+            if matches!(&got, Canon::Err(e) if e.contains("is not supported over REST")) {
+                continue;
+            }
+            assert_eq!(got, Canon::Err(refusal.into()), "{name}: {args:?}");
+            let mut lua = vec!["EVAL", "return redis.pcall(unpack(ARGV))", "0"];
+            lua.extend(&argv);
+            match c.cmd_str(&lua) {
+                Canon::Err(e) if e.contains("not allowed from script") => {}
+                Canon::Err(e) => assert!(e.starts_with(refusal), "{name} from Lua: {e}"),
+                other => panic!("{name} from Lua: {other:?}"),
+            }
+            checked += 1;
+        }
+        assert!(checked > 80, "only {checked} commands checked");
+        assert_eq!(c.cmd_str(&["EXISTS", &long]), Canon::Int(0));
+        // Through every door, the three the defect's report named.
+        for args in [
+            vec!["SORT", "src2", "STORE", &long],
+            vec!["GEORADIUS", "src", "0", "0", "1", "km", "STORE", &long],
+            vec![
+                "GEORADIUSBYMEMBER",
+                "src",
+                "m",
+                "1",
+                "km",
+                "STOREDIST",
+                &long,
+            ],
+        ] {
+            every_door_and_lua(&mut c, &[], &args, &Canon::Err(refusal.into()));
+        }
+        // The commands newer than Redis 7.0 have key specifications now.
+        assert_eq!(
+            c.cmd_str(&[
+                "COMMAND",
+                "GETKEYSANDFLAGS",
+                "HSETEX",
+                "h",
+                "FIELDS",
+                "1",
+                "f",
+                "v"
+            ]),
+            Canon::Arr(vec![Canon::Arr(vec![
+                Canon::s("h"),
+                Canon::Arr(vec![Canon::s("RW"), Canon::s("update")])
+            ])])
+        );
+        // Reads and deletes of a long key are never refused.
+        assert_eq!(c.cmd_str(&["GET", &long]), Canon::Nil);
+        assert_eq!(c.cmd_str(&["DEL", &long]), Canon::Int(0));
+        server.kill9();
+    }
+    // A key stored under a higher limit (none here) stays readable and deletable under a
+    // lower one, and cannot be written again.
+    {
+        let server = start(&data, &[]);
+        server.client().cmd_str(&["SET", &long, "v"]);
+        server.kill9();
+    }
+    let server = start(&data, &["--max-key-bytes", "100"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["GET", &long]), Canon::s("v"));
+    assert_eq!(c.cmd_str(&["SET", &long, "w"]), Canon::Err(refusal.into()));
+    assert_eq!(c.cmd_str(&["DEL", &long]), Canon::Int(1));
+}
+
+/// Defect 9: `tidepool-log repair` rebuilt 0 of 25,000 keys from a snapshot whose keyspace sat
+/// in one chunk. A chunk now holds at most SNAPSHOT_CHUNK_KEYS_MAX keys, so one damaged chunk
+/// loses at most that many.
+#[test]
+fn defect_9_one_damaged_snapshot_chunk_loses_a_bounded_share_of_the_keys() {
+    let dir = TempDir::new("tenant-chunks");
+    let data = dir.path().join("data");
+    let server = start(
+        &data,
+        &["--log-retention", "0", "--auto-snapshot-percentage", "0"],
+    );
+    let mut c = server.client();
+    let keys = 25_000;
+    let cmds: Vec<Vec<Vec<u8>>> = (0..keys)
+        .map(|i| {
+            vec![
+                b"SET".to_vec(),
+                format!("key:{i}").into_bytes(),
+                b"v".to_vec(),
+            ]
+        })
+        .collect();
+    for chunk in cmds.chunks(1000) {
+        c.pipeline(chunk);
+    }
+    assert_eq!(c.cmd_str(&["SAVE"]), Canon::s("OK"));
+    drop(c);
+    assert_eq!(server.terminate(), Some(0));
+    let snap = std::fs::read_dir(data.join("snapshots"))
+        .expect("snapshots")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".snap"))
+        .expect("a snapshot");
+    let mut bytes = std::fs::read(&snap).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&snap, &bytes).expect("write");
+    let d = data.to_str().expect("path");
+    let (code, out) = log_tool(&["repair", "--yes", d]);
+    assert_eq!(code, 0, "{out}");
+    let kept: u64 = out
+        .split("rebuilt from its intact parts (")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of kept keys in: {out}"));
+    let bound = keys - tidepool::config::SNAPSHOT_CHUNK_KEYS_MAX;
+    assert!(kept >= bound, "repair kept {kept} of {keys} keys: {out}");
+    assert!(kept < keys, "the damage lost nothing? {out}");
+    let server = start(&data, &[]);
+    assert_eq!(
+        server.client().cmd_str(&["DBSIZE"]),
+        Canon::Int(kept as i64)
+    );
+}
+
+/// Defect 9, the smaller ones: `POST /start` was open on any address by default; its per-hour
+/// limit reset on restart; its document echoed the request's Host header; `/subscribe` and
+/// `/monitor` opened after the daily request limit was spent; `Upstash-Workflow-RunId` and
+/// `Upstash-Label` took 100 KB.
+#[test]
+fn defect_9_start_is_safe_by_default_and_its_limit_holds_across_restarts() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("tenant-start");
+    let data = dir.path().join("data");
+    // On loopback (where the tests listen) /start is open, two per hour here.
+    let server = start(&data, &["--start-per-hour", "2"]);
+    let host_doc = {
+        let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");
+        s.write_all(b"POST /start HTTP/1.1\r\nHost: evil.example:666\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .expect("request");
+        let mut text = String::new();
+        s.read_to_string(&mut text).expect("answer");
+        text
+    };
+    assert!(host_doc.starts_with("HTTP/1.1 201"), "{host_doc}");
+    assert!(!host_doc.contains("evil.example"), "{host_doc}");
+    assert!(
+        host_doc.contains(&format!("http://{}", server.addr)),
+        "{host_doc}"
+    );
+    scratch(&server);
+    assert_eq!(
+        Http::connect(&server.addr, "").post("/start", b"").status,
+        429
+    );
+    server.kill9();
+    // The limit holds across a restart: the catalog knows who created what, and when.
+    let server = start(&data, &["--start-per-hour", "2"]);
+    assert_eq!(
+        Http::connect(&server.addr, "").post("/start", b"").status,
+        429
+    );
+    let listed = admin(&server).get("/_admin/databases").json();
+    let by: Vec<&Value> = listed["databases"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|d| d["scratch"] == true)
+        .map(|d| &d["created_by"])
+        .collect();
+    assert_eq!(by, [&json!("127.0.0.1"), &json!("127.0.0.1")]);
+    server.kill9();
+
+    // On any other address it is off unless --start-path asks for it.
+    let lan = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args(["serve", "--listen", "0.0.0.0:0", "--data"])
+            .arg(dir.path().join("lan"))
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut child = out;
+        let mut banner = String::new();
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut buf = [0u8; 4096];
+        while !banner.contains("admin token") {
+            let n = stdout.read(&mut buf).expect("banner");
+            if n == 0 {
+                break;
+            }
+            banner.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        banner
+    };
+    assert!(!lan(&[]).contains("scratch databases:"));
+    assert!(lan(&["--start-path", "/start"]).contains("scratch databases:"));
+
+    // Streams do not open once the daily request limit is spent.
+    let limited = start(
+        &dir.path().join("limited"),
+        &["--max-requests-per-day", "2"],
+    );
+    let mut c = limited.client();
+    c.cmd_str(&["SET", "a", "1"]);
+    c.cmd_str(&["SET", "b", "1"]);
+    assert!(matches!(c.cmd_str(&["GET", "a"]), Canon::Err(e) if e.contains("daily request limit")));
+    for path in ["/monitor", "/subscribe/ch", "/psubscribe/c*"] {
+        let r = c.request("POST", path, &[], b"");
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(
+            r.text().contains("max daily request limit exceeded"),
+            "{path}: {}",
+            r.text()
+        );
+    }
+
+    // Names and ids of a publish are bounded.
+    let d = Server::start_delivery_with(&dir.path().join("delivery"), &[]);
+    let mut q = d.qstash();
+    let long = "x".repeat(tidepool::config::DELIVERY_ID_BYTES_MAX + 1);
+    for header in [
+        "Upstash-Label",
+        "Upstash-Workflow-RunId",
+        "Upstash-Deduplication-Id",
+        "Upstash-Flow-Control-Key",
+    ] {
+        let r = q.request(
+            "POST",
+            "/v2/publish/http://127.0.0.1:9/x",
+            &[(header, &long)],
+            b"hi",
+        );
+        assert_eq!(r.status, 400, "{header}: {}", r.text());
+        assert!(
+            r.text().contains("longer than 256 bytes"),
+            "{header}: {}",
+            r.text()
+        );
+    }
+    let ok = "y".repeat(tidepool::config::DELIVERY_ID_BYTES_MAX);
+    let r = q.request(
+        "POST",
+        "/v2/publish/http://127.0.0.1:9/x",
+        &[("Upstash-Label", &ok)],
+        b"hi",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
 }

@@ -364,6 +364,7 @@ fn database_record_frames_match_the_document() {
                 scratch: false,
                 script_ms: None,
                 max_data_bytes: None,
+                created_by: None,
             }]),
         ),
     ] {

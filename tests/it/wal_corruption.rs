@@ -208,6 +208,46 @@ fn damaged_length_on_a_whole_last_record_is_refused() {
     assert_eq!(damage.map(|d| d.action), Some(Action::Refuse));
 }
 
+/// Issue 25, defect 9: a last frame whose length field holds random bytes (an impossible
+/// length) with zeros after it is a torn write and is cut, as a torn tail is; it used to be
+/// refused as "impossible length". With a valid frame after it, or written bytes after its
+/// length, it is still refused.
+#[test]
+fn a_torn_impossible_length_at_the_end_is_cut_not_refused() {
+    let (bytes, offsets) = segment(1, 10);
+    let last = offsets[9];
+    let dir = TempDir::new("tornlen");
+    for garbage in [
+        [0xff, 0xff, 0xff, 0xff],
+        [0x9c, 0x3e, 0x51, 0xd7],
+        [0x01, 0x00, 0x00, 0x80],
+    ] {
+        let mut b = bytes.clone();
+        for x in &mut b[last..] {
+            *x = 0;
+        }
+        b[last..last + 4].copy_from_slice(&garbage);
+        write_segment(&dir.0, 1, &b);
+        let (records, damage) = scan(&dir.0);
+        assert_eq!(records, 9, "{garbage:?}");
+        assert_eq!(
+            damage.map(|d| d.action),
+            Some(Action::CutTail),
+            "{garbage:?}"
+        );
+    }
+    // Written bytes after the impossible length: damage, refused.
+    let mut b = bytes.clone();
+    b[last..last + 4].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    write_segment(&dir.0, 1, &b);
+    assert_eq!(scan(&dir.0).1.map(|d| d.action), Some(Action::Refuse));
+    // In the middle, with records after it: refused.
+    let mut b = bytes.clone();
+    b[offsets[5]..offsets[5] + 4].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
+    write_segment(&dir.0, 1, &b);
+    assert_eq!(scan(&dir.0).1.map(|d| d.action), Some(Action::Refuse));
+}
+
 /// A true torn write (the last frame's first bytes only, zeros after) is still cut.
 #[test]
 fn a_true_torn_tail_is_still_cut() {

@@ -227,9 +227,7 @@ fn rest_forms_refuse_bad_requests_clearly() {
         tidepool::config::REQUEST_BYTES_MAX + 1
     );
     s.write_all(head.as_bytes()).expect("head");
-    let mut answer = vec![0u8; 4096];
-    let n = s.read(&mut answer).expect("413 before the body");
-    let text = String::from_utf8_lossy(&answer[..n]).into_owned();
+    let text = read_raw_response(&mut s);
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
     assert!(text.contains("max request size"), "{text}");
     let mut s = std::net::TcpStream::connect(&server.addr).expect("connect");

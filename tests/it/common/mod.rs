@@ -1041,3 +1041,29 @@ pub fn scripts_cooled(c: &mut Http) {
 
 /// The error of a script stopped at its time limit.
 pub const SCRIPT_STOPPED: &str = "tidepool stopped the script after";
+
+/// Reads one HTTP response (head and a Content-Length body) from a raw connection, however
+/// many reads it arrives in; what arrived if the connection ends or times out first.
+pub fn read_raw_response(s: &mut TcpStream) -> String {
+    use std::io::Read;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(h) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..h]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= h + 4 + len {
+                break;
+            }
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
