@@ -470,6 +470,9 @@ pub struct Config {
     /// The script time limit of the default database and of named databases created without
     /// one of their own (`--script-time-limit-ms`).
     pub script_time_limit_ms: u64,
+    /// Heap past which writes that may grow memory are refused (`--max-memory`, Redis's
+    /// `maxmemory` with `noeviction`); None: no limit.
+    pub memory_bytes_max: Option<u64>,
     /// The admin API's token (`--admin-token`); generated on first start when not given.
     pub admin_token: Option<String>,
     /// Where `POST` creates a scratch database (`--start-path`); None: switched off.

@@ -9,7 +9,7 @@
 //!                             +-> delivery                       (messages)
 //!                             +-> record ----> what a log record holds
 //!                             +-> wal                            (append, sync)
-//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log, point
+//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log, point, alloc
 //! ```
 //!
 //! A key-value command, from any door (REST path or body, pipeline, transaction, `redis.call`
@@ -47,9 +47,11 @@
 //!   (constant-time comparison, generated credentials), [`msgpack`] (byte strings as `bin`),
 //!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic),
 //!   [`point`] (a position in the log: a sequence number or a time), [`metrics`] (what
-//!   `GET /metrics` reports, kept with `prometheus-client`).
+//!   `GET /metrics` reports, kept with `prometheus-client`), [`alloc`] (the counting
+//!   allocator behind `--max-memory` and `used_memory`).
 
 pub mod admin_cli;
+pub mod alloc;
 pub mod clock;
 pub mod command;
 pub mod config;

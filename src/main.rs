@@ -3,6 +3,10 @@
 use std::path::PathBuf;
 use tidepool::config::{self, Config, FsyncMode};
 
+/// Counts the heap in use, for `--max-memory` and `INFO memory`'s `used_memory`.
+#[global_allocator]
+static ALLOCATOR: tidepool::alloc::Counting = tidepool::alloc::Counting;
+
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
                                             [--qstash-token Q] [--qstash-read-only-token QR]
                                             [--qstash-current-signing-key K] [--qstash-next-signing-key N]
@@ -10,7 +14,7 @@ const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token
                       [--dedup-max N] [--at SEQ|TIME] [--log-retention 0|DURATION|SIZE]
                       [--auto-snapshot-percentage P] [--auto-snapshot-min-bytes B] [--cors-origin O]
                       [--max-request-bytes B] [--max-key-bytes B] [--max-value-bytes B]
-                      [--max-requests-per-day N] [--script-time-limit-ms MS]
+                      [--max-requests-per-day N] [--script-time-limit-ms MS] [--max-memory B]
                       [--admin-token A] [--start-path PATH|off]
                       [--scratch-ttl DURATION] [--start-per-hour N] [--metrics-open]
                       [--region US-EAST-1|EU-CENTRAL-1] [--log-level LEVEL] [--dev]
@@ -37,7 +41,8 @@ most 64 MiB; the hosted service's is 10 MB), TIDEPOOL_MAX_KEY_BYTES (the longest
 may name; default no limit; the hosted service's is 32 KB), TIDEPOOL_MAX_VALUE_BYTES (the most
 one write may store: its arguments besides the keys, or the length a string grows to; default no
 limit; the hosted service's is 100 MB), TIDEPOOL_MAX_REQUESTS_PER_DAY (commands one database may
-run per UTC day; default no limit), TIDEPOOL_SCRIPT_TIME_LIMIT_MS (how long one script or
+run per UTC day; default no limit), TIDEPOOL_MAX_MEMORY (Redis's maxmemory with noeviction: past this much heap, such as 4GiB,
+writes that may grow memory answer OOM; default no limit), TIDEPOOL_SCRIPT_TIME_LIMIT_MS (how long one script or
 function call of the default database, and of a named database created without a limit of its
 own, may hold the server; default 5000, Redis's; scratch databases: 50), TIDEPOOL_ADMIN_TOKEN (the admin API's token, for
 /_admin/databases and `tidepool db`), TIDEPOOL_START_PATH (where POST creates a scratch
@@ -119,6 +124,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     let mut max_value = env("TIDEPOOL_MAX_VALUE_BYTES");
     let mut per_day = env("TIDEPOOL_MAX_REQUESTS_PER_DAY");
     let mut script_ms = env("TIDEPOOL_SCRIPT_TIME_LIMIT_MS");
+    let mut max_memory = env("TIDEPOOL_MAX_MEMORY");
     let mut admin_token = env("TIDEPOOL_ADMIN_TOKEN");
     let mut start_path = env("TIDEPOOL_START_PATH");
     let mut scratch_ttl = env("TIDEPOOL_SCRATCH_TTL");
@@ -170,6 +176,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
             "--max-value-bytes" => &mut max_value,
             "--max-requests-per-day" => &mut per_day,
             "--script-time-limit-ms" => &mut script_ms,
+            "--max-memory" => &mut max_memory,
             "--admin-token" => &mut admin_token,
             "--start-path" => &mut start_path,
             "--scratch-ttl" => &mut scratch_ttl,
@@ -332,6 +339,21 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
     };
     let value_bytes_max = positive("--max-value-bytes", max_value)?.map(|n| n as usize);
     let requests_per_day = positive("--max-requests-per-day", per_day)?;
+    let memory_bytes_max = match max_memory {
+        None => None,
+        Some(m) => match m.parse::<u64>() {
+            Ok(0) => None,
+            Ok(n) => Some(n),
+            Err(_) => match config::Retention::parse(&m) {
+                Ok(config::Retention::Bytes(n)) if n > 0 => Some(n),
+                _ => {
+                    return Err(format!(
+                        "--max-memory '{m}' must be a size such as 4GiB or 500MB, or bytes"
+                    ))
+                }
+            },
+        },
+    };
     let script_time_limit_ms = match positive("--script-time-limit-ms", script_ms)? {
         None => config::SCRIPT_TIME_LIMIT_MS,
         Some(ms) if ms <= config::SCRIPT_TIME_LIMIT_MS_MAX => ms,
@@ -396,6 +418,7 @@ fn parse_serve(args: &[String]) -> Result<Config, String> {
         log_level,
         value_bytes_max,
         requests_per_day,
+        memory_bytes_max,
         script_time_limit_ms,
         admin_token,
         start_path,

@@ -101,6 +101,10 @@ pub mod errors {
     /// `--max-value-bytes`).
     pub const DAILY_LIMIT: &str = "ERR max daily request limit exceeded";
     pub const RECORD_SIZE: &str = "ERR max single record size exceeded";
+    /// A write that would take a database past its data-size limit (the hosted text).
+    pub const DB_CAPACITY: &str = "ERR DB capacity quota exceeded";
+    /// A write while the server's memory is past `--max-memory` (Redis's text, `noeviction`).
+    pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
     pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
     pub const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
     pub const NOT_FLOAT: &str = "ERR value is not a valid float";

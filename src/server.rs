@@ -269,10 +269,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 key_bytes_max: cfg.key_bytes_max,
                 value_bytes_max: cfg.value_bytes_max,
                 commands_left: None,
+                data_bytes_max: None,
+                memory_full: false,
             },
             commands_per_day: cfg.requests_per_day,
             usage_log_interval_ms: cfg.usage_log_interval_ms,
             script_time_limit_ms: cfg.script_time_limit_ms,
+            memory_bytes_max: cfg.memory_bytes_max,
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         if let Some(cut) = &ex.report.cut_tail {

@@ -5,9 +5,7 @@ use super::args::{int_arg, is};
 use super::typed;
 use super::Ctx;
 use crate::reply::{errors, Reply};
-use std::collections::VecDeque;
-
-type List = VecDeque<Vec<u8>>;
+use crate::state::list::List;
 
 /// A count that must not be negative: Redis's `getPositiveLongFromObjectOrReply`, whose message
 /// also answers a non-integer.
@@ -152,7 +150,7 @@ pub fn lset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     match index(l.len(), i) {
         None => Reply::err("ERR index out of range"),
         Some(i) => {
-            l[i] = a[3].clone();
+            l.set(i, a[3].clone());
             ctx.dirty = true;
             Reply::ok()
         }
@@ -227,7 +225,7 @@ pub fn ltrim(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         None => l.clear(),
         Some((s, e)) => {
             l.truncate(e + 1);
-            l.drain(..s);
+            l.drop_front(s);
         }
     }
     ctx.dirty = true;

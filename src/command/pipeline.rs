@@ -61,6 +61,8 @@ pub struct Facts {
     pub monitors: usize,
     pub subscribers: usize,
     pub commands_processed: u64,
+    /// `--max-memory` in bytes (0: none).
+    pub memory_max: u64,
     pub snapshots: SnapshotFacts,
     /// This database's usage over the days kept (`INFO commandstats`, `INFO stats`).
     pub usage: crate::state::databases::DayUsage,
@@ -219,6 +221,11 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
             return Reply::Error(refusal);
         }
     }
+    // Redis's `maxmemory` with `noeviction`: a command that may grow memory is refused while
+    // the server holds more than it.
+    if ctx.limits.memory_full && info.flags.iter().any(|f| f == "denyoom") {
+        return Reply::err(errors::OOM);
+    }
     let client = match ctx.origin {
         Origin::Request => ctx.client,
         Origin::Script { .. } => "lua",
@@ -230,7 +237,23 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     hdel_expired_fields(ctx, info, &args);
     ctx.dirty = false;
     ctx.rewrite = None;
+    let guard = if info.write {
+        SizeGuard::before(ctx, info, &args)
+    } else {
+        None
+    };
     let reply = super::dispatch::execute(ctx, info, &args);
+    if info.write {
+        // What the command wrote is counted into the database's data size.
+        for r in info.key_refs_with(&args, true) {
+            if r.write {
+                ctx.db.refresh(r.key);
+            }
+        }
+    }
+    if let Some(refusal) = guard.and_then(|g| g.after(ctx)) {
+        return refusal;
+    }
     if ctx.dirty {
         match ctx.rewrite.take() {
             Some(rw) => ctx.logged.extend(rw),
@@ -289,11 +312,18 @@ pub struct Limits {
     pub value_bytes_max: Option<usize>,
     /// Commands the database may still run today (`--max-requests-per-day`).
     pub commands_left: Option<u64>,
+    /// The most data the database may hold (its `max_data_bytes`), keys and values together.
+    pub data_bytes_max: Option<u64>,
+    /// The server's memory is past `--max-memory`: writes that may grow it are refused.
+    pub memory_full: bool,
 }
 
 /// The hosted service's limits that a command's arguments can pass (`--max-key-bytes`,
 /// `--max-value-bytes`): the refusal, in the hosted service's words, or None.
 fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply> {
+    if ctx.limits.key_bytes_max.is_none() && ctx.limits.value_bytes_max.is_none() {
+        return None;
+    }
     let refs = info.key_refs_with(args, true);
     if let Some(max) = ctx.limits.key_bytes_max {
         // Every key the command stores a value at, destinations found by the key
@@ -338,6 +368,140 @@ fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply>
         }
     }
     (stored > max).then(|| Reply::err(errors::RECORD_SIZE))
+}
+
+/// A write that may take a value past `--max-value-bytes`, or its database past its data-size
+/// limit: what the keys it writes held before it ran, to check what they hold after and put
+/// them back if it went past. Taken only when a cheap bound (what the command reads, plus its
+/// arguments, plus what offsets may add) cannot rule that out, so most writes pay nothing.
+struct SizeGuard {
+    /// The keys the command writes, with their entries before it ran.
+    before: Vec<(Vec<u8>, Option<crate::state::Entry>)>,
+    /// The keys it stores values at, with their bytes before.
+    stored: Vec<(Vec<u8>, u64)>,
+    data_before: u64,
+    value_max: Option<usize>,
+    data_max: Option<u64>,
+}
+
+impl SizeGuard {
+    fn before(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<SizeGuard> {
+        let value_max = ctx.limits.value_bytes_max;
+        let data_max = ctx.limits.data_bytes_max;
+        if value_max.is_none() && data_max.is_none() {
+            return None;
+        }
+        let refs = info.key_refs_with(args, true);
+        // What the command can add at most: its arguments, what it reads, and the zeros an
+        // offset past the end creates (SETBIT, SETRANGE, BITFIELD). SORT's BY and GET read
+        // keys its key specifications do not name, and RESTORE's payload is compressed: they
+        // are always checked after.
+        // Every key it reads but stores nothing at: sources, and keys it moves from (LMOVE).
+        let read: u64 = refs
+            .iter()
+            .filter(|r| r.read && !refs.iter().any(|s| s.stores && s.key == r.key))
+            .map(|r| ctx.db.bytes_of(r.key))
+            .sum();
+        let arguments: u64 = args.iter().skip(1).map(|a| a.len() as u64).sum();
+        let grows = read + arguments + offset_growth(info, args) + 64;
+        let unbounded = matches!(info.name.as_str(), "sort" | "restore");
+        let stored: Vec<(Vec<u8>, u64)> = refs
+            .iter()
+            .filter(|r| r.stores)
+            .map(|r| (r.key.to_vec(), ctx.db.bytes_of(r.key)))
+            .collect();
+        let value_risk = value_max.is_some_and(|max| {
+            stored
+                .iter()
+                .any(|(k, b)| b + grows > (max + k.len()) as u64)
+        });
+        let data_before = ctx.db.data_bytes();
+        let data_risk = data_max.is_some_and(|max| data_before + grows > max);
+        if !(unbounded || value_risk || data_risk) {
+            return None;
+        }
+        let mut seen: Vec<&[u8]> = Vec::new();
+        let mut before = Vec::new();
+        for r in refs.iter().filter(|r| r.write) {
+            if !seen.contains(&r.key) {
+                seen.push(r.key);
+                before.push((r.key.to_vec(), ctx.db.raw().get(r.key).cloned()));
+            }
+        }
+        Some(SizeGuard {
+            before,
+            stored,
+            data_before,
+            value_max,
+            data_max,
+        })
+    }
+
+    /// After the command: None when it stayed within the limits, else the refusal, with every
+    /// key it wrote put back as it was (nothing of it is logged).
+    fn after(self, ctx: &mut Ctx) -> Option<Reply> {
+        let over_value = self.value_max.and_then(|max| {
+            self.stored.iter().find_map(|(k, before)| {
+                let now = ctx.db.bytes_of(k);
+                (now > *before && now > (max + k.len()) as u64).then_some(errors::RECORD_SIZE)
+            })
+        });
+        let data_now = ctx.db.data_bytes();
+        let over_data = self
+            .data_max
+            .filter(|max| data_now > self.data_before && data_now > *max)
+            .map(|_| errors::DB_CAPACITY);
+        let refusal = over_value.or(over_data)?;
+        for (k, old) in self.before {
+            ctx.db.remove(&k);
+            if let Some(e) = old {
+                let access = e.access_ms;
+                ctx.db.insert(&k, e.value, e.expire_at_ms, access);
+                ctx.db.index_field_ttls(&k);
+            }
+        }
+        ctx.dirty = false;
+        ctx.rewrite = None;
+        Some(Reply::err(refusal))
+    }
+}
+
+/// The bytes an offset past a string's end may add: SETBIT's, SETRANGE's and BITFIELD's.
+fn offset_growth(info: &CommandInfo, args: &[Vec<u8>]) -> u64 {
+    let num = |a: &[u8]| -> u64 {
+        std::str::from_utf8(a)
+            .ok()
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    match info.name.as_str() {
+        "setbit" => args.get(2).map_or(0, |a| num(a) / 8 + 1),
+        "setrange" => args.get(2).map_or(0, |a| num(a)),
+        "bitfield" => {
+            // SET and INCRBY write `width` bits at `offset` (`#n`: n widths).
+            let mut most = 0u64;
+            let mut i = 2;
+            while i < args.len() {
+                match args[i].to_ascii_lowercase().as_slice() {
+                    b"get" => i += 3,
+                    b"overflow" => i += 2,
+                    b"set" | b"incrby" if i + 2 < args.len() => {
+                        let width = num(args[i + 1].get(1..).unwrap_or_default());
+                        let at = &args[i + 2];
+                        let offset = match at.strip_prefix(b"#") {
+                            Some(n) => num(n).saturating_mul(width),
+                            None => num(at),
+                        };
+                        most = most.max(offset.saturating_add(width) / 8 + 1);
+                        i += 4;
+                    }
+                    _ => i += 1,
+                }
+            }
+            most
+        }
+        _ => 0,
+    }
 }
 
 /// Finds `args` in the table and checks it for `perm` coming from `origin`.

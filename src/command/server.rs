@@ -38,12 +38,11 @@ pub fn time(ctx: &Ctx) -> Reply {
 
 /// The parameters CONFIG GET answers: what tidepool actually does, in Redis's names.
 /// `appendfsync` and `port` depend on how the server was started.
-fn config_params(appendfsync: &str, port: u16) -> Vec<(&'static str, String)> {
+fn config_params(appendfsync: &str, port: u16, maxmemory: u64) -> Vec<(&'static str, String)> {
     let fixed: &[(&str, &str)] = &[
         ("appendonly", "yes"),
         ("save", ""),
         ("databases", "1"),
-        ("maxmemory", "0"),
         ("maxmemory-policy", "noeviction"),
         ("maxclients", "10000"),
         ("timeout", "0"),
@@ -67,6 +66,7 @@ fn config_params(appendfsync: &str, port: u16) -> Vec<(&'static str, String)> {
     let mut out: Vec<(&str, String)> = fixed.iter().map(|(k, v)| (*k, v.to_string())).collect();
     out.push(("appendfsync", appendfsync.to_string()));
     out.push(("port", port.to_string()));
+    out.push(("maxmemory", maxmemory.to_string()));
     out
 }
 
@@ -74,7 +74,7 @@ fn config_params(appendfsync: &str, port: u16) -> Vec<(&'static str, String)> {
 /// once.
 pub fn config_get(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let facts = ctx.server.facts();
-    let params = config_params(facts.appendfsync, facts.listen_port);
+    let params = config_params(facts.appendfsync, facts.listen_port, facts.memory_max);
     let mut out = Vec::new();
     for (name, value) in &params {
         if a[2..].iter().any(|p| glob_match(p, name.as_bytes(), true)) {
@@ -138,6 +138,22 @@ pub fn pubsub(ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
     }
 }
 
+/// Bytes as Redis's `bytesToHuman` prints them (`1.50M`).
+fn human_bytes(b: u64) -> String {
+    let units = [
+        (1u64 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    for (size, unit) in units {
+        if b >= size {
+            return format!("{:.2}{unit}", b as f64 / size as f64);
+        }
+    }
+    format!("{b}B")
+}
+
 /// `INFO [section ...]`: the sections tidepool can answer truthfully.
 pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let wanted: Vec<String> = a[1..]
@@ -161,6 +177,18 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             f.listen_port,
             f.uptime_s,
             f.uptime_s / 86400
+        ));
+    }
+    if want("memory") {
+        let used = crate::alloc::in_use();
+        out.push_str(&format!(
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:noeviction\r\ntidepool_db_data_bytes:{}\r\ntidepool_db_max_data_bytes:{}\r\ntidepool_db_keys:{}\r\n\r\n",
+            human_bytes(used as u64),
+            f.memory_max,
+            human_bytes(f.memory_max),
+            ctx.db.data_bytes(),
+            ctx.limits.data_bytes_max.unwrap_or(0),
+            ctx.db.len(),
         ));
     }
     if want("clients") {

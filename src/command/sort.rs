@@ -241,7 +241,7 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
         Some(dst) => {
             let n = out.len();
             let list: VecDeque<Vec<u8>> = out.into_iter().map(Option::unwrap_or_default).collect();
-            ctx.store_or_delete(&dst, (n > 0).then_some(Value::List(list)));
+            ctx.store_or_delete(&dst, (n > 0).then_some(Value::List(list.into())));
             Reply::Int(n as i64)
         }
     }

@@ -5,11 +5,11 @@
 use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;
+use crate::state::list::List;
 use crate::state::scanmap::ScanMap;
 use crate::state::stream::Stream;
 use crate::state::zset::ZSet;
 use crate::state::{Db, Value};
-use std::collections::VecDeque;
 
 /// A value type that lives inside one `Value` variant.
 pub trait Aggregate: Sized {
@@ -45,7 +45,7 @@ macro_rules! aggregate {
 }
 
 aggregate!(Hash, Hash, Hash::new());
-aggregate!(VecDeque<Vec<u8>>, List, VecDeque::new());
+aggregate!(List, List, List::new());
 aggregate!(ScanMap<()>, Set, ScanMap::new());
 aggregate!(ZSet, ZSet, ZSet::new());
 

@@ -222,6 +222,7 @@ impl Executor {
             "scratch": m.scratch,
             "expires_at": m.expires_ms,
             "keys": keys,
+            "data_bytes": self.dbs.get(m.id).map_or(0, |d| d.data_bytes()),
             "script_time_limit_ms": m.script_limit_ms(self.script_time_limit_ms),
             "created_by": m.created_by,
             "max_data_bytes": m.data_limit_bytes(),

@@ -172,6 +172,8 @@ pub struct Executor {
     commands_per_day: Option<u64>,
     /// The script time limit of the default and named databases (`--script-time-limit-ms`).
     script_time_limit_ms: u64,
+    /// `--max-memory`, in bytes of heap (`alloc::in_use`).
+    memory_bytes_max: Option<u64>,
     /// Usage counted since it was last logged, per database, for `usage_day`.
     usage: BTreeMap<DbId, Counting>,
     /// Each command's latency, by table id (`GET /metrics`).
@@ -214,6 +216,8 @@ pub struct Setup {
     pub usage_log_interval_ms: u64,
     /// The script time limit of the default and named databases (`--script-time-limit-ms`).
     pub script_time_limit_ms: u64,
+    /// `--max-memory`: writes that may grow memory are refused past it.
+    pub memory_bytes_max: Option<u64>,
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -304,6 +308,8 @@ pub fn start(
     report.snapshot = last_snapshot.map(|(seq, _)| seq);
     for (_, db) in dbs.iter_mut() {
         db.set_bulk(false);
+        // Replay changes values in place without counting their bytes: count them once.
+        db.recount();
     }
     // What a crash left of an interrupted snapshot goes now (it was never published); what
     // the retention no longer keeps too.
@@ -386,6 +392,7 @@ pub fn start(
         limits: setup.limits,
         commands_per_day: setup.commands_per_day,
         script_time_limit_ms: setup.script_time_limit_ms,
+        memory_bytes_max: setup.memory_bytes_max,
         usage: BTreeMap::new(),
         command_seconds: Vec::new(),
         commands_timed_at: 0,
@@ -955,6 +962,10 @@ impl Executor {
         let script_ms = dbs.meta(db_id).map_or(self.script_time_limit_ms, |m| {
             m.script_limit_ms(self.script_time_limit_ms)
         });
+        let data_bytes_max = dbs.meta(db_id).and_then(|m| m.data_limit_bytes());
+        let memory_full = self
+            .memory_bytes_max
+            .is_some_and(|max| crate::alloc::in_use() as u64 > max);
         let Some((db, kept)) = dbs.split_mut(db_id) else {
             return Err("WRONGPASS invalid or missing auth token".into());
         };
@@ -977,6 +988,7 @@ impl Executor {
             snapshots,
             started: 0,
             snapshot_asked: None,
+            memory_max: self.memory_bytes_max.unwrap_or(0),
         };
         let mut ctx = Ctx::new(
             db,
@@ -990,6 +1002,8 @@ impl Executor {
         );
         ctx.limits = pipeline::Limits {
             commands_left,
+            data_bytes_max,
+            memory_full,
             ..*limits
         };
         let mut replies = pipeline::run_request(&mut ctx, cmds, mode);
@@ -1193,6 +1207,8 @@ struct Around<'a> {
     /// A snapshot asked for by this request: in the background or not, and the asking
     /// command's place among the replies.
     snapshot_asked: Option<(bool, usize)>,
+    /// `--max-memory` (0: none), for INFO memory and CONFIG GET maxmemory.
+    memory_max: u64,
 }
 
 impl Around<'_> {
@@ -1263,6 +1279,7 @@ impl Server for Around<'_> {
             monitors: self.pubsub.monitor_count(),
             subscribers: self.pubsub.subscriber_count(),
             commands_processed: *self.commands_processed,
+            memory_max: self.memory_max,
             snapshots: self
                 .snapshots
                 .facts(self.wal.last_seq(), clock::wall_unix_ms()),

@@ -575,9 +575,9 @@ impl<'a> Reader<'a> {
                 for _ in 0..n {
                     l.push_back(self.string()?);
                 }
-                Value::List(l)
+                Value::List(l.into())
             }
-            TYPE_LIST_QUICKLIST_2 => Value::List(self.quicklist()?),
+            TYPE_LIST_QUICKLIST_2 => Value::List(self.quicklist()?.into()),
             TYPE_SET => {
                 let n = self.count()?;
                 let mut s = ScanMap::new();
@@ -897,7 +897,7 @@ mod tests {
         let list: VecDeque<Vec<u8>> = (0..300)
             .map(|i| format!("item{}", i % 7).into_bytes())
             .collect();
-        out.push(Value::List(list));
+        out.push(Value::List(list.into()));
         for members in [vec!["1", "2", "-300"], vec!["a", "b", "c"]] {
             let mut s = ScanMap::new();
             for m in members {

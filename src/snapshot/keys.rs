@@ -224,7 +224,7 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
             for _ in 0..n {
                 l.push_back(c.bytes()?.to_vec());
             }
-            Value::List(l)
+            Value::List(l.into())
         }
         TYPE_SET => {
             let n = c.count()?;
@@ -271,6 +271,7 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
             value,
             expire_at_ms,
             access_ms,
+            bytes: 0,
         },
     ))
 }
@@ -302,6 +303,7 @@ fn read_stream(c: &mut Cursor<'_>) -> Result<Stream, String> {
         }
         s.entries.insert(id, fields);
     }
+    s.recount();
     s.last_id = read_id(c)?;
     s.max_deleted_id = read_id(c)?;
     s.entries_added = c.uint()?;

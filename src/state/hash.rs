@@ -12,6 +12,8 @@ use std::ops::Deref;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Hash {
     fields: ScanMap<Vec<u8>>,
+    /// The bytes of the values together (the fields' are the map's key bytes).
+    value_bytes: usize,
     /// Only hashes that ever had a field TTL pay for this.
     ttls: Option<Box<FieldTtls>>,
 }
@@ -56,17 +58,27 @@ impl Hash {
     /// Sets a field and drops its TTL (HSET, HMSET, HSETNX). Returns the previous value.
     pub fn insert(&mut self, field: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
         self.clear_ttl(field);
-        self.fields.insert(field, value)
+        self.insert_keep_ttl(field, value)
     }
 
     /// Sets a field and keeps its TTL (HINCRBY, HINCRBYFLOAT, HSETEX KEEPTTL).
     pub fn insert_keep_ttl(&mut self, field: &[u8], value: Vec<u8>) -> Option<Vec<u8>> {
-        self.fields.insert(field, value)
+        self.value_bytes += value.len();
+        let old = self.fields.insert(field, value);
+        self.value_bytes -= old.as_ref().map_or(0, Vec::len);
+        old
     }
 
     pub fn remove(&mut self, field: &[u8]) -> Option<Vec<u8>> {
         self.clear_ttl(field);
-        self.fields.remove(field)
+        let old = self.fields.remove(field);
+        self.value_bytes -= old.as_ref().map_or(0, Vec::len);
+        old
+    }
+
+    /// The bytes of the fields and values together.
+    pub fn data_bytes(&self) -> usize {
+        self.fields.key_bytes() + self.value_bytes
     }
 
     /// The field's expiry, Unix milliseconds.

@@ -8,20 +8,21 @@ pub mod acl;
 pub mod databases;
 pub mod hash;
 pub mod json;
+pub mod list;
 pub mod ranked;
 pub mod scanmap;
 pub mod stream;
 pub mod zset;
 
 use scanmap::{IndexedScanMap, ScanMap};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 
 /// A stored value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Str(Vec<u8>),
     Hash(hash::Hash),
-    List(VecDeque<Vec<u8>>),
+    List(list::List),
     Set(ScanMap<()>),
     ZSet(zset::ZSet),
     Stream(Box<stream::Stream>),
@@ -30,6 +31,22 @@ pub enum Value {
 }
 
 impl Value {
+    /// The bytes the value holds: its strings, members, fields and values, 8 a score, 16 a
+    /// stream ID, and a JSON document's estimate (`Json::mem_bytes`). What the value-size and
+    /// data-size limits count, and `INFO memory`'s dataset. Kept by each type as it changes, so
+    /// this is O(1), but for a JSON document, which is walked.
+    pub fn data_bytes(&self) -> usize {
+        match self {
+            Value::Str(s) => s.len(),
+            Value::Hash(h) => h.data_bytes(),
+            Value::List(l) => l.data_bytes(),
+            Value::Set(s) => s.key_bytes(),
+            Value::ZSet(z) => z.data_bytes(),
+            Value::Stream(s) => s.data_bytes(),
+            Value::Json(j) => j.mem_bytes(),
+        }
+    }
+
     /// The name TYPE answers.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -53,6 +70,13 @@ pub struct Entry {
     pub expire_at_ms: Option<u64>,
     /// Last time a command touched the key (for OBJECT IDLETIME). Not logged: reads update it.
     pub access_ms: u64,
+    /// The key's and value's bytes as last counted into the database's total (`Db::refresh`).
+    pub bytes: u64,
+}
+
+/// What a key costs against the data-size limits: its name and its value's bytes.
+fn entry_bytes(key: &[u8], value: &Value) -> u64 {
+    (key.len() + value.data_bytes()) as u64
 }
 
 /// One database. Expired keys are invisible from the moment their time passes (a rule that
@@ -73,6 +97,9 @@ pub struct Db {
     functions: std::collections::BTreeMap<String, Vec<u8>>,
     /// Bumped on every change to `functions`, so the executor knows to load them again.
     functions_version: u64,
+    /// The bytes of every key and value (each entry's `bytes`), kept by `insert`, `remove`,
+    /// `clear` and `refresh`: the database's data size, for its limit and `INFO memory`.
+    data_bytes: u64,
 }
 
 impl Db {
@@ -88,6 +115,38 @@ impl Db {
 
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// The bytes of every key and value together (see [`Value::data_bytes`]).
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// Counts the bytes of `key`'s value again after a change in place, into the total.
+    /// Cheap (see [`Value::data_bytes`]), and right whenever it is called: a change that was
+    /// not followed by one is counted at the key's next.
+    pub fn refresh(&mut self, key: &[u8]) {
+        if let Some(e) = self.keys.get_mut(key) {
+            let now = entry_bytes(key, &e.value);
+            self.data_bytes = self.data_bytes.saturating_sub(e.bytes) + now;
+            e.bytes = now;
+        }
+    }
+
+    /// The bytes `key` holds now, counted again (0 when absent, expired or not).
+    pub fn bytes_of(&self, key: &[u8]) -> u64 {
+        self.keys.get(key).map_or(0, |e| entry_bytes(key, &e.value))
+    }
+
+    /// Counts every key again (after a replay, which changes values in place without
+    /// `refresh`).
+    pub fn recount(&mut self) {
+        let mut total = 0;
+        for (k, e) in self.keys.iter_mut() {
+            e.bytes = entry_bytes(k, &e.value);
+            total += e.bytes;
+        }
+        self.data_bytes = total;
     }
 
     pub fn expires_count(&self) -> usize {
@@ -134,12 +193,16 @@ impl Db {
             }
             _ => false,
         };
+        let bytes = entry_bytes(key, &value);
         let entry = Entry {
             value,
             expire_at_ms,
             access_ms: now_ms,
+            bytes,
         };
+        self.data_bytes += bytes;
         if let Some(old) = self.keys.insert(key, entry) {
+            self.data_bytes = self.data_bytes.saturating_sub(old.bytes);
             if let Some(t) = old.expire_at_ms {
                 self.expires.remove(&(t, key.into()));
             }
@@ -154,6 +217,7 @@ impl Db {
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let old = self.keys.remove(key)?;
+        self.data_bytes = self.data_bytes.saturating_sub(old.bytes);
         if let Some(t) = old.expire_at_ms {
             self.expires.remove(&(t, key.into()));
         }
@@ -179,6 +243,7 @@ impl Db {
         self.keys.clear();
         self.expires.clear();
         self.field_expiry.clear();
+        self.data_bytes = 0;
     }
 
     pub fn functions(&self) -> &std::collections::BTreeMap<String, Vec<u8>> {
@@ -296,6 +361,7 @@ impl Db {
         if empty {
             self.remove(key);
         } else {
+            self.refresh(key);
             self.index_field_ttls(key);
         }
     }

@@ -29,6 +29,8 @@ type Bucket<V> = Vec<(Box<[u8]>, V)>;
 pub struct ScanMap<V> {
     tree: BTreeMap<u64, Bucket<V>>,
     len: usize,
+    /// The bytes of the keys together (a value's size, for the limits).
+    key_bytes: usize,
 }
 
 impl<V> Default for ScanMap<V> {
@@ -36,6 +38,7 @@ impl<V> Default for ScanMap<V> {
         ScanMap {
             tree: BTreeMap::new(),
             len: 0,
+            key_bytes: 0,
         }
     }
 }
@@ -50,9 +53,14 @@ impl<V> ScanMap<V> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// The bytes of the keys together.
+    pub fn key_bytes(&self) -> usize {
+        self.key_bytes
+    }
     pub fn clear(&mut self) {
         self.tree.clear();
         self.len = 0;
+        self.key_bytes = 0;
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&V> {
@@ -77,6 +85,7 @@ impl<V> ScanMap<V> {
         }
         bucket.push((key.into(), value));
         self.len += 1;
+        self.key_bytes += key.len();
         None
     }
 
@@ -89,6 +98,7 @@ impl<V> ScanMap<V> {
             self.tree.remove(&h);
         }
         self.len -= 1;
+        self.key_bytes -= key.len();
         Some(v)
     }
 
@@ -100,6 +110,7 @@ impl<V> ScanMap<V> {
             None => {
                 bucket.push((key.into(), make()));
                 self.len += 1;
+                self.key_bytes += key.len();
                 bucket.len() - 1
             }
         };
@@ -243,6 +254,13 @@ impl<V> Slot<V> {
             Slot::Many(list) => list.len(),
         }
     }
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut V)> {
+        let (one, many) = match self {
+            Slot::One(k, v) => (Some((k.bytes(), v)), None),
+            Slot::Many(list) => (None, Some(list.iter_mut().map(|(k, v)| (k.bytes(), v)))),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
 }
 
 /// A [`ScanMap`] with a hash index, for the keyspace: a lookup is one probe of a hash table
@@ -281,6 +299,10 @@ impl<V> Default for IndexedScanMap<V> {
 impl<V> IndexedScanMap<V> {
     pub fn new() -> Self {
         Self::default()
+    }
+    /// Every element, to change values in place, in no particular order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut V)> {
+        self.buckets.values_mut().flat_map(|s| s.iter_mut())
     }
     pub fn len(&self) -> usize {
         self.len

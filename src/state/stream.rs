@@ -112,6 +112,14 @@ pub struct Stream {
     pub entries_added: u64,
     nodes: VecDeque<Node>,
     pub groups: BTreeMap<Vec<u8>, Group>,
+    /// The bytes of the entries (16 for an ID, and their fields and values) together, kept by
+    /// `append`, `delete` and `trim`; `recount` after filling `entries` directly.
+    data_bytes: usize,
+}
+
+/// An entry's bytes for the value-size and data-size limits.
+fn data_bytes_of(fields: &[Vec<u8>]) -> usize {
+    16 + fields.iter().map(Vec::len).sum::<usize>()
 }
 
 fn entry_bytes(fields: &[Vec<u8>]) -> usize {
@@ -130,6 +138,16 @@ impl Stream {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The bytes of the entries together.
+    pub fn data_bytes(&self) -> usize {
+        self.data_bytes
+    }
+
+    /// Counts the entries' bytes again (after a loader filled `entries` directly).
+    pub fn recount(&mut self) {
+        self.data_bytes = self.entries.values().map(|f| data_bytes_of(f)).sum();
     }
 
     pub fn node_count(&self) -> usize {
@@ -166,15 +184,19 @@ impl Stream {
             n.live += 1;
             n.bytes += bytes;
         }
-        self.entries.insert(id, fields);
+        self.data_bytes += data_bytes_of(&fields);
+        if let Some(old) = self.entries.insert(id, fields) {
+            self.data_bytes -= data_bytes_of(&old);
+        }
         self.last_id = id;
         self.entries_added += 1;
     }
 
     /// Deletes one entry (XDEL): marked deleted in its node; an emptied node goes away.
     pub fn delete(&mut self, id: StreamId) -> bool {
-        if self.entries.remove(&id).is_none() {
-            return false;
+        match self.entries.remove(&id) {
+            None => return false,
+            Some(old) => self.data_bytes -= data_bytes_of(&old),
         }
         // XSETID can move the last ID back, so an ID deleted from one node can be added again
         // to a later one: look for the live copy, node by node from the first that may hold it.
@@ -229,7 +251,9 @@ impl Stream {
                 if let Some(node) = self.nodes.pop_front() {
                     for (id, gone) in node.ids {
                         if !gone {
-                            self.entries.remove(&id);
+                            if let Some(old) = self.entries.remove(&id) {
+                                self.data_bytes -= data_bytes_of(&old);
+                            }
                         }
                     }
                 }
@@ -253,7 +277,9 @@ impl Stream {
                 if stop {
                     break;
                 }
-                self.entries.remove(&id);
+                if let Some(old) = self.entries.remove(&id) {
+                    self.data_bytes -= data_bytes_of(&old);
+                }
                 if let Some(n) = self.nodes.front_mut() {
                     if let Some(slot) = n.ids.iter_mut().find(|(i, d)| *i == id && !*d) {
                         slot.1 = true;

@@ -54,6 +54,11 @@ impl ZSet {
     pub fn score(&self, m: &[u8]) -> Option<f64> {
         self.scores.get(m).copied()
     }
+    /// The bytes of the members and their scores (8 each) together.
+    pub fn data_bytes(&self) -> usize {
+        self.scores.key_bytes() + 8 * self.scores.len()
+    }
+
     pub fn scores(&self) -> &ScanMap<f64> {
         &self.scores
     }

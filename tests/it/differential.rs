@@ -2135,6 +2135,19 @@ fn full_state(http: &mut Http) -> Vec<(String, Canon, Canon, Canon)> {
     // `sp` only ever loses members to SPOP: random picks that replay must not redo.
     let sp = normalize(&["SMEMBERS".into()], http.cmd_str(&["SMEMBERS", "sp"]));
     state.push(("sp".into(), http.cmd_str(&["TYPE", "sp"]), sp));
+    // The database's data size, kept as commands change values (issue 25), must be what a
+    // restart counts from scratch.
+    let Canon::Str(info) = http.cmd_str(&["INFO", "memory"]) else {
+        panic!("INFO memory")
+    };
+    let bytes = String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tidepool_db_data_bytes:")
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    state.push(("data bytes".into(), Canon::Nil, Canon::s(&bytes)));
     state
         .into_iter()
         .map(|(k, t, v)| {

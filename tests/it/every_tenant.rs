@@ -834,3 +834,523 @@ fn defect_9_start_is_safe_by_default_and_its_limit_holds_across_restarts() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// The key-storing commands of the table that cannot make a value larger than the limit by
+/// themselves, with why: the value-growth test covers every other one.
+const CANNOT_GROW_PAST_THE_LIMIT: &[(&str, &str)] = &[
+    ("incr", "a number"),
+    ("decr", "a number"),
+    ("incrby", "a number"),
+    ("decrby", "a number"),
+    ("incrbyfloat", "a number"),
+    ("json.numincrby", "a number"),
+    ("json.nummultby", "a number"),
+    ("persist", "a TTL"),
+    ("expire", "a TTL"),
+    ("pexpire", "a TTL"),
+    ("expireat", "a TTL"),
+    ("pexpireat", "a TTL"),
+    ("getex", "a TTL"),
+    ("hpersist", "field TTLs"),
+    ("hexpire", "field TTLs"),
+    ("hpexpire", "field TTLs"),
+    ("hexpireat", "field TTLs"),
+    ("hpexpireat", "field TTLs"),
+    ("hgetex", "field TTLs"),
+    ("xsetid", "stream metadata"),
+    ("xclaim", "stream metadata"),
+    ("xack", "stream metadata"),
+    ("xgroup|create", "stream metadata"),
+    ("xgroup|createconsumer", "stream metadata"),
+    ("xgroup|setid", "stream metadata"),
+    ("rename", "moves a value"),
+    ("renamenx", "moves a value"),
+    ("move", "moves a value"),
+    ("copy", "copies a value already within the limit"),
+    ("bitop", "no longer than its longest source"),
+    ("sinterstore", "no larger than a source"),
+    ("sdiffstore", "no larger than a source"),
+    ("zinterstore", "no larger than a source"),
+    ("zdiffstore", "no larger than a source"),
+    ("zrangestore", "no larger than a source"),
+    ("georadius", "no larger than its source"),
+    ("georadiusbymember", "no larger than its source"),
+    ("geosearchstore", "no larger than its source"),
+    ("json.clear", "shrinks"),
+    ("json.arrpop", "shrinks"),
+    ("json.arrtrim", "shrinks"),
+    ("json.toggle", "a boolean"),
+    ("blmove", "blocking: refused over REST"),
+    ("brpoplpush", "blocking: refused over REST"),
+    ("restore-asking", "cluster: refused"),
+];
+
+/// A command that could grow a value past the limit: its name, its setup, and the command.
+type GrowthCase = (&'static str, Vec<Vec<String>>, Vec<String>);
+
+/// What `keys` hold, for "nothing changed": each one's type and size.
+fn sizes(c: &mut Http, keys: &[&str]) -> Vec<(Canon, Canon)> {
+    keys.iter()
+        .map(|k| {
+            let t = c.cmd_str(&["TYPE", k]);
+            let size = match &t {
+                Canon::Str(s) if s == b"string" => c.cmd_str(&["STRLEN", k]),
+                Canon::Str(s) if s == b"list" => c.cmd_str(&["LLEN", k]),
+                Canon::Str(s) if s == b"set" => c.cmd_str(&["SCARD", k]),
+                Canon::Str(s) if s == b"zset" => c.cmd_str(&["ZCARD", k]),
+                Canon::Str(s) if s == b"hash" => c.cmd_str(&["HLEN", k]),
+                Canon::Str(s) if s == b"stream" => c.cmd_str(&["XLEN", k]),
+                Canon::Str(s) if s == b"json" => c.cmd_str(&["JSON.GET", k]),
+                _ => Canon::Nil,
+            };
+            (t, size)
+        })
+        .collect()
+}
+
+/// Defect 5: with `--max-value-bytes 1000`, `SETBIT b 4294967295 1` made a 512 MiB string,
+/// BITFIELD at a large offset the same, and SUNIONSTORE and friends built collections past the
+/// limit: only arguments were counted (a 62-byte pipeline and a BGSAVE wrote a 1 GB snapshot).
+/// Now the size a value grows to is checked for every command that stores one; a write that
+/// would take a value past the limit is refused and changes nothing. Every key-storing command
+/// of the table is either driven here or listed, with why, as unable to grow a value past it.
+#[test]
+fn defect_5_no_command_grows_a_value_past_the_value_size_limit() {
+    use tidepool::command::table;
+    let dir = TempDir::new("tenant-valuesize");
+    // A RESTORE payload that decodes to 5,000 bytes: made on a server without the limit.
+    let payload = {
+        let free = start(&dir.path().join("free"), &[]);
+        let mut c = free.client();
+        c.cmd_str(&["SET", "big", &"a".repeat(5000)]);
+        match c.cmd_str(&["DUMP", "big"]) {
+            Canon::Str(p) => p,
+            other => panic!("DUMP: {other:?}"),
+        }
+    };
+    assert!(payload.len() < 1000, "the payload is compressed");
+    let server = start(&dir.path().join("data"), &["--max-value-bytes", "1000"]);
+    let mut c = server.client();
+    let v = |n: usize, ch: &str| ch.repeat(n);
+    let (v900, v600, w600, v200, v1001) = (
+        v(900, "x"),
+        v(600, "x"),
+        v(600, "w"),
+        v(200, "y"),
+        v(1001, "z"),
+    );
+    let v995 = v(995, "x");
+    let s = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let many: Vec<String> = (0..2000).map(|i| format!("e{i}")).collect();
+    let mut pfadd = vec!["PFADD".to_string(), "k".into()];
+    pfadd.extend(many.iter().cloned());
+    // Two sparse HyperLogLogs of about 600 bytes whose union is over 1,000.
+    let pf = |key: &str, p: &str| {
+        let mut c = vec!["PFADD".to_string(), key.to_string()];
+        c.extend((0..250).map(|i| format!("{p}{i}")));
+        c
+    };
+    let (pf_a, pf_b) = (pf("a", "a"), pf("b", "b"));
+    let json_900 = format!("\"{v900}\"");
+    let json_200 = format!("\"{v200}\"");
+    let json_obj = format!("{{\"a\":\"{v900}\"}}");
+    let json_arr = format!("[\"{v900}\"]");
+    // (command name, setup, the command): the command must be refused and change nothing.
+    let grows: Vec<GrowthCase> = vec![
+        ("set", vec![], s(&["SET", "k", &v1001])),
+        ("setnx", vec![], s(&["SETNX", "k", &v1001])),
+        ("setex", vec![], s(&["SETEX", "k", "100", &v1001])),
+        ("psetex", vec![], s(&["PSETEX", "k", "100000", &v1001])),
+        ("getset", vec![], s(&["GETSET", "k", &v1001])),
+        ("mset", vec![], s(&["MSET", "k", &v1001])),
+        ("msetnx", vec![], s(&["MSETNX", "k", &v1001])),
+        (
+            "append",
+            vec![s(&["SET", "k", &v900])],
+            s(&["APPEND", "k", &v200]),
+        ),
+        (
+            "setrange",
+            vec![s(&["SET", "k", "a"])],
+            s(&["SETRANGE", "k", "2000", "x"]),
+        ),
+        ("setbit", vec![], s(&["SETBIT", "k", "4294967295", "1"])),
+        (
+            "bitfield",
+            vec![],
+            s(&["BITFIELD", "k", "SET", "u8", "#2000", "1"]),
+        ),
+        (
+            "lpush",
+            vec![s(&["RPUSH", "k", &v900])],
+            s(&["LPUSH", "k", &v200]),
+        ),
+        (
+            "rpush",
+            vec![s(&["RPUSH", "k", &v900])],
+            s(&["RPUSH", "k", &v200]),
+        ),
+        (
+            "lpushx",
+            vec![s(&["RPUSH", "k", &v900])],
+            s(&["LPUSHX", "k", &v200]),
+        ),
+        (
+            "rpushx",
+            vec![s(&["RPUSH", "k", &v900])],
+            s(&["RPUSHX", "k", &v200]),
+        ),
+        (
+            "linsert",
+            vec![s(&["RPUSH", "k", &v900])],
+            s(&["LINSERT", "k", "BEFORE", &v900, &v200]),
+        ),
+        (
+            "lset",
+            vec![s(&["RPUSH", "k", &v900, "a"])],
+            s(&["LSET", "k", "1", &v200]),
+        ),
+        (
+            "lmove",
+            vec![s(&["RPUSH", "k", &v900]), s(&["RPUSH", "src", &v200])],
+            s(&["LMOVE", "src", "k", "LEFT", "LEFT"]),
+        ),
+        (
+            "rpoplpush",
+            vec![s(&["RPUSH", "k", &v900]), s(&["RPUSH", "src", &v200])],
+            s(&["RPOPLPUSH", "src", "k"]),
+        ),
+        (
+            "sadd",
+            vec![s(&["SADD", "k", &v900])],
+            s(&["SADD", "k", &v200]),
+        ),
+        (
+            "smove",
+            vec![s(&["SADD", "k", &v900]), s(&["SADD", "src", &v200])],
+            s(&["SMOVE", "src", "k", &v200]),
+        ),
+        (
+            "sunionstore",
+            vec![s(&["SADD", "a", &v600]), s(&["SADD", "b", &w600])],
+            s(&["SUNIONSTORE", "k", "a", "b"]),
+        ),
+        (
+            "zadd",
+            vec![s(&["ZADD", "k", "1", &v900])],
+            s(&["ZADD", "k", "2", &v200]),
+        ),
+        (
+            "zincrby",
+            vec![s(&["ZADD", "k", "1", &v900])],
+            s(&["ZINCRBY", "k", "1", &v200]),
+        ),
+        (
+            "zunionstore",
+            vec![s(&["ZADD", "a", "1", &v600]), s(&["ZADD", "b", "1", &w600])],
+            s(&["ZUNIONSTORE", "k", "2", "a", "b"]),
+        ),
+        (
+            "hset",
+            vec![s(&["HSET", "k", "f", &v900])],
+            s(&["HSET", "k", "g", &v200]),
+        ),
+        (
+            "hmset",
+            vec![s(&["HSET", "k", "f", &v900])],
+            s(&["HMSET", "k", "g", &v200]),
+        ),
+        (
+            "hsetnx",
+            vec![s(&["HSET", "k", "f", &v900])],
+            s(&["HSETNX", "k", "g", &v200]),
+        ),
+        (
+            "hsetex",
+            vec![s(&["HSET", "k", "f", &v900])],
+            s(&["HSETEX", "k", "FIELDS", "1", "g", &v200]),
+        ),
+        (
+            "hincrby",
+            vec![s(&["HSET", "k", "f", &v995])],
+            s(&["HINCRBY", "k", "newfield", "1"]),
+        ),
+        (
+            "hincrbyfloat",
+            vec![s(&["HSET", "k", "f", &v995])],
+            s(&["HINCRBYFLOAT", "k", "newfield", "1.5"]),
+        ),
+        (
+            "xadd",
+            vec![s(&["XADD", "k", "1-1", "f", &v900])],
+            s(&["XADD", "k", "*", "f", &v200]),
+        ),
+        (
+            "geoadd",
+            vec![s(&["GEOADD", "k", "0", "0", &v900])],
+            s(&["GEOADD", "k", "1", "1", &v200]),
+        ),
+        ("pfadd", vec![], pfadd.clone()),
+        (
+            "pfmerge",
+            vec![pf_a.clone(), pf_b.clone()],
+            s(&["PFMERGE", "k", "a", "b"]),
+        ),
+        (
+            "sort",
+            vec![
+                s(&["RPUSH", "src", "1", "2"]),
+                s(&["SET", "w_1", &v600]),
+                s(&["SET", "w_2", &w600]),
+            ],
+            s(&["SORT", "src", "GET", "w_*", "STORE", "k"]),
+        ),
+        ("restore", vec![], s(&["RESTORE", "k", "0", "<payload>"])),
+        (
+            "json.set",
+            vec![],
+            s(&["JSON.SET", "k", "$", &format!("\"{v1001}\"")]),
+        ),
+        (
+            "json.mset",
+            vec![s(&["JSON.SET", "k", "$", &json_obj])],
+            s(&["JSON.MSET", "k", "$.b", &json_200]),
+        ),
+        (
+            "json.merge",
+            vec![s(&["JSON.SET", "k", "$", &json_obj])],
+            s(&["JSON.MERGE", "k", "$", &format!("{{\"b\":{json_200}}}")]),
+        ),
+        (
+            "json.arrappend",
+            vec![s(&["JSON.SET", "k", "$", &json_arr])],
+            s(&["JSON.ARRAPPEND", "k", "$", &json_200]),
+        ),
+        (
+            "json.arrinsert",
+            vec![s(&["JSON.SET", "k", "$", &json_arr])],
+            s(&["JSON.ARRINSERT", "k", "$", "0", &json_200]),
+        ),
+        (
+            "json.strappend",
+            vec![s(&["JSON.SET", "k", "$", &json_900])],
+            s(&["JSON.STRAPPEND", "k", "$", &json_200]),
+        ),
+    ];
+    // Coverage: every key-storing command of the table is driven here or listed.
+    let driven: Vec<&str> = grows.iter().map(|(n, _, _)| *n).collect();
+    for (name, _) in key_storing_examples("k") {
+        assert!(
+            driven.contains(&name.as_str())
+                || CANNOT_GROW_PAST_THE_LIMIT.iter().any(|(n, _)| *n == name),
+            "{name} stores a value: drive it in this test or list it as unable to grow one"
+        );
+    }
+    let refusal = Canon::Err("ERR max single record size exceeded".into());
+    for (name, setup, cmd) in &grows {
+        c.cmd_str(&["FLUSHALL"]);
+        for st in setup {
+            let argv: Vec<&str> = st.iter().map(String::as_str).collect();
+            let r = c.cmd_str(&argv);
+            assert!(!r.is_err(), "{name}: setup {argv:?}: {r:?}");
+        }
+        let keys = ["k", "src", "a", "b"];
+        let before = sizes(&mut c, &keys);
+        let argv: Vec<Vec<u8>> = cmd
+            .iter()
+            .map(|a| {
+                if a == "<payload>" {
+                    payload.clone()
+                } else {
+                    a.as_bytes().to_vec()
+                }
+            })
+            .collect();
+        // A binary payload goes as the body, the last argument (JSON cannot carry it).
+        let (got, lua_got) = if *name == "restore" {
+            let direct = c.request("POST", "/restore/k/0", &[], &payload).json();
+            let lua = c
+                .request(
+                    "POST",
+                    "/eval/return%20redis.pcall(unpack(ARGV))/0/RESTORE/k/0",
+                    &[],
+                    &payload,
+                )
+                .json();
+            let canon = |v: Value| match v["error"].as_str() {
+                Some(e) => Canon::Err(e.to_string()),
+                None => Canon::Nil,
+            };
+            (canon(direct), canon(lua))
+        } else {
+            let mut lua: Vec<Vec<u8>> = ["EVAL", "return redis.pcall(unpack(ARGV))", "0"]
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect();
+            lua.extend(argv.iter().cloned());
+            let got = c.cmd(&argv);
+            let before_lua = sizes(&mut c, &keys);
+            assert_eq!(before_lua, before, "{name} changed something");
+            (got, c.cmd(&lua))
+        };
+        assert_eq!(got, refusal, "{name}: {}", cmd[0]);
+        assert_eq!(sizes(&mut c, &keys), before, "{name} changed something");
+        match lua_got {
+            Canon::Err(e) if e.starts_with("ERR max single record size exceeded") => {}
+            other => panic!("{name} from Lua: {other:?}"),
+        }
+        assert_eq!(
+            sizes(&mut c, &keys),
+            before,
+            "{name} from Lua changed something"
+        );
+    }
+    let _ = table::global();
+    // A write that keeps a value within the limit still runs, and a restart has nothing past it.
+    c.cmd_str(&["FLUSHALL"]);
+    assert_eq!(c.cmd_str(&["SETBIT", "b", "7999", "1"]), Canon::Int(0));
+    assert_eq!(c.cmd_str(&["SETBIT", "b", "8000", "1"]), refusal);
+    assert_eq!(c.cmd_str(&["STRLEN", "b"]), Canon::Int(1000));
+    // In a transaction, the refused command answers its error; the others run.
+    let r = c.post(
+        "/multi-exec",
+        br#"[["SET","t","1"],["SETBIT","t2","99999","1"],["SET","u","2"]]"#,
+    );
+    let replies = r.json();
+    assert_eq!(replies[0]["result"], "OK", "{replies}");
+    assert_eq!(
+        replies[1]["error"], "ERR max single record size exceeded",
+        "{replies}"
+    );
+    assert_eq!(replies[2]["result"], "OK", "{replies}");
+    server.kill9();
+    let server = start(&dir.path().join("data"), &["--max-value-bytes", "1000"]);
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["STRLEN", "b"]), Canon::Int(1000));
+    assert_eq!(c.cmd_str(&["EXISTS", "t2"]), Canon::Int(0));
+}
+
+fn info_field(c: &mut Http, section: &str, field: &str) -> u64 {
+    let Canon::Str(text) = c.cmd_str(&["INFO", section]) else {
+        panic!("INFO {section}")
+    };
+    let text = String::from_utf8_lossy(&text).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {text}"))
+}
+
+/// Defect 8: there was no memory limit at all, so one scratch database could fill the machine.
+/// Now each database has a data-size limit, set at creation (small by default for scratch
+/// databases), reported in the admin API and `INFO memory`: a write that would pass it answers
+/// the hosted service's `ERR DB capacity quota exceeded`, and reads and deletes go on.
+#[test]
+fn defect_8_a_databases_data_size_limit_refuses_writes_past_it() {
+    let dir = TempDir::new("tenant-datasize");
+    let data = dir.path().join("data");
+    let server = start(&data, &[]);
+    let (scratch_name, _) = scratch(&server);
+    let doc = admin(&server)
+        .get(&format!("/_admin/databases/{scratch_name}"))
+        .json();
+    assert_eq!(
+        doc["max_data_bytes"],
+        tidepool::config::SCRATCH_DATA_BYTES_MAX,
+        "{doc}"
+    );
+    let db = create_with(&server, "small", json!({"max_data_bytes": 20_000}));
+    let mut c = client_of(&server, &db);
+    let value = "v".repeat(1000);
+    let mut stored = 0;
+    let refusal = Canon::Err("ERR DB capacity quota exceeded".into());
+    loop {
+        let k = format!("key:{stored}");
+        match c.cmd_str(&["SET", &k, &value]) {
+            Canon::Str(_) => stored += 1,
+            e => {
+                assert_eq!(e, refusal);
+                break;
+            }
+        }
+        assert!(stored < 100, "never refused");
+    }
+    assert!(
+        (18..=20).contains(&stored),
+        "{stored} values of 1,000 bytes"
+    );
+    // Growth in place is refused too, and changes nothing; so is a store.
+    assert_eq!(c.cmd_str(&["APPEND", "key:0", &value]), refusal);
+    assert_eq!(c.cmd_str(&["STRLEN", "key:0"]), Canon::Int(1000));
+    assert_eq!(c.cmd_str(&["COPY", "key:0", "copy"]), refusal);
+    // The size is reported, within the limit.
+    let used = info_field(&mut c, "memory", "tidepool_db_data_bytes");
+    assert!(used <= 20_000 && used >= (stored as u64) * 1000, "{used}");
+    assert_eq!(
+        info_field(&mut c, "memory", "tidepool_db_max_data_bytes"),
+        20_000
+    );
+    let listed = admin(&server).get("/_admin/databases/small").json();
+    assert_eq!(listed["data_bytes"], used, "{listed}");
+    // Reads and deletes go on; a delete makes room again.
+    assert_eq!(c.cmd_str(&["GET", "key:1"]), Canon::s(&value));
+    assert_eq!(c.cmd_str(&["DEL", "key:1", "key:2"]), Canon::Int(2));
+    assert_eq!(c.cmd_str(&["SET", "again", &value]), Canon::s("OK"));
+    // Another database is not held to this one's limit.
+    let mut d = server.client();
+    assert_eq!(
+        d.cmd_str(&["SET", "big", &"x".repeat(50_000)]),
+        Canon::s("OK")
+    );
+    // A restart counts the same bytes (replay changes values without counting them: the
+    // count is made again after it).
+    let used = info_field(&mut c, "memory", "tidepool_db_data_bytes");
+    server.kill9();
+    let server = start(&data, &[]);
+    let mut c = Http::connect(&server.addr, db["token"].as_str().expect("token"));
+    assert_eq!(info_field(&mut c, "memory", "tidepool_db_data_bytes"), used);
+}
+
+/// Defect 8: `maxmemory` answered 0 whatever the server held. `--max-memory` is Redis's
+/// `maxmemory` with `noeviction`: past it, a command that may grow memory answers Redis's OOM
+/// error; reads and deletes run, and freeing memory lets writes in again. `INFO memory` and
+/// `CONFIG GET maxmemory` answer what the process holds and the limit.
+#[test]
+fn defect_8_max_memory_refuses_writes_past_it() {
+    let dir = TempDir::new("tenant-maxmemory");
+    let server = start(&dir.path().join("data"), &["--max-memory", "64MiB"]);
+    let mut c = server.client();
+    assert_eq!(
+        c.cmd_str(&["CONFIG", "GET", "maxmemory"]),
+        Canon::Arr(vec![
+            Canon::s("maxmemory"),
+            Canon::s(&(64u64 << 20).to_string())
+        ])
+    );
+    assert!(info_field(&mut c, "memory", "used_memory") > 0);
+    assert_eq!(info_field(&mut c, "memory", "maxmemory"), 64 << 20);
+    let value = "m".repeat(1 << 20);
+    let mut stored = 0;
+    let oom = Canon::Err("OOM command not allowed when used memory > 'maxmemory'.".into());
+    loop {
+        match c.cmd_str(&["SET", &format!("k{stored}"), &value]) {
+            Canon::Str(_) => stored += 1,
+            e => {
+                assert_eq!(e, oom);
+                break;
+            }
+        }
+        assert!(stored < 200, "never refused");
+    }
+    assert!(stored > 10, "refused after only {stored} MiB");
+    assert!(info_field(&mut c, "memory", "used_memory") > 48 << 20);
+    // Reads and deletes run.
+    assert_eq!(c.cmd_str(&["STRLEN", "k0"]), Canon::Int(1 << 20));
+    let mut del = vec!["DEL".to_string()];
+    del.extend((0..stored).map(|i| format!("k{i}")));
+    let del: Vec<&str> = del.iter().map(String::as_str).collect();
+    assert_eq!(c.cmd_str(&del), Canon::Int(stored as i64));
+    wait_until(20, "writes are let in again once memory is freed", || {
+        c.cmd_str(&["SET", "after", "1"]) == Canon::s("OK")
+    });
+}

@@ -290,6 +290,7 @@ fn snapshot_bytes_match_the_document() {
                 value: Value::Str(b"v".to_vec()),
                 expire_at_ms: Some(1_767_225_700_000),
                 access_ms: 1_767_225_600_123,
+                bytes: 0,
             },
         ),
         (
@@ -298,6 +299,7 @@ fn snapshot_bytes_match_the_document() {
                 value: Value::Hash(hash),
                 expire_at_ms: None,
                 access_ms: 1_767_225_600_123,
+                bytes: 0,
             },
         ),
     ] {
