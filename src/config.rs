@@ -140,6 +140,10 @@ pub const RETRY_DELAY_EXPRESSION_DEPTH_MAX: usize = 64;
 /// command and in the document a change leaves (RedisJSON's limit and its error text,
 /// "recursion limit exceeded"). Every recursive walk of a document relies on it.
 pub const JSON_DEPTH_MAX: usize = 128;
+/// The bytes one JSON command may add to a document (`Json::mem_bytes` of what it copies,
+/// times the matches it copies it to): past it, the command is refused before it changes
+/// anything.
+pub const JSON_CHANGE_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Deepest JSONPath nesting (filters and brackets inside each other).
 pub const JSON_PATH_NESTING_MAX: usize = 64;
 /// lua-cjson's nesting limit for `cjson.encode` / `cjson.decode`.
@@ -161,6 +165,12 @@ pub const SCRIPT_TIME_LIMIT_MS_MAX: u64 = 60_000;
 /// further one, up to [`SCRIPT_COOLING_MAX_MS`]. A run past the limit more than
 /// [`SCRIPT_COOLING_FORGET_MS`] after the last one starts the count again.
 pub const SCRIPT_COOLING_MS: u64 = 1_000;
+/// A database's Lua code (scripts, functions, library loads), each run within its limit, may
+/// use at most this share of the executor over a window of `SCRIPT_WINDOW_LIMITS` times the
+/// database's script time limit; past it the database cools down as after a run past the
+/// limit. One request's Lua code together is held to the limit too.
+pub const SCRIPT_SHARE_PERCENT: u32 = 25;
+pub const SCRIPT_WINDOW_LIMITS: u32 = 20;
 pub const SCRIPT_COOLING_MAX_MS: u64 = 60_000;
 pub const SCRIPT_COOLING_FORGET_MS: u64 = 300_000;
 /// `/readyz` answers 503 while the executor has been on one job for longer than this (a
@@ -205,6 +215,9 @@ pub const HTTP_BODY_READ_TIMEOUT_MS: u64 = 60_000;
 pub const HTTP_ACCEPT_RETRY_MS: u64 = 50;
 /// How long the 503 answer to a connection past the cap may take to write.
 pub const HTTP_REFUSAL_WRITE_TIMEOUT_MS: u64 = 1_000;
+/// The most a connection buffers, reading (a request head must fit in it) and writing (an
+/// event stream whose client does not read holds at most this much of a copy of its events).
+pub const HTTP_CONNECTION_BUFFER_BYTES_MAX: usize = 64 * 1024;
 /// Connections open at once; past it a new one is answered 503 and closed. Lowered at start
 /// to the descriptor limit less [`HTTP_DESCRIPTORS_RESERVED`].
 pub const HTTP_CONNECTIONS_MAX: usize = 10_000;

@@ -47,8 +47,8 @@
 //!   (constant-time comparison, generated credentials), [`msgpack`] (byte strings as `bin`),
 //!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic),
 //!   [`point`] (a position in the log: a sequence number or a time), [`metrics`] (what
-//!   `GET /metrics` reports, kept with `prometheus-client`), [`alloc`] (the counting
-//!   allocator behind `--max-memory` and `used_memory`).
+//!   `GET /metrics` reports, kept with `prometheus-client`), [`alloc`] (the heap in use, as
+//!   the allocator reports it, behind `--max-memory` and `used_memory`).
 
 pub mod admin_cli;
 pub mod alloc;

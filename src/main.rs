@@ -3,10 +3,6 @@
 use std::path::PathBuf;
 use tidepool::config::{self, Config, FsyncMode};
 
-/// Counts the heap in use, for `--max-memory` and `INFO memory`'s `used_memory`.
-#[global_allocator]
-static ALLOCATOR: tidepool::alloc::Counting = tidepool::alloc::Counting;
-
 const USAGE: &str = "usage: tidepool serve [--listen ADDR] [--data DIR] [--token T] [--read-only-token R] [--fsync always|everysec|never]
                                             [--qstash-token Q] [--qstash-read-only-token QR]
                                             [--qstash-current-signing-key K] [--qstash-next-signing-key N]

@@ -143,10 +143,37 @@ fn each_match<T>(
     ctx: &mut Ctx,
     key: &[u8],
     path: &Path,
+    op: impl FnMut(&mut Json) -> Result<Option<T>, Reply>,
+) -> Result<(Vec<Option<T>>, Option<usize>), Reply> {
+    each_match_growing(ctx, key, path, 0, op)
+}
+
+/// The bytes one JSON command may add to a document, at most: a value copied into every match
+/// of a wildcard path (`JSON.SET k $..a <value>` on a document of a thousand `a`s) multiplies,
+/// and would otherwise take the machine's memory in a few small requests.
+fn growth_fits(matches: usize, per_match: usize) -> Result<(), Reply> {
+    let added = matches.saturating_mul(per_match);
+    if added > crate::config::JSON_CHANGE_BYTES_MAX {
+        return Err(Reply::Error(format!(
+            "ERR this change would add {added} bytes to the document ({matches} matches), more than one command may add ({})",
+            crate::config::JSON_CHANGE_BYTES_MAX
+        )));
+    }
+    Ok(())
+}
+
+/// As [`each_match`], for a change that adds `per_match` bytes at each match (checked with
+/// [`growth_fits`] before anything changes).
+fn each_match_growing<T>(
+    ctx: &mut Ctx,
+    key: &[u8],
+    path: &Path,
+    per_match: usize,
     mut op: impl FnMut(&mut Json) -> Result<Option<T>, Reply>,
 ) -> Result<(Vec<Option<T>>, Option<usize>), Reply> {
     let d = existing_mut(ctx, key)?;
     let found = path.select(d);
+    growth_fits(found.len(), per_match)?;
     let mut order: Vec<usize> = (0..found.len()).collect();
     order.sort_by(|&a, &b| json::mutation_order(&found[a], &found[b]));
     let mut out: Vec<Option<T>> = (0..found.len()).map(|_| None).collect();
@@ -213,6 +240,7 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let value = tri!(json_arg(&a[3]));
     let key = &a[1];
     let now = ctx.now_ms;
+    let replaying = ctx.replaying;
     let Some(d) = tri!(doc_mut(ctx, key)) else {
         if xx {
             return Reply::Nil;
@@ -232,10 +260,14 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         ctx.dirty = true;
         return Reply::ok();
     }
-    let all = set_in(d, &path, value, nx, xx);
+    let all = set_in(d, &path, value, nx, xx, replaying);
     match all {
         Err(e) => e,
-        Ok((changed, all)) => {
+        Ok((changed, all, nested)) => {
+            if nested {
+                let logged = whole_document(key, d);
+                ctx.log_as(logged);
+            }
             if changed {
                 ctx.dirty = true;
             }
@@ -251,16 +283,49 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 /// JSON.SET (and MERGE) under a parent that does not exist.
 const MISSING_PARENT: &str = "ERR missing key at non-terminal path level";
 
+/// What a SET or MERGE with matches inside one another (`$..a` on `{"a":{"a":1}}`) does
+/// depends on the order it changes them in. Live, tidepool follows the hosted service's match
+/// order and logs the whole document that resulted (`JSON.SET key $ doc`), so the log never
+/// holds such a change in the path form; one found there was written before, when changes
+/// went parents first, and replays so.
+fn matches_in_order(d: &Json, path: &Path, replaying: bool) -> (Vec<Vec<json::Step>>, bool) {
+    let found = path.select(d);
+    if !json::has_nesting(&found) {
+        return (found, false);
+    }
+    if replaying {
+        (path.select_parents_first(d), true)
+    } else {
+        (found, true)
+    }
+}
+
+/// The logged form of a key's JSON document as it is now: the whole of it, set at the root.
+fn whole_document(key: &[u8], d: &Json) -> Vec<Vec<u8>> {
+    vec![
+        b"JSON.SET".to_vec(),
+        key.to_vec(),
+        b"$".to_vec(),
+        d.to_text().into_bytes(),
+    ]
+}
+
 /// Sets `value` at every match of a non-root `path`, or adds it as a new member when nothing
-/// matches. Answers (anything changed, everything planned was done).
+/// matches. Answers (anything changed, everything planned was done, the matches nested).
 fn set_in(
     d: &mut Json,
     path: &Path,
     value: Json,
     nx: bool,
     xx: bool,
-) -> Result<(bool, bool), Reply> {
-    let found = if nx { Vec::new() } else { path.select(d) };
+    replaying: bool,
+) -> Result<(bool, bool, bool), Reply> {
+    let (found, nested) = if nx {
+        (Vec::new(), false)
+    } else {
+        matches_in_order(d, path, replaying)
+    };
+    growth_fits(found.len(), value.mem_bytes())?;
     let depth = value.depth();
     if found.iter().any(|at| at.len() + depth > json::MAX_DEPTH) {
         return Err(Reply::err(json::RECURSION_LIMIT));
@@ -271,15 +336,15 @@ fn set_in(
                 *v = value.clone();
             }
         }
-        return Ok((true, true));
+        return Ok((true, true, nested));
     }
     if xx {
-        return Ok((false, false));
+        return Ok((false, false, false));
     }
     let (parents, name) = match path.creation_sites(d) {
         Ok(x) => x,
         // NX on an array position that exists: nothing to do.
-        Err(_) if nx && !path.select(d).is_empty() => return Ok((false, false)),
+        Err(_) if nx && !path.select(d).is_empty() => return Ok((false, false, false)),
         Err(e) => return Err(Reply::Error(e)),
     };
     // A parent that does not exist is an error, as the hosted service answers (the SDK suite's
@@ -302,7 +367,7 @@ fn set_in(
             }
         }
     }
-    Ok((added > 0, added > 0 && added == parents.len()))
+    Ok((added > 0, added > 0 && added == parents.len(), false))
 }
 
 /// JSON.GET key [INDENT s] [NEWLINE s] [SPACE s] [NOESCAPE] [path ...]
@@ -426,16 +491,39 @@ pub fn mset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         triplets.push((&t[0], path, value));
     }
     let now = ctx.now_ms;
+    let replaying = ctx.replaying;
     let mut all = true;
+    let mut nested = false;
+    let keys: Vec<Vec<u8>> = triplets.iter().map(|(k, _, _)| k.to_vec()).collect();
     for (key, path, value) in triplets {
         ctx.dirty = true;
         match doc_mut(ctx, key) {
-            Ok(Some(d)) if !path.is_root() => match set_in(d, &path, value, false, false) {
-                Ok((_, done)) => all &= done,
-                Err(_) => all = false,
-            },
+            Ok(Some(d)) if !path.is_root() => {
+                match set_in(d, &path, value, false, false, replaying) {
+                    Ok((_, done, n)) => {
+                        all &= done;
+                        nested |= n;
+                    }
+                    Err(_) => all = false,
+                }
+            }
             Ok(Some(d)) => *d = value,
             _ => ctx.db.insert(key, Value::Json(Box::new(value)), None, now),
+        }
+    }
+    // Matches inside one another: every document this MSET set is logged whole (see
+    // `matches_in_order`).
+    if nested {
+        let mut seen: Vec<&Vec<u8>> = Vec::new();
+        for k in &keys {
+            if seen.contains(&k) {
+                continue;
+            }
+            seen.push(k);
+            if let Ok(Some(d)) = doc(ctx, k) {
+                let logged = whole_document(k, d);
+                ctx.log_as(logged);
+            }
         }
     }
     if all {
@@ -455,6 +543,7 @@ pub fn merge(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let patch = tri!(json_arg(&a[3]));
     let key = &a[1];
     let now = ctx.now_ms;
+    let ctx_replaying = ctx.replaying;
     let Some(d) = tri!(doc_mut(ctx, key)) else {
         if !path.is_root() {
             return Reply::err("ERR new objects must be created at the root");
@@ -471,14 +560,15 @@ pub fn merge(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         return Reply::ok();
     }
     tri!(depth_fits(d, &path, 0, patch.depth()));
-    let found = path.select(d);
+    let (found, nested) = matches_in_order(d, &path, ctx_replaying);
+    tri!(growth_fits(found.len(), patch.mem_bytes()));
     if found.is_empty() {
         if patch == Json::Null {
             return Reply::ok();
         }
-        return match set_in(d, &path, patch, false, false) {
+        return match set_in(d, &path, patch, false, false, ctx_replaying) {
             Err(e) => e,
-            Ok((changed, _)) => {
+            Ok((changed, _, _)) => {
                 ctx.dirty |= changed;
                 if changed {
                     Reply::ok()
@@ -498,6 +588,10 @@ pub fn merge(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                 v.merge(&patch);
             }
         }
+    }
+    if nested {
+        let logged = whole_document(key, d);
+        ctx.log_as(logged);
     }
     ctx.dirty = true;
     Reply::ok()
@@ -662,7 +756,7 @@ pub fn strappend(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         Json::Str(s) => s,
         other => return expected("string", &other),
     };
-    let results = each_match(ctx, &a[1], &path, |v| match v {
+    let results = each_match_growing(ctx, &a[1], &path, suffix.len(), |v| match v {
         Json::Str(s) => {
             s.push_str(&suffix);
             Ok(Some(Reply::Int(s.len() as i64)))
@@ -705,7 +799,8 @@ pub fn arrappend(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let path = tri!(path_arg(&a[2]));
     let items = tri!(json_args(&a[3..]));
     tri!(key_depth_fits(ctx, &a[1], &path, 1, &items));
-    let results = each_match(ctx, &a[1], &path, |v| match v {
+    let per_match = items.iter().map(Json::mem_bytes).sum();
+    let results = each_match_growing(ctx, &a[1], &path, per_match, |v| match v {
         Json::Arr(arr) => {
             arr.extend(items.iter().cloned());
             Ok(Some(Reply::Int(arr.len() as i64)))
@@ -721,7 +816,8 @@ pub fn arrinsert(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let index = tri!(super::args::int_arg(&a[3]));
     let items = tri!(json_args(&a[4..]));
     tri!(key_depth_fits(ctx, &a[1], &path, 1, &items));
-    let results = each_match(ctx, &a[1], &path, |v| match v {
+    let per_match = items.iter().map(Json::mem_bytes).sum();
+    let results = each_match_growing(ctx, &a[1], &path, per_match, |v| match v {
         Json::Arr(arr) => {
             let len = arr.len() as i64;
             let at = if index < 0 { len + index } else { index };

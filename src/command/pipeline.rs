@@ -226,6 +226,18 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     if ctx.limits.memory_full && info.flags.iter().any(|f| f == "denyoom") {
         return Reply::err(errors::OOM);
     }
+    // The database's data-size quota, as the hosted service's: while the database holds as
+    // much as its limit or more, a write that stores a value is refused; reads and deletes
+    // run. (A write may take it past the limit by what it adds; the next one is refused.)
+    if info.write
+        && ctx
+            .limits
+            .data_bytes_max
+            .is_some_and(|max| ctx.db.data_bytes() >= max)
+        && info.key_refs_with(&args, true).iter().any(|r| r.stores)
+    {
+        return Reply::err(errors::DB_CAPACITY);
+    }
     let client = match ctx.origin {
         Origin::Request => ctx.client,
         Origin::Script { .. } => "lua",
@@ -370,54 +382,68 @@ fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply>
     (stored > max).then(|| Reply::err(errors::RECORD_SIZE))
 }
 
-/// A write that may take a value past `--max-value-bytes`, or its database past its data-size
-/// limit: what the keys it writes held before it ran, to check what they hold after and put
-/// them back if it went past. Taken only when a cheap bound (what the command reads, plus its
-/// arguments, plus what offsets may add) cannot rule that out, so most writes pay nothing.
+/// A write that may take a value past `--max-value-bytes`: what the keys it writes held
+/// before it ran, to check what the values it stores hold after and put the keys back if one
+/// went past. Taken only when a cheap bound (what the command reads, its arguments, what an
+/// offset may add) cannot rule that out, so most writes pay nothing; its cost, a copy of the
+/// keys written, falls on writes to values near the limit.
 struct SizeGuard {
     /// The keys the command writes, with their entries before it ran.
     before: Vec<(Vec<u8>, Option<crate::state::Entry>)>,
-    /// The keys it stores values at, with their bytes before.
+    /// The keys it stores values at, with their values' bytes before.
     stored: Vec<(Vec<u8>, u64)>,
-    data_before: u64,
-    value_max: Option<usize>,
-    data_max: Option<u64>,
+    value_max: u64,
 }
 
 impl SizeGuard {
     fn before(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<SizeGuard> {
-        let value_max = ctx.limits.value_bytes_max;
-        let data_max = ctx.limits.data_bytes_max;
-        if value_max.is_none() && data_max.is_none() {
-            return None;
-        }
+        let value_max = ctx.limits.value_bytes_max? as u64;
         let refs = info.key_refs_with(args, true);
-        // What the command can add at most: its arguments, what it reads, and the zeros an
-        // offset past the end creates (SETBIT, SETRANGE, BITFIELD). SORT's BY and GET read
-        // keys its key specifications do not name, and RESTORE's payload is compressed: they
-        // are always checked after.
-        // Every key it reads but stores nothing at: sources, and keys it moves from (LMOVE).
+        // What the command can add at most: its arguments (each may become an element, with a
+        // score and an overhead), what it reads (every key it reads but stores nothing at:
+        // sources, and keys it moves from, as LMOVE), and the zeros an offset past the end
+        // creates (SETBIT, SETRANGE, BITFIELD).
         let read: u64 = refs
             .iter()
             .filter(|r| r.read && !refs.iter().any(|s| s.stores && s.key == r.key))
-            .map(|r| ctx.db.bytes_of(r.key))
-            .sum();
-        let arguments: u64 = args.iter().skip(1).map(|a| a.len() as u64).sum();
-        let grows = read + arguments + offset_growth(info, args) + 64;
-        let unbounded = matches!(info.name.as_str(), "sort" | "restore");
+            .map(|r| ctx.db.value_bytes_of(r.key))
+            .fold(0u64, u64::saturating_add);
+        let arguments: u64 = args
+            .iter()
+            .skip(1)
+            .map(|a| a.len() as u64 + 16)
+            .fold(0u64, u64::saturating_add);
+        let grows = read
+            .saturating_add(arguments)
+            .saturating_add(offset_growth(info, args))
+            .saturating_add(64);
+        // SORT's BY and GET read keys its key specifications do not name; RESTORE's payload is
+        // compressed; a sorted set built from sets adds a score to each member; a HyperLogLog
+        // may turn dense (12 KB); a JSON write may copy a value into every match of a path:
+        // those are checked after, whatever the bound says.
+        let unbounded = matches!(
+            info.name.as_str(),
+            "sort"
+                | "restore"
+                | "zunionstore"
+                | "zinterstore"
+                | "zdiffstore"
+                | "zrangestore"
+                | "georadius"
+                | "georadiusbymember"
+                | "geosearchstore"
+                | "pfadd"
+                | "pfmerge"
+        ) || info.name.starts_with("json.");
         let stored: Vec<(Vec<u8>, u64)> = refs
             .iter()
             .filter(|r| r.stores)
-            .map(|r| (r.key.to_vec(), ctx.db.bytes_of(r.key)))
+            .map(|r| (r.key.to_vec(), ctx.db.value_bytes_of(r.key)))
             .collect();
-        let value_risk = value_max.is_some_and(|max| {
-            stored
-                .iter()
-                .any(|(k, b)| b + grows > (max + k.len()) as u64)
-        });
-        let data_before = ctx.db.data_bytes();
-        let data_risk = data_max.is_some_and(|max| data_before + grows > max);
-        if !(unbounded || value_risk || data_risk) {
+        let risk = stored
+            .iter()
+            .any(|(_, b)| b.saturating_add(grows) > value_max);
+        if !(unbounded || risk) || stored.is_empty() {
             return None;
         }
         let mut seen: Vec<&[u8]> = Vec::new();
@@ -431,27 +457,21 @@ impl SizeGuard {
         Some(SizeGuard {
             before,
             stored,
-            data_before,
             value_max,
-            data_max,
         })
     }
 
-    /// After the command: None when it stayed within the limits, else the refusal, with every
-    /// key it wrote put back as it was (nothing of it is logged).
+    /// After the command: None when the values it stored stayed within the limit (or did not
+    /// grow), else the refusal, with every key it wrote put back as it was (nothing of it is
+    /// logged).
     fn after(self, ctx: &mut Ctx) -> Option<Reply> {
-        let over_value = self.value_max.and_then(|max| {
-            self.stored.iter().find_map(|(k, before)| {
-                let now = ctx.db.bytes_of(k);
-                (now > *before && now > (max + k.len()) as u64).then_some(errors::RECORD_SIZE)
-            })
+        let over = self.stored.iter().any(|(k, before)| {
+            let now = ctx.db.value_bytes_of(k);
+            now > *before && now > self.value_max
         });
-        let data_now = ctx.db.data_bytes();
-        let over_data = self
-            .data_max
-            .filter(|max| data_now > self.data_before && data_now > *max)
-            .map(|_| errors::DB_CAPACITY);
-        let refusal = over_value.or(over_data)?;
+        if !over {
+            return None;
+        }
         for (k, old) in self.before {
             ctx.db.remove(&k);
             if let Some(e) = old {
@@ -462,7 +482,7 @@ impl SizeGuard {
         }
         ctx.dirty = false;
         ctx.rewrite = None;
-        Some(Reply::err(refusal))
+        Some(Reply::err(errors::RECORD_SIZE))
     }
 }
 

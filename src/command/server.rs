@@ -180,10 +180,10 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         ));
     }
     if want("memory") {
-        let used = crate::alloc::in_use();
+        let used = crate::alloc::sample();
         out.push_str(&format!(
             "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nmaxmemory:{}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:noeviction\r\ntidepool_db_data_bytes:{}\r\ntidepool_db_max_data_bytes:{}\r\ntidepool_db_keys:{}\r\n\r\n",
-            human_bytes(used as u64),
+            human_bytes(used),
             f.memory_max,
             human_bytes(f.memory_max),
             ctx.db.data_bytes(),

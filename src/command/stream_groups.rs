@@ -219,7 +219,14 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     }
     let limit = if count == 0 { usize::MAX } else { count };
     let mut out = Vec::new();
-    for (k, start) in keys.iter().zip(starts) {
+    // What a live NOACK read that created no consumer is logged as: per stream, the group's
+    // new position (XGROUP SETID), or the read itself where the consumer existed. A NOACK
+    // read in the log as sent, whose consumer does not exist, can then only come from a log
+    // written before, when such a read created its consumer: replay does so.
+    let mut noack_logged: Vec<Vec<Vec<u8>>> = Vec::new();
+    let mut noack_skipped = false;
+    let replaying = ctx.replaying;
+    for ((k, start), id) in keys.iter().zip(starts).zip(ids) {
         let Ok(Some(st)) = typed::existing::<Box<Stream>>(ctx, k) else {
             continue;
         };
@@ -243,9 +250,12 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         // A NOACK read creates no consumer: nothing becomes pending for it, and the hosted
         // service lists no consumer after one (`XINFO CONSUMERS` answers []). Redis creates
         // it. An existing consumer is still seen.
-        if !noack || g.consumers.contains_key(&cname) {
+        let had_consumer = g.consumers.contains_key(&cname);
+        if !noack || had_consumer || replaying {
             consumer(&mut g, &cname, now);
         }
+        let skipped_here = noack && !had_consumer && !replaying;
+        noack_skipped |= skipped_here;
         let entries = match start {
             None => {
                 let from = g.last_id.next();
@@ -318,12 +328,48 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
                     .collect()
             }
         };
+        if noack {
+            noack_logged.push(if skipped_here {
+                let read = g.entries_read.map_or(-1, |n| n as i64);
+                vec![
+                    b"XGROUP".to_vec(),
+                    b"SETID".to_vec(),
+                    k.clone(),
+                    gname.clone(),
+                    g.last_id.text(),
+                    b"ENTRIESREAD".to_vec(),
+                    read.to_string().into_bytes(),
+                ]
+            } else {
+                let mut read = vec![
+                    b"XREADGROUP".to_vec(),
+                    b"GROUP".to_vec(),
+                    gname.clone(),
+                    cname.clone(),
+                ];
+                if count > 0 {
+                    read.extend([b"COUNT".to_vec(), count.to_string().into_bytes()]);
+                }
+                read.extend([
+                    b"NOACK".to_vec(),
+                    b"STREAMS".to_vec(),
+                    k.clone(),
+                    id.clone(),
+                ]);
+                read
+            });
+        }
         st.groups.insert(gname.clone(), g);
         ctx.dirty = true;
         if new_only && entries.is_empty() {
             continue;
         }
         out.push((k.clone(), entries));
+    }
+    if noack_skipped {
+        for cmd in noack_logged {
+            ctx.log_as(cmd);
+        }
     }
     read_reply(out)
 }

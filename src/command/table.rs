@@ -492,6 +492,20 @@ fn newer_entry(
 ) -> CommandInfo {
     let speed = if group == "json" { "slow" } else { "fast" };
     let mut flags = vec![if write { "write" } else { "readonly" }.to_string()];
+    // The ones that may grow memory, as Redis 8 and RedisJSON flag them (`--max-memory`
+    // refuses them past the limit).
+    if matches!(
+        name,
+        "hsetex"
+            | "json.set"
+            | "json.mset"
+            | "json.merge"
+            | "json.arrappend"
+            | "json.arrinsert"
+            | "json.strappend"
+    ) {
+        flags.push("denyoom".into());
+    }
     if speed == "fast" {
         flags.push("fast".into());
     }

@@ -963,13 +963,15 @@ impl Executor {
             m.script_limit_ms(self.script_time_limit_ms)
         });
         let data_bytes_max = dbs.meta(db_id).and_then(|m| m.data_limit_bytes());
+        // A scratch database's Lua time is also held to a share of the executor.
+        let share_limited = dbs.meta(db_id).is_some_and(|m| m.scratch);
         let memory_full = self
             .memory_bytes_max
-            .is_some_and(|max| crate::alloc::in_use() as u64 > max);
+            .is_some_and(|max| crate::alloc::in_use() > max);
         let Some((db, kept)) = dbs.split_mut(db_id) else {
             return Err("WRONGPASS invalid or missing auth token".into());
         };
-        scripts.enter(db_id, script_ms);
+        scripts.enter(db_id, script_ms, share_limited);
         let mut around = Around {
             pubsub: pubsubs.entry(db_id).or_default(),
             command_started: None,
@@ -1048,6 +1050,9 @@ impl Executor {
 
     /// Periodic work: expiry of keys and of scratch databases, and the usage counts' record.
     fn tick(&mut self) {
+        if self.memory_bytes_max.is_some() {
+            crate::alloc::sample();
+        }
         if self.poisoned().is_some() || self.read_only.is_some() {
             return;
         }

@@ -42,16 +42,20 @@ impl SubscriberHandle {
             self.lagged.store(true, Ordering::SeqCst);
             return false;
         }
+        // Counted before it is queued: the body subtracts it once it takes it, which may be
+        // at once.
+        self.queued.fetch_add(len, Ordering::AcqRel);
         match self.tx.try_send(event) {
-            Ok(()) => {
-                self.queued.fetch_add(len, Ordering::AcqRel);
-                true
-            }
+            Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
+                self.queued.fetch_sub(len, Ordering::AcqRel);
                 self.lagged.store(true, Ordering::SeqCst);
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.queued.fetch_sub(len, Ordering::AcqRel);
+                false
+            }
         }
     }
 }

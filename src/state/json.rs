@@ -496,9 +496,17 @@ impl Path {
             .all(|s| !s.descend && matches!(s.sel, Selector::Name(_) | Selector::Index(_)))
     }
 
-    /// Every location the path selects in `doc`, in document order.
+    /// Every location the path selects in `doc`, in the hosted service's match order (see
+    /// `descendants`).
     pub fn select(&self, doc: &Json) -> Vec<Vec<Step>> {
         select_from(doc, doc, Vec::new(), &self.segments)
+    }
+
+    /// The same locations in the order tidepool selected them before it followed the hosted
+    /// service's (recursive descent parents first): a log written before replays with it
+    /// where the order changes the result (one match inside another, for SET and MERGE).
+    pub fn select_parents_first(&self, doc: &Json) -> Vec<Vec<Step>> {
+        select_in_order(doc, doc, Vec::new(), &self.segments, true)
     }
 
     /// Where JSON.SET would add a member when nothing matches: the parents (existing objects
@@ -518,6 +526,16 @@ impl Path {
 }
 
 fn select_from(root: &Json, doc: &Json, base: Vec<Step>, segs: &[Segment]) -> Vec<Vec<Step>> {
+    select_in_order(root, doc, base, segs, false)
+}
+
+fn select_in_order(
+    root: &Json,
+    doc: &Json,
+    base: Vec<Step>,
+    segs: &[Segment],
+    parents_first: bool,
+) -> Vec<Vec<Step>> {
     let mut cur = vec![base];
     for seg in segs {
         let mut next = Vec::new();
@@ -525,7 +543,7 @@ fn select_from(root: &Json, doc: &Json, base: Vec<Step>, segs: &[Segment]) -> Ve
             let Some(node) = doc.get(&p) else { continue };
             if seg.descend {
                 let mut all = Vec::new();
-                descendants(node, p, &mut all);
+                descendants(node, p, &mut all, parents_first);
                 for d in all {
                     if let Some(n) = doc.get(&d) {
                         apply(root, n, &d, &seg.sel, &mut next);
@@ -545,25 +563,30 @@ fn select_from(root: &Json, doc: &Json, base: Vec<Step>, segs: &[Segment]) -> Ve
 /// `{"b":3,"nested":{"b":null}}` answers `[null,3]`: what a member's value holds comes before
 /// the match at the member's own level (the SDKs' test suites assert this order; RedisJSON
 /// lists parents first). Depth is bounded by the document's own (`MAX_DEPTH`).
-fn descendants(node: &Json, at: Vec<Step>, out: &mut Vec<Vec<Step>>) {
+fn descendants(node: &Json, at: Vec<Step>, out: &mut Vec<Vec<Step>>, parents_first: bool) {
+    if parents_first {
+        out.push(at.clone());
+    }
     match node {
         Json::Arr(a) => {
             for (i, v) in a.iter().enumerate() {
                 let mut p = at.clone();
                 p.push(Step::Idx(i));
-                descendants(v, p, out);
+                descendants(v, p, out, parents_first);
             }
         }
         Json::Obj(o) => {
             for (k, v) in o {
                 let mut p = at.clone();
                 p.push(Step::Key(k.clone()));
-                descendants(v, p, out);
+                descendants(v, p, out, parents_first);
             }
         }
         _ => {}
     }
-    out.push(at);
+    if !parents_first {
+        out.push(at);
+    }
 }
 
 fn child(at: &[Step], s: Step) -> Vec<Step> {
@@ -1027,6 +1050,15 @@ pub fn mutation_order(a: &[Step], b: &[Step]) -> Ordering {
         }
     }
     b.len().cmp(&a.len())
+}
+
+/// Whether one of `found` lies inside another (then the order the changes are applied in
+/// changes the result of a SET or MERGE).
+pub fn has_nesting(found: &[Vec<Step>]) -> bool {
+    let all: std::collections::HashSet<&[Step]> = found.iter().map(Vec::as_slice).collect();
+    found
+        .iter()
+        .any(|p| (0..p.len()).any(|l| all.contains(&p[..l])))
 }
 
 /// How many of `found` (in match order) a deletion removes when it deletes them one by one in

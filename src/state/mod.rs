@@ -31,17 +31,19 @@ pub enum Value {
 }
 
 impl Value {
-    /// The bytes the value holds: its strings, members, fields and values, 8 a score, 16 a
-    /// stream ID, and a JSON document's estimate (`Json::mem_bytes`). What the value-size and
-    /// data-size limits count, and `INFO memory`'s dataset. Kept by each type as it changes, so
-    /// this is O(1), but for a JSON document, which is walked.
+    /// The bytes the value holds: its strings, members, fields and values, each element with
+    /// `ELEMENT_OVERHEAD_BYTES` more (so a million empty list items are not free), 8 a score,
+    /// 16 a stream ID, and a JSON document's estimate (`Json::mem_bytes`). What the value-size
+    /// and data-size limits count, and `INFO memory`'s dataset. Kept by each type as it
+    /// changes, so this is O(1), but for a JSON document, which is walked.
     pub fn data_bytes(&self) -> usize {
+        const E: usize = ELEMENT_OVERHEAD_BYTES;
         match self {
             Value::Str(s) => s.len(),
-            Value::Hash(h) => h.data_bytes(),
-            Value::List(l) => l.data_bytes(),
-            Value::Set(s) => s.key_bytes(),
-            Value::ZSet(z) => z.data_bytes(),
+            Value::Hash(h) => h.data_bytes() + 2 * E * h.len(),
+            Value::List(l) => l.data_bytes() + E * l.len(),
+            Value::Set(s) => s.key_bytes() + E * s.len(),
+            Value::ZSet(z) => z.data_bytes() + E * z.len(),
             Value::Stream(s) => s.data_bytes(),
             Value::Json(j) => j.mem_bytes(),
         }
@@ -74,9 +76,15 @@ pub struct Entry {
     pub bytes: u64,
 }
 
-/// What a key costs against the data-size limits: its name and its value's bytes.
+/// What each element of a collection counts beyond its bytes (a length, as a listpack keeps).
+pub const ELEMENT_OVERHEAD_BYTES: usize = 1;
+/// What each key counts beyond its name and value (its entry).
+pub const KEY_OVERHEAD_BYTES: usize = 16;
+
+/// What a key costs against the data-size limits: its name, its value's bytes, and the
+/// entry's overhead.
 fn entry_bytes(key: &[u8], value: &Value) -> u64 {
-    (key.len() + value.data_bytes()) as u64
+    (KEY_OVERHEAD_BYTES + key.len() + value.data_bytes()) as u64
 }
 
 /// One database. Expired keys are invisible from the moment their time passes (a rule that
@@ -131,6 +139,13 @@ impl Db {
             self.data_bytes = self.data_bytes.saturating_sub(e.bytes) + now;
             e.bytes = now;
         }
+    }
+
+    /// The bytes of `key`'s value now, counted again (0 when absent, expired or not).
+    pub fn value_bytes_of(&self, key: &[u8]) -> u64 {
+        self.keys
+            .get(key)
+            .map_or(0, |e| e.value.data_bytes() as u64)
     }
 
     /// The bytes `key` holds now, counted again (0 when absent, expired or not).

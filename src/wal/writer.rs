@@ -34,6 +34,8 @@ pub struct WalWriter {
     /// Set after the first failed write or sync. A log that failed once may have lost data the
     /// kernel claimed to hold, so it takes no more writes.
     poisoned: Option<String>,
+    /// A new segment could not be created when the current one was full (said once).
+    rotate_failed_said: bool,
 }
 
 impl WalWriter {
@@ -71,6 +73,7 @@ impl WalWriter {
             last_write: (0, 0),
             written_bytes: 0,
             poisoned: None,
+            rotate_failed_said: false,
         })
     }
 
@@ -96,6 +99,7 @@ impl WalWriter {
             last_write: (0, 0),
             written_bytes: 0,
             poisoned: Some(why),
+            rotate_failed_said: false,
         })
     }
 
@@ -172,9 +176,25 @@ impl WalWriter {
             return Err(e);
         }
         if self.segment_bytes >= self.segment_bytes_max {
-            if let Err(e) = self.rotate() {
-                self.poison(format!("rotating the log segment failed: {e}"));
+            // A failed sync poisons the log. A new segment that cannot be created (a full
+            // disk) does not: what was written is in the current segment, which goes on
+            // taking records past its usual size while it can, and the next write tries the
+            // new segment again.
+            if let Err(e) = self.file.sync_data() {
+                self.poison(format!(
+                    "syncing the log segment before the next failed: {e}"
+                ));
                 return Err(e);
+            }
+            if let Err(e) = self.rotate() {
+                if !self.rotate_failed_said {
+                    crate::log::line(&format!(
+                        "warning: cannot start a new log segment ({e}); the current one goes on"
+                    ));
+                    self.rotate_failed_said = true;
+                }
+            } else {
+                self.rotate_failed_said = false;
             }
         }
         Ok(())

@@ -192,7 +192,9 @@ fn deep_retry_delay_expression_is_refused() {
     let mut q = server.qstash();
     for expr in [
         "-".repeat(20_000) + "1",
-        "(".repeat(50_000) + "1" + &")".repeat(50_000),
+        // (A request head holds at most HTTP_CONNECTION_BUFFER_BYTES_MAX, 64 KiB: a deeper
+        // one is answered 431 before any parser sees it.)
+        "(".repeat(25_000) + "1" + &")".repeat(25_000),
     ] {
         let r = q.request(
             "POST",

@@ -694,3 +694,107 @@ fn fcall_ro_runs_a_function_that_only_reads() {
     assert_eq!(c.cmd_str(&["FCALL", "wr", "1", "k"]), Canon::Int(1));
     assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("w"));
 }
+
+/// Writes `cmds` as a log of one segment (records 1, 2, ...), as a server before issue 24
+/// wrote it, into `data`.
+fn old_log(data: &std::path::Path, cmds: &[&[&str]]) {
+    use tidepool::record::{self, Record};
+    use tidepool::wal::format::{self, SegmentHeader};
+    let wal = data.join("wal");
+    std::fs::create_dir_all(&wal).expect("wal dir");
+    let mut seg = SegmentHeader {
+        first_seq: 1,
+        created_unix_ms: 1_767_225_600_000,
+    }
+    .encode()
+    .to_vec();
+    for (i, cmd) in cmds.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let mut payload = Vec::new();
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        record::encode_kv_commands(&mut payload, &[args]);
+        let kind = Record::KvCommands(Vec::new()).kind();
+        format::encode_frame(&mut seg, seq, 1_767_225_600_000 + seq, kind, &payload);
+    }
+    seg.resize(1 << 20, 0);
+    std::fs::write(wal.join(format::segment_file_name(1)), &seg).expect("segment");
+}
+
+/// Issue 24's semantics keep older logs as they were (found in review): a NOACK read in a log
+/// written before created its consumer, and replays so; a JSON.SET whose matches lie inside one
+/// another was applied parents first, and replays so. Live, the new meanings are logged in a
+/// form that replays the same: a NOACK read that creates no consumer as XGROUP SETID, a nested
+/// SET as the whole document.
+#[test]
+fn older_logs_keep_their_meaning_and_new_writes_replay_the_same() {
+    let dir = TempDir::new("oldmeaning");
+    let data = dir.path().join("data");
+    old_log(
+        &data,
+        &[
+            &["XADD", "st", "1-1", "f", "v"],
+            &["XGROUP", "CREATE", "st", "g", "0"],
+            &[
+                "XREADGROUP",
+                "GROUP",
+                "g",
+                "c",
+                "NOACK",
+                "STREAMS",
+                "st",
+                ">",
+            ],
+            &["JSON.SET", "j", "$", r#"{"a":{"a":0}}"#],
+            &["JSON.SET", "j", "$..a", r#"{"a":1}"#],
+        ],
+    );
+    let s = Server::start(&data, &[]);
+    let mut c = s.client();
+    match c.cmd_str(&["XINFO", "CONSUMERS", "st", "g"]) {
+        Canon::Arr(v) => assert_eq!(v.len(), 1, "{v:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        c.cmd_str(&["JSON.GET", "j"]),
+        Canon::s(r#"{"a":{"a":{"a":1}}}"#)
+    );
+    // Live: the hosted meanings, and a restart agrees.
+    c.cmd_str(&["XADD", "st2", "1-1", "f", "v"]);
+    c.cmd_str(&["XADD", "st2", "2-1", "f", "v"]);
+    c.cmd_str(&["XGROUP", "CREATE", "st2", "g", "0"]);
+    c.cmd_str(&[
+        "XREADGROUP",
+        "GROUP",
+        "g",
+        "c",
+        "COUNT",
+        "1",
+        "NOACK",
+        "STREAMS",
+        "st2",
+        ">",
+    ]);
+    assert_eq!(
+        c.cmd_str(&["XINFO", "CONSUMERS", "st2", "g"]),
+        Canon::Arr(vec![])
+    );
+    c.cmd_str(&["JSON.SET", "k", "$", r#"{"a":{"a":0}}"#]);
+    c.cmd_str(&["JSON.SET", "k", "$..a", r#"{"a":1}"#]);
+    assert_eq!(c.cmd_str(&["JSON.GET", "k"]), Canon::s(r#"{"a":{"a":1}}"#));
+    c.cmd_str(&["JSON.SET", "m", "$", r#"{"a":{"a":{}}}"#]);
+    c.cmd_str(&["JSON.MERGE", "m", "$..a", r#"{"b":2}"#]);
+    let state = |c: &mut Http| {
+        [
+            c.cmd_str(&["XINFO", "GROUPS", "st2"]),
+            c.cmd_str(&["XINFO", "CONSUMERS", "st2", "g"]),
+            c.cmd_str(&["JSON.GET", "k"]),
+            c.cmd_str(&["JSON.GET", "m"]),
+            c.cmd_str(&["JSON.GET", "j"]),
+        ]
+    };
+    let before = state(&mut c);
+    drop(c);
+    s.kill9();
+    let s = Server::start(&data, &[]);
+    assert_eq!(state(&mut s.client()), before);
+}
