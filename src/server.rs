@@ -361,6 +361,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
             ));
         }
         let app = Arc::new(app);
+        tokio::spawn(crate::executor::watch_executor(
+            ex.shared.clone(),
+            std::time::Duration::from_millis(crate::config::EXPIRE_CYCLE_INTERVAL_MS),
+        ));
         let ticker = ex.tx.clone();
         tokio::spawn(async move {
             let mut iv = tokio::time::interval(std::time::Duration::from_millis(

@@ -256,10 +256,17 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     };
     let reply = super::dispatch::execute(ctx, info, &args);
     if info.write {
-        // What the command wrote is counted into the database's data size.
-        for r in info.key_refs_with(&args, true) {
-            if r.write {
-                ctx.db.refresh(r.key);
+        // What the command wrote is counted into the database's data size: most writes name
+        // one key, first, where the table says so without a search.
+        if info.first_key == 1 && info.last_key == 1 && !info.movable_keys {
+            if let Some(k) = args.get(1) {
+                ctx.db.refresh(k);
+            }
+        } else {
+            for r in info.key_refs_with(&args, true) {
+                if r.write {
+                    ctx.db.refresh(r.key);
+                }
             }
         }
     }

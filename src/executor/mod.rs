@@ -126,9 +126,13 @@ pub struct Shared {
     pub tokens: RwLock<TokenTable>,
     /// What is measured as it happens (`GET /metrics`).
     pub metrics: crate::metrics::Live,
-    /// When (Unix ms) the executor took the job it is on; 0 while it waits for work.
-    /// `/readyz` reads it: requests of every database wait while one job holds it.
-    pub busy_since_ms: std::sync::atomic::AtomicU64,
+    /// Jobs the executor has taken, and whether it is inside a batch now: a watchdog on the
+    /// HTTP side (`watch_executor`) sees from them how long one job has held the executor,
+    /// for `/readyz`, without a clock read per job here.
+    pub jobs_taken: std::sync::atomic::AtomicU64,
+    pub in_batch: std::sync::atomic::AtomicBool,
+    /// How long the executor has been on one job, as the watchdog last saw (ms).
+    pub stalled_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -174,6 +178,8 @@ pub struct Executor {
     script_time_limit_ms: u64,
     /// `--max-memory`, in bytes of heap (`alloc::in_use`).
     memory_bytes_max: Option<u64>,
+    /// Jobs taken since start (see `Shared::jobs_taken`).
+    jobs_taken: u64,
     /// Usage counted since it was last logged, per database, for `usage_day`.
     usage: BTreeMap<DbId, Counting>,
     /// Each command's latency, by table id (`GET /metrics`).
@@ -218,6 +224,28 @@ pub struct Setup {
     pub script_time_limit_ms: u64,
     /// `--max-memory`: writes that may grow memory are refused past it.
     pub memory_bytes_max: Option<u64>,
+}
+
+/// Watches from the HTTP side how long the executor has been on one job: every `period`, a
+/// job count that has not moved while a batch is open adds the period; `/readyz` reads the
+/// sum. (A clock read per job on the executor cost more than this.)
+pub async fn watch_executor(shared: Arc<Shared>, period: std::time::Duration) {
+    let mut iv = tokio::time::interval(period);
+    iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last = (u64::MAX, std::time::Instant::now());
+    loop {
+        iv.tick().await;
+        let jobs = shared.jobs_taken.load(Ordering::Relaxed);
+        let now = std::time::Instant::now();
+        if jobs != last.0 || !shared.in_batch.load(Ordering::Relaxed) {
+            last = (jobs, now);
+        }
+        let stalled = now.duration_since(last.1).as_millis() as u64;
+        shared.stalled_ms.store(stalled, Ordering::Relaxed);
+        if std::sync::Arc::strong_count(&shared) == 1 {
+            return;
+        }
+    }
 }
 
 /// A started executor: its queue, its counters, and the task to await.
@@ -393,6 +421,7 @@ pub fn start(
         commands_per_day: setup.commands_per_day,
         script_time_limit_ms: setup.script_time_limit_ms,
         memory_bytes_max: setup.memory_bytes_max,
+        jobs_taken: 0,
         usage: BTreeMap::new(),
         command_seconds: Vec::new(),
         commands_timed_at: 0,
@@ -559,10 +588,12 @@ impl Executor {
                 batch.push(attempted(r));
             }
             let mut pending: Vec<Pending> = Vec::with_capacity(batch.len());
+            self.shared.in_batch.store(true, Ordering::Relaxed);
             for job in batch.drain(..) {
+                self.jobs_taken += 1;
                 self.shared
-                    .busy_since_ms
-                    .store(clock::wall_unix_ms().max(1), Ordering::Relaxed);
+                    .jobs_taken
+                    .store(self.jobs_taken, Ordering::Relaxed);
                 match job {
                     Job::Exec {
                         db,
@@ -668,7 +699,7 @@ impl Executor {
                 // Logged by the snapshot's own lines; nobody waits for an answer.
                 let _ = self.take_snapshot(true);
             }
-            self.shared.busy_since_ms.store(0, Ordering::Relaxed);
+            self.shared.in_batch.store(false, Ordering::Relaxed);
         }
         self.snapshots.stop();
         // Shutdown: everything written is synced before the process exits.

@@ -410,12 +410,11 @@ fn health(app: &App, path: &str) -> Response<Body> {
     let last_seq = log.last_seq.load(std::sync::atomic::Ordering::SeqCst);
     // One job holding the executor (a script at a named database's limit, say) holds every
     // database's requests: not ready while it lasts.
-    let since = app
+    let busy_ms = app
         .shared
-        .busy_since_ms
+        .stalled_ms
         .load(std::sync::atomic::Ordering::Relaxed);
-    let busy_ms = crate::clock::wall_unix_ms().saturating_sub(since);
-    if since != 0 && busy_ms > config::EXECUTOR_STALL_MS {
+    if busy_ms > config::EXECUTOR_STALL_MS {
         return json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({"status": "not ready", "error": format!("the executor has been on one job for {busy_ms} ms (more than {} ms): every request waits for it", config::EXECUTOR_STALL_MS)}),
