@@ -602,6 +602,8 @@ where
     reader::scan_with(wal, read_mode(), |path, offset, frame| {
         progress.at(path, offset);
         let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
+        tidepool::executor::check_record(&record)
+            .map_err(|why| format!("record #{}: {why}", frame.seq))?;
         each(
             path,
             offset,
@@ -901,9 +903,9 @@ fn refuse_if_live(dir: &Path) -> Result<(), Failure> {
 
 fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
     let s = match reader::scan(wal, |_, _, frame| {
-        Record::decode(frame.kind, frame.payload)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
+        tidepool::executor::check_record(&record)
+            .map_err(|why| format!("record #{}: {why}", frame.seq))
     }) {
         Ok(s) => s,
         Err(reader::ScanError::Callback {
@@ -918,7 +920,9 @@ fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
                     path,
                     offset,
                     file_len,
-                    finding: reader::Finding::Header(format!("payload does not decode: {message}")),
+                    finding: reader::Finding::Header(format!(
+                        "a record no server writes: {message}"
+                    )),
                     action: Action::Refuse,
                 }),
                 ..Default::default()

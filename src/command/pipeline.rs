@@ -772,6 +772,36 @@ fn truncate(s: &str, max: usize) -> &str {
 }
 
 /// Whether `args` has the arity `info` requires (negative arity: at least that many).
+/// Whether a logged command is one the live path could have run, as replay needs it: a command
+/// of the table with an arity it allows. A record holding one that is not cannot come from a
+/// server (a faulty disk, a bad copy, a hand-made file): start-up and `tidepool-log verify`
+/// refuse it, and no handler ever sees it.
+pub fn replayable(args: &[Vec<u8>]) -> Result<&'static CommandInfo, String> {
+    let name = || {
+        String::from_utf8_lossy(args.first().map_or(&b""[..], |a| a.as_slice()))
+            .chars()
+            .take(64)
+            .collect::<String>()
+    };
+    let info = match table::global().lookup(args) {
+        table::Lookup::Found(i) => i,
+        _ => {
+            return Err(format!(
+                "the logged command '{}' is not a command tidepool runs",
+                name()
+            ))
+        }
+    };
+    if !arity_ok(info, args.len()) {
+        return Err(format!(
+            "the logged command '{}' has {} arguments, which it never takes",
+            info.name,
+            args.len().saturating_sub(1)
+        ));
+    }
+    Ok(info)
+}
+
 pub fn arity_ok(info: &CommandInfo, argc: usize) -> bool {
     let a = info.arity;
     if a >= 0 {
@@ -790,9 +820,12 @@ pub fn arity_error(info: &CommandInfo) -> Reply {
 /// changed nothing, which a correct log never does. The log tool also reads replayed state
 /// through it (`tidepool-log history --values`).
 pub fn replay(db: &mut Db, rng: &mut crate::rng::Rng, ts: u64, args: &[Vec<u8>]) -> Reply {
-    let info = match table::global().lookup(args) {
-        table::Lookup::Found(i) => i,
-        _ => return unknown_command(args),
+    // What the live path checks before a command runs, and every handler relies on: a record
+    // that fails it never came from a server (start-up refuses it before this; see
+    // `replayable`), and must not reach a handler.
+    let info = match replayable(args) {
+        Ok(i) => i,
+        Err(why) => return Reply::Error(format!("ERR {why}")),
     };
     let mut server = Replay;
     let mut logged = Vec::new();

@@ -320,6 +320,9 @@ pub fn start(
     let mut apply = |seq, ts, kind, payload: &[u8]| {
         replayed_bytes += (wal::format::FRAME_HEADER_BYTES + payload.len()) as u64;
         let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
+        check_record(&record).map_err(|why| {
+            format!("record #{seq}: {why} (no server logs that: a damaged disk or a bad copy). `tidepool-log repair` cuts the log at this record")
+        })?;
         delivery.applying_seq = seq;
         replay_errors += apply_record(&mut dbs, &mut delivery, &mut rng, ts, &record);
         Ok(())
@@ -485,6 +488,19 @@ pub fn apply_record(
         Record::KvCommands(cmds) => errors += apply_commands(dbs.default_db_mut(), rng, ts, cmds),
     }
     errors
+}
+
+/// Whether a record holds only what a server logs: key-value commands the live path could
+/// have run (`pipeline::replayable`). Start-up refuses a record that does not, with its file,
+/// offset and sequence number, and `tidepool-log verify` reports it.
+pub fn check_record(record: &Record) -> Result<(), String> {
+    if let Some((_, cmds)) = record.kv_commands() {
+        for (i, args) in cmds.iter().enumerate() {
+            pipeline::replayable(args)
+                .map_err(|why| format!("command {} of the record: {why}", i + 1))?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies one record's key-value commands to `db`; how many answered an error.

@@ -695,31 +695,6 @@ fn fcall_ro_runs_a_function_that_only_reads() {
     assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("w"));
 }
 
-/// Writes `cmds` as a log of one segment (records 1, 2, ...), as a server before issue 24
-/// wrote it, into `data`.
-fn old_log(data: &std::path::Path, cmds: &[&[&str]]) {
-    use tidepool::record::{self, Record};
-    use tidepool::wal::format::{self, SegmentHeader};
-    let wal = data.join("wal");
-    std::fs::create_dir_all(&wal).expect("wal dir");
-    let mut seg = SegmentHeader {
-        first_seq: 1,
-        created_unix_ms: 1_767_225_600_000,
-    }
-    .encode()
-    .to_vec();
-    for (i, cmd) in cmds.iter().enumerate() {
-        let seq = i as u64 + 1;
-        let mut payload = Vec::new();
-        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
-        record::encode_kv_commands(&mut payload, &[args]);
-        let kind = Record::KvCommands(Vec::new()).kind();
-        format::encode_frame(&mut seg, seq, 1_767_225_600_000 + seq, kind, &payload);
-    }
-    seg.resize(1 << 20, 0);
-    std::fs::write(wal.join(format::segment_file_name(1)), &seg).expect("segment");
-}
-
 /// Issue 24's semantics keep older logs as they were (found in review): a NOACK read in a log
 /// written before created its consumer, and replays so; a JSON.SET whose matches lie inside one
 /// another was applied parents first, and replays so. Live, the new meanings are logged in a
@@ -729,7 +704,7 @@ fn old_log(data: &std::path::Path, cmds: &[&[&str]]) {
 fn older_logs_keep_their_meaning_and_new_writes_replay_the_same() {
     let dir = TempDir::new("oldmeaning");
     let data = dir.path().join("data");
-    old_log(
+    write_log(
         &data,
         &[
             &["XADD", "st", "1-1", "f", "v"],

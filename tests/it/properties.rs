@@ -320,3 +320,140 @@ fn ten_times_every_depth_limit() {
             .is_err()
     );
 }
+
+/// Arguments that reach deep into the commands' own parsing: numbers, options, paths, IDs.
+const ARG_TOKENS: &[&str] = &[
+    "k",
+    "k2",
+    "f",
+    "v",
+    "0",
+    "1",
+    "-1",
+    "2",
+    "100",
+    "4294967295",
+    "-9223372036854775808",
+    "1.5",
+    "inf",
+    "nan",
+    "x",
+    "",
+    "$",
+    "$..a",
+    "[1]",
+    "{\"a\":1}",
+    "*",
+    "1-1",
+    "0-1",
+    ">",
+    "NX",
+    "XX",
+    "GT",
+    "EX",
+    "PX",
+    "KEEPTTL",
+    "GET",
+    "LIMIT",
+    "COUNT",
+    "WITHSCORES",
+    "BYSCORE",
+    "REV",
+    "MAXLEN",
+    "~",
+    "=",
+    "MINID",
+    "STREAMS",
+    "GROUP",
+    "g",
+    "c",
+    "NOACK",
+    "FIELDS",
+    "SET",
+    "u8",
+    "#1",
+    "i64",
+    "OVERFLOW",
+    "SAT",
+    "LEFT",
+    "RIGHT",
+    "BEFORE",
+    "AGGREGATE",
+    "SUM",
+    "WEIGHTS",
+    "STORE",
+    "ASC",
+    "ALPHA",
+    "BY",
+    "nosort",
+    "MATCH",
+    "TYPE",
+    "FROMLONLAT",
+    "BYRADIUS",
+    "km",
+    "IDLE",
+    "JUSTID",
+    "MKSTREAM",
+    "ENTRIESREAD",
+    "ID",
+    "IDS",
+    "KEEPREF",
+    "ACKED",
+];
+
+proptest! {
+    /// Issue 26: replay ran logged commands without the checks the live path makes, and a
+    /// record holding `["SET","k"]` panicked start-up. Any well-framed record of commands,
+    /// names from the command table and arguments of any shape, is either refused by
+    /// `check_record` (as start-up and `tidepool-log verify` do) or applied without a panic,
+    /// on a state that holds values of every type.
+    #[test]
+    fn replayed_commands_never_panic(
+        picks in prop::collection::vec(
+            (any::<prop::sample::Index>(), prop::collection::vec(prop::sample::select(ARG_TOKENS), 0..8)),
+            1..12,
+        ),
+    ) {
+        use tidepool::command::table;
+        use tidepool::executor::{apply_record, check_record};
+        let names: Vec<&str> = table::global()
+            .all()
+            .filter(|i| !i.has_subcommands)
+            .map(|i| i.name.as_str())
+            .collect();
+        let mut dbs = tidepool::state::databases::Databases::default();
+        let mut delivery = tidepool::delivery::Delivery::new();
+        let mut rng = tidepool::rng::Rng::new(1);
+        let setup: Vec<Vec<Vec<u8>>> = [
+            &["SET", "k", "1"][..],
+            &["RPUSH", "l", "a", "b"],
+            &["HSET", "h", "f", "v"],
+            &["SADD", "s", "a"],
+            &["ZADD", "z", "1", "a"],
+            &["XADD", "x", "1-1", "f", "v"],
+            &["XGROUP", "CREATE", "x", "g", "0"],
+            &["JSON.SET", "j", "$", "{\"a\":[1,{\"a\":2}]}"],
+            &["PFADD", "p", "a"],
+        ]
+        .iter()
+        .map(|c| c.iter().map(|a| a.as_bytes().to_vec()).collect())
+        .collect();
+        apply_record(&mut dbs, &mut delivery, &mut rng, 1_000, &Record::KvCommands(setup));
+        let cmds: Vec<Vec<Vec<u8>>> = picks
+            .iter()
+            .map(|(i, args)| {
+                let name = names[i.index(names.len())];
+                let mut c: Vec<Vec<u8>> =
+                    name.split('|').map(|p| p.to_ascii_uppercase().into_bytes()).collect();
+                c.extend(args.iter().map(|a| a.as_bytes().to_vec()));
+                c
+            })
+            .collect();
+        for cmd in cmds {
+            let record = Record::KvCommands(vec![cmd]);
+            if check_record(&record).is_ok() {
+                apply_record(&mut dbs, &mut delivery, &mut rng, 2_000, &record);
+            }
+        }
+    }
+}

@@ -352,3 +352,50 @@ fn tail_shows_a_record_larger_than_its_buffer() {
         .collect();
     assert_eq!(seqs, ["#1", "#2"]);
 }
+
+/// Issue 26: a segment whose only record is `["SET","k"]`, with a valid checksum, passed
+/// `tidepool-log verify` ("ok: 1 records") and then made `tidepool serve` panic during start-up
+/// (replay ran commands without the arity check the live path makes). Start-up now refuses it
+/// with the file, the offset and the record's number, naming the repair; verify reports it;
+/// repair cuts the log at it; and no logged command reaches a handler unchecked.
+#[test]
+fn a_record_no_server_writes_refuses_start_up_with_its_place() {
+    let dir = TempDir::new("badrecord");
+    let data = dir.path().join("data");
+    write_log(
+        &data,
+        &[&["SET", "a", "1"], &["SET", "k"], &["SET", "b", "2"]],
+    );
+    let err = Server::try_start(&data, &[])
+        .err()
+        .expect("start-up refuses the directory");
+    assert!(err.contains("00000000000000000001.wal at offset"), "{err}");
+    assert!(err.contains("record #2"), "{err}");
+    assert!(err.contains("'set' has 1 arguments"), "{err}");
+    assert!(err.contains("tidepool-log repair"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let d = data.to_str().expect("path");
+    let (code, out) = log_tool(&["verify", d]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("record #2") && out.contains("has 1 arguments"),
+        "{out}"
+    );
+    // An unknown command is refused the same way.
+    let other = dir.path().join("unknown");
+    write_log(&other, &[&["NOSUCHCOMMAND", "k"]]);
+    let err = Server::try_start(&other, &[]).err().expect("refused");
+    assert!(
+        err.contains("'NOSUCHCOMMAND' is not a command tidepool runs"),
+        "{err}"
+    );
+    // repair cuts the log at the record; the records before it stay.
+    let (code, out) = log_tool(&["repair", "--yes", d]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = log_tool(&["verify", d]);
+    assert_eq!(code, 0, "{out}");
+    let s = Server::start(&data, &[]);
+    let mut c = s.client();
+    assert_eq!(c.cmd_str(&["GET", "a"]), Canon::s("1"));
+    assert_eq!(c.cmd_str(&["EXISTS", "b"]), Canon::Int(0));
+}

@@ -1067,3 +1067,28 @@ pub fn read_raw_response(s: &mut TcpStream) -> String {
     }
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// Writes `cmds` into `data` as a log of one segment, one record each (records 1, 2, ...),
+/// as a server (or an older one, or a damaged disk) would have.
+pub fn write_log(data: &std::path::Path, cmds: &[&[&str]]) {
+    use tidepool::record::{self, Record};
+    use tidepool::wal::format::{self, SegmentHeader};
+    let wal = data.join("wal");
+    std::fs::create_dir_all(&wal).expect("wal dir");
+    let mut seg = SegmentHeader {
+        first_seq: 1,
+        created_unix_ms: 1_767_225_600_000,
+    }
+    .encode()
+    .to_vec();
+    for (i, cmd) in cmds.iter().enumerate() {
+        let seq = i as u64 + 1;
+        let mut payload = Vec::new();
+        let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+        record::encode_kv_commands(&mut payload, &[args]);
+        let kind = Record::KvCommands(Vec::new()).kind();
+        format::encode_frame(&mut seg, seq, 1_767_225_600_000 + seq, kind, &payload);
+    }
+    seg.resize(1 << 20, 0);
+    std::fs::write(wal.join(format::segment_file_name(1)), &seg).expect("segment");
+}
