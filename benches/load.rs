@@ -495,27 +495,12 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
     let start = Instant::now();
     let loaded = tidepool::snapshot::read_file(&newest.path, |_| {}).map_err(|d| d.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
-    let mut dbs = tidepool::state::databases::Databases::default();
-    let mut delivery = tidepool::delivery::Delivery::new();
-    let mut rng = tidepool::rng::Rng::new(1);
-    let (mut records, mut commands) = (0u64, 0u64);
     let start = Instant::now();
-    tidepool::wal::reader::scan(&off.join("wal"), |_, _, f| {
-        let r = tidepool::record::Record::decode(f.kind, f.payload).map_err(|e| e.to_string())?;
-        records += 1;
-        if let Some((_, c)) = r.kv_commands() {
-            commands += c.len() as u64;
-        }
-        tidepool::executor::apply_record(
-            &mut dbs,
-            &mut delivery,
-            &mut rng,
-            f.timestamp_unix_ms,
-            &r,
-        );
-        Ok(())
-    })
-    .map_err(|e| e.to_string())?;
+    let replayed = tidepool::machine::recover(
+        &off,
+        tidepool::machine::Recover::read(tidepool::machine::Start::Empty),
+    )?;
+    let (records, commands) = (replayed.report.records, replayed.changes);
     let replay_s = start.elapsed().as_secs_f64();
     println!();
     println!("| in process | time | rate |");
@@ -530,7 +515,7 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
         records as f64 / replay_s,
         commands as f64 / replay_s
     );
-    drop((loaded, dbs, delivery));
+    drop((loaded, replayed));
     // Latency under a steady load, with and without a background snapshot of all the keys.
     let (_tp, port) = tidepool_with(bin, &on, "never", &["--auto-snapshot-percentage", "0"])?;
     let write_start = Instant::now();

@@ -62,6 +62,7 @@ pub mod glob;
 pub mod http;
 pub mod log;
 pub mod lua;
+pub mod machine;
 pub mod metrics;
 pub mod msgpack;
 pub mod num;

@@ -292,6 +292,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Some(p) => format!("  scratch databases: curl -X POST {url}{p}\n"),
             None => String::new(),
         };
+        // The handlers go in before the banner announces the server: a SIGTERM sent as soon
+        // as the banner is read stops it cleanly instead of killing it. (Before, during a
+        // long replay, the default action still ends the process at once.)
+        let shutdown = shutdown_signal();
         // The banner goes out with errors ignored: a closed stdout (`tidepool serve | head -1`)
         // must not take the server down, and println! would panic on EPIPE.
         let state = match cfg.at {
@@ -379,7 +383,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 }
             }
         });
-        http::serve(listener, app, shutdown_signal()).await;
+        http::serve(listener, app, shutdown).await;
         let (done, wait) = tokio::sync::oneshot::channel();
         if ex.tx.send(Job::Shutdown { done }).await.is_ok() {
             let _ = wait.await;
@@ -391,19 +395,22 @@ pub fn run(cfg: Config) -> Result<(), String> {
     })
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers now; the future ends at the first of them.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut t), Ok(mut i)) => {
-            tokio::select! {
-                _ = t.recv() => {}
-                _ = i.recv() => {}
+    async move {
+        match (term, int) {
+            (Ok(mut t), Ok(mut i)) => {
+                tokio::select! {
+                    _ = t.recv() => {}
+                    _ = i.recv() => {}
+                }
             }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

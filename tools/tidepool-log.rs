@@ -10,6 +10,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
 use tidepool::command::table;
+use tidepool::machine::{self, Machine, Recover, Step};
 use tidepool::point::{rfc3339, Point};
 use tidepool::record::Record;
 use tidepool::wal::reader::{self, Action, Damage};
@@ -361,44 +362,31 @@ fn verify_snapshots(data_dir: &Path, wal: &Path) -> Result<(), Failure> {
 }
 
 /// The state at the log's end, from the newest snapshot and the log after it.
-fn state_at_end(
-    data_dir: &Path,
-    wal: &Path,
-) -> Result<
-    (
-        tidepool::state::databases::Databases,
-        tidepool::delivery::Delivery,
-        u64,
-        u64,
-    ),
-    Failure,
-> {
-    let start = tidepool::snapshot::choose(data_dir, wal, |_| true, |_| {}).map_err(Failure::Io)?;
-    for d in &start.skipped {
+fn state_at_end(data_dir: &Path, wal: &Path) -> Result<Machine, Failure> {
+    let progress = Progress::over(wal, "replaying the log");
+    let mut step = |s: Step<'_>| {
+        if let Step::Log(path, offset) = s {
+            progress.at(path, offset)
+        }
+    };
+    let r = machine::recover(
+        data_dir,
+        Recover {
+            access: machine::Access::Read(read_mode()),
+            progress: Some(&mut step),
+            ..Recover::read(machine::Start::Newest)
+        },
+    )
+    .map_err(Failure::Io)?;
+    let _ = wal;
+    for d in &r.skipped {
         eprintln!("warning: the snapshot {d} is damaged; using an older point");
     }
-    let mut st = Replayed::new();
-    let (mut seq, mut ts) = (0, 0);
-    if let Some(l) = start.loaded {
-        (seq, ts) = (l.header.seq, l.header.record_unix_ms);
-        st.dbs = l.dbs;
-        st.delivery = l.delivery;
-    }
-    let progress = Progress::over(wal, "replaying the log");
-    let s = reader::scan_from(wal, read_mode(), seq + 1, |path, offset, frame| {
-        progress.at(path, offset);
-        let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
-        st.apply(frame.seq, frame.timestamp_unix_ms, &record);
-        (seq, ts) = (frame.seq, frame.timestamp_unix_ms);
-        Ok(())
-    })
-    .map(settled)
-    .map_err(|e| Failure::Io(e.to_string()))?;
-    if let Some(d) = &s.damage {
-        eprintln!("DAMAGE: {}", describe(d));
+    if let Some(d) = settled_damage(r.damage) {
+        eprintln!("DAMAGE: {}", describe(&d));
         return Err(Failure::Found);
     }
-    Ok((st.dbs, st.delivery, seq, ts))
+    Ok(r.machine)
 }
 
 /// `snapshot`: the state at the log's end, written as the server writes it; the log then
@@ -408,7 +396,8 @@ fn take_snapshot(
     wal: &Path,
     retention: tidepool::config::Retention,
 ) -> Result<(), Failure> {
-    let (dbs, delivery, seq, ts) = state_at_end(data_dir, wal)?;
+    let machine = state_at_end(data_dir, wal)?;
+    let machine::Position { seq, unix_ms: ts } = machine.position();
     let io = |e: io::Error| Failure::Io(e.to_string());
     // A new segment at the next record, so that every record so far is in closed segments.
     let segments = reader::list_segments(wal).map_err(io)?;
@@ -428,25 +417,22 @@ fn take_snapshot(
     let bar = PROGRESS
         .load(std::sync::atomic::Ordering::Relaxed)
         .then(|| {
-            indicatif::ProgressBar::new(dbs.iter().map(|(_, d)| d.len() as u64).sum()).with_style(
-                indicatif::ProgressStyle::with_template(
-                    "writing the snapshot [{bar:40}] {pos}/{len} keys",
+            indicatif::ProgressBar::new(machine.dbs().iter().map(|(_, d)| d.len() as u64).sum())
+                .with_style(
+                    indicatif::ProgressStyle::with_template(
+                        "writing the snapshot [{bar:40}] {pos}/{len} keys",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> "),
                 )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-            )
         });
-    let header = tidepool::snapshot::format::SnapshotHeader {
-        seq,
-        record_unix_ms: ts,
-        created_unix_ms: tidepool::clock::wall_unix_ms(),
-    };
-    let written = tidepool::snapshot::write_file(data_dir, &dbs, &delivery, header, |n| {
-        if let Some(b) = &bar {
-            b.set_position(n);
-        }
-    })
-    .map_err(io)?;
+    let written = machine
+        .write_snapshot_file(data_dir, tidepool::clock::wall_unix_ms(), |n| {
+            if let Some(b) = &bar {
+                b.set_position(n);
+            }
+        })
+        .map_err(io)?;
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
@@ -602,7 +588,7 @@ where
     reader::scan_with(wal, read_mode(), |path, offset, frame| {
         progress.at(path, offset);
         let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
-        tidepool::executor::check_record(&record)
+        tidepool::machine::check_record(&record)
             .map_err(|why| format!("record #{}: {why}", frame.seq))?;
         each(
             path,
@@ -872,15 +858,14 @@ fn being_written(d: &Damage) -> bool {
 /// A scan's summary, with a live server's torn tail, or a record caught while being written,
 /// taken for the end of what was readable then.
 fn settled(mut s: reader::ScanSummary) -> reader::ScanSummary {
-    let live = LIVE.load(std::sync::atomic::Ordering::Relaxed);
-    if live
-        && s.damage
-            .as_ref()
-            .is_some_and(|d| d.action == Action::CutTail || being_written(d))
-    {
-        s.damage = None;
-    }
+    s.damage = settled_damage(s.damage);
     s
+}
+
+/// Damage a scan stopped at, unless it is a running server's record being written.
+fn settled_damage(damage: Option<Damage>) -> Option<Damage> {
+    let live = LIVE.load(std::sync::atomic::Ordering::Relaxed);
+    damage.filter(|d| !(live && (d.action == Action::CutTail || being_written(d))))
 }
 
 /// Judging damage (verify) or cutting it (repair) needs a log that nobody writes.
@@ -904,7 +889,7 @@ fn refuse_if_live(dir: &Path) -> Result<(), Failure> {
 fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
     let s = match reader::scan(wal, |_, _, frame| {
         let record = Record::decode(frame.kind, frame.payload).map_err(|e| e.to_string())?;
-        tidepool::executor::check_record(&record)
+        tidepool::machine::check_record(&record)
             .map_err(|why| format!("record #{}: {why}", frame.seq))
     }) {
         Ok(s) => s,
@@ -989,79 +974,24 @@ fn reply_text(r: &tidepool::reply::Reply) -> String {
     }
 }
 
-/// The state the log builds, record by record, to read values from (`history --values`).
-struct Replayed {
-    dbs: tidepool::state::databases::Databases,
-    delivery: tidepool::delivery::Delivery,
-    rng: tidepool::rng::Rng,
-}
-
-impl Replayed {
-    fn new() -> Replayed {
-        Replayed {
-            dbs: Default::default(),
-            delivery: tidepool::delivery::Delivery::new(),
-            // Replay draws nothing: every random choice is in the log as it was made.
-            rng: tidepool::rng::Rng::new(1),
-        }
-    }
-    fn apply(&mut self, seq: u64, ts: u64, record: &Record) {
-        self.delivery.applying_seq = seq;
-        tidepool::executor::apply_record(
-            &mut self.dbs,
-            &mut self.delivery,
-            &mut self.rng,
-            ts,
-            record,
-        );
-    }
-    /// Runs a read at `ts` (a command's read of the state, unchecked: this is the tool's own).
-    fn read(&mut self, ts: u64, args: &[&[u8]]) -> tidepool::reply::Reply {
-        let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
-        tidepool::command::pipeline::replay(self.dbs.default_db_mut(), &mut self.rng, ts, &args)
-    }
-    /// The value of `key` at `ts`, by its type, as one line.
-    fn value(&mut self, key: &[u8], ts: u64) -> String {
-        let ty = match self.read(ts, &[b"TYPE", key]) {
-            tidepool::reply::Reply::Status(s) => s,
-            other => return reply_text(&other),
-        };
-        let read: &[&[u8]] = match ty.as_str() {
-            "none" => return "(no key)".into(),
-            "string" => &[b"GET", key],
-            "hash" => &[b"HGETALL", key],
-            "list" => &[b"LRANGE", key, b"0", b"-1"],
-            "set" => &[b"SORT", key, b"ALPHA"],
-            "zset" => &[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"],
-            "stream" => &[b"XRANGE", key, b"-", b"+"],
-            _ => &[b"JSON.GET", key],
-        };
-        format!("{ty} {}", reply_text(&self.read(ts, read)))
-    }
-}
-
-/// The oldest state the directory can rebuild: the start of the log, or (when the log was
-/// compacted) the oldest snapshot the kept log follows. Returns it and the record it is at.
-fn oldest_state(data_dir: &Path, wal: &Path) -> Result<(Replayed, u64), Failure> {
-    let Some(first) = compacted_before(wal) else {
-        return Ok((Replayed::new(), 0));
+/// The value of `key` (default database) at `ts`, by its type, as one line.
+fn value_of(m: &mut Machine, key: &[u8], ts: u64) -> String {
+    let db = tidepool::state::databases::DEFAULT_DB;
+    let ty = match m.read(db, ts, &[b"TYPE", key]) {
+        tidepool::reply::Reply::Status(s) => s,
+        other => return reply_text(&other),
     };
-    let snaps = tidepool::snapshot::list(&tidepool::snapshot::snapshot_dir(data_dir))
-        .map_err(|e| Failure::Io(e.to_string()))?;
-    for s in snaps.iter().filter(|s| s.seq + 1 >= first) {
-        match tidepool::snapshot::read_file(&s.path, |_| {}) {
-            Ok(l) => {
-                let mut st = Replayed::new();
-                st.dbs = l.dbs;
-                st.delivery = l.delivery;
-                return Ok((st, l.header.seq));
-            }
-            Err(d) => eprintln!("warning: the snapshot {d} is damaged; trying a newer one"),
-        }
-    }
-    Err(Failure::Io(format!(
-        "the log begins at record #{first} and no snapshot it follows can be read: values cannot be rebuilt"
-    )))
+    let read: &[&[u8]] = match ty.as_str() {
+        "none" => return "(no key)".into(),
+        "string" => &[b"GET", key],
+        "hash" => &[b"HGETALL", key],
+        "list" => &[b"LRANGE", key, b"0", b"-1"],
+        "set" => &[b"SORT", key, b"ALPHA"],
+        "zset" => &[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"],
+        "stream" => &[b"XRANGE", key, b"-", b"+"],
+        _ => &[b"JSON.GET", key],
+    };
+    format!("{ty} {}", reply_text(&m.read(db, ts, read)))
 }
 
 fn history(
@@ -1071,31 +1001,14 @@ fn history(
     window: &Window,
     values: bool,
 ) -> Result<(), Failure> {
-    let (mut state, from) = match values {
-        true => {
-            let (st, seq) = oldest_state(data_dir, wal)?;
-            (Some(st), seq + 1)
-        }
-        false => (None, 0),
-    };
-    if let Some(f) = compacted_before(wal) {
-        eprintln!(
-            "note: the records before #{} were removed behind a snapshot (--log-retention); history begins there",
-            f.max(from)
-        );
-    }
-    let s = scan_decoding(wal, |_, _, seq, ts, _, record| {
-        if seq < from {
-            return;
-        }
-        if let Some(st) = state.as_mut() {
-            st.apply(seq, ts, &record);
-        }
+    let compacted = compacted_before(wal);
+    // The records of the window that touch `key`, each with the value after it (`--values`).
+    let show = |seq: u64, ts: u64, record: &Record, value: Option<&mut dyn FnMut() -> String>| {
         if !window.holds(seq, ts) {
             return;
         }
         // A key's history is the default database's.
-        let Record::KvCommands(cmds) = &record else {
+        let Record::KvCommands(cmds) = record else {
             return;
         };
         let touching: Vec<&Vec<Vec<u8>>> =
@@ -1110,12 +1023,62 @@ fn history(
                 c.iter().map(|a| quoted(a)).collect::<Vec<_>>().join(" ")
             ));
         }
-        if let Some(st) = state.as_mut() {
-            out(&format!("    = {}", st.value(key, ts)));
+        if let Some(v) = value {
+            out(&format!("    = {}", v()));
         }
-    })?;
-    if let Some(d) = &s.damage {
-        eprintln!("DAMAGE: {}", describe(d));
+    };
+    let note = |from: u64| {
+        eprintln!(
+            "note: the records before #{from} were removed behind a snapshot (--log-retention); history begins there"
+        )
+    };
+    if !values {
+        if let Some(f) = compacted {
+            note(f);
+        }
+        let s = scan_decoding(wal, |_, _, seq, ts, _, record| show(seq, ts, &record, None))?;
+        if let Some(d) = &s.damage {
+            eprintln!("DAMAGE: {}", describe(d));
+            return Err(Failure::Found);
+        }
+        return Ok(());
+    }
+    // Values need the state: from the oldest point the directory can rebuild, every record
+    // applied through the state machine, the value read after each one shown.
+    let progress = Progress::over(wal, "reading the log");
+    let mut step = |s: Step<'_>| {
+        if let Step::Log(path, offset) = s {
+            progress.at(path, offset)
+        }
+    };
+    let mut noted = compacted.is_none();
+    let mut observe = |m: &mut Machine, at: machine::Position, record: &Record| {
+        if !noted {
+            noted = true;
+            note(at.seq);
+        }
+        show(
+            at.seq,
+            at.unix_ms,
+            record,
+            Some(&mut || value_of(m, key, at.unix_ms)),
+        );
+    };
+    let r = machine::recover(
+        data_dir,
+        Recover {
+            access: machine::Access::Read(read_mode()),
+            progress: Some(&mut step),
+            observe: Some(&mut observe),
+            ..Recover::read(machine::Start::Oldest)
+        },
+    )
+    .map_err(Failure::Io)?;
+    for d in &r.skipped {
+        eprintln!("warning: the snapshot {d} is damaged; trying a newer one");
+    }
+    if let Some(d) = settled_damage(r.damage) {
+        eprintln!("DAMAGE: {}", describe(&d));
         return Err(Failure::Found);
     }
     Ok(())

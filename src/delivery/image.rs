@@ -165,8 +165,7 @@ impl Delivery {
             ended_runs,
             notifications,
             flows,
-            applying_seq: _, // set by whoever applies a record
-            flow_wake: _,    // scheduler state
+            flow_wake: _, // scheduler state
             failure_calls,
             limits: _, // configuration
         } = self;

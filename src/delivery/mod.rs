@@ -112,8 +112,6 @@ pub struct Delivery {
     /// Lookback notifications by (run, event).
     pub notifications: BTreeMap<(String, String), Bin>,
     pub flows: flow::Flows,
-    /// Sequence number of the record being applied (set by the executor and by replay).
-    pub applying_seq: u64,
     /// When a flow-control key's rate window reopens, for keys with messages held back.
     flow_wake: BTreeSet<(u64, String)>,
     /// The failure callback of each message in the DLQ that has one, by the failed message's
@@ -196,10 +194,10 @@ impl Delivery {
         self.logs.back_mut()
     }
 
-    /// Applies one event at the record's timestamp.
-    pub fn apply(&mut self, ts: u64, event: &Event) {
+    /// Applies one event of record `seq`, at the record's timestamp.
+    pub fn apply(&mut self, seq: u64, ts: u64, event: &Event) {
         match event {
-            Event::Put(m) => self.put(ts, m),
+            Event::Put(m) => self.put(seq, ts, m),
             Event::Attempt {
                 id,
                 retried,
@@ -458,7 +456,7 @@ impl Delivery {
         Some(serde_json::Value::Array(out).to_string().into_bytes())
     }
 
-    fn put(&mut self, ts: u64, m: &Message) {
+    fn put(&mut self, seq: u64, ts: u64, m: &Message) {
         let id: Arc<str> = m.id.clone();
         if self.msgs.contains_key(&id) {
             return;
@@ -500,7 +498,7 @@ impl Delivery {
                 in_flight: false,
                 released,
                 flow_started: false,
-                seq: self.applying_seq,
+                seq,
             }),
         );
         if let Some(q) = m

@@ -84,13 +84,18 @@ impl Executor {
         }
         let ts = self.now();
         let find = |ex: &Executor, name: &str| -> Result<DbMeta, AdminReply> {
-            ex.dbs.by_name(name).cloned().ok_or_else(|| {
+            ex.machine.dbs().by_name(name).cloned().ok_or_else(|| {
                 AdminReply::error(404, &format!("there is no database named '{name}'"))
             })
         };
         let result = match op {
             AdminOp::List => {
-                let all: Vec<Value> = self.dbs.metas().map(|m| self.describe(m, false)).collect();
+                let all: Vec<Value> = self
+                    .machine
+                    .dbs()
+                    .metas()
+                    .map(|m| self.describe(m, false))
+                    .collect();
                 Ok(AdminReply::ok(json!({ "databases": all })))
             }
             AdminOp::Get(name) => {
@@ -122,14 +127,14 @@ impl Executor {
             }),
             AdminOp::ResetTokens(name) => find(self, &name).map(|m| {
                 self.catalog_change(ts, vec![DbEvent::ResetTokens { id: m.id }]);
-                let m = self.dbs.meta(m.id).cloned().unwrap_or(m);
+                let m = self.machine.dbs().meta(m.id).cloned().unwrap_or(m);
                 AdminReply::ok(self.describe(&m, true))
             }),
             AdminOp::Claim(name) => find(self, &name).map(|m| {
                 if m.expires_ms.is_some() {
                     self.catalog_change(ts, vec![DbEvent::Claim { id: m.id }]);
                 }
-                let m = self.dbs.meta(m.id).cloned().unwrap_or(m);
+                let m = self.machine.dbs().meta(m.id).cloned().unwrap_or(m);
                 AdminReply::ok(self.describe(&m, true))
             }),
         };
@@ -154,7 +159,7 @@ impl Executor {
                 ),
             ));
         }
-        if self.dbs.len() >= config::DATABASES_MAX {
+        if self.machine.dbs().len() >= config::DATABASES_MAX {
             return Err(AdminReply::error(
                 429,
                 &format!(
@@ -163,7 +168,7 @@ impl Executor {
                 ),
             ));
         }
-        let id = self.dbs.next_id();
+        let id = self.machine.dbs().next_id();
         let name = match name {
             Some(n) => n,
             None if expires_in_ms.is_some() => format!("scratch-{id}"),
@@ -178,7 +183,7 @@ impl Executor {
                 ),
             ));
         }
-        if self.dbs.by_name(&name).is_some() {
+        if self.machine.dbs().by_name(&name).is_some() {
             return Err(AdminReply::error(
                 409,
                 &format!("a database named '{name}' exists already"),
@@ -196,7 +201,7 @@ impl Executor {
                 created_by,
             }],
         );
-        match self.dbs.meta(id).cloned() {
+        match self.machine.dbs().meta(id).cloned() {
             Some(m) => Ok(AdminReply {
                 status: 201,
                 body: self.describe(&m, true),
@@ -207,9 +212,10 @@ impl Executor {
 
     /// A database as the admin API shows it; with its tokens when `tokens`.
     fn describe(&self, m: &DbMeta, tokens: bool) -> Value {
-        let keys = self.dbs.get(m.id).map_or(0, |d| d.len());
+        let keys = self.machine.dbs().get(m.id).map_or(0, |d| d.len());
         let today = self
-            .dbs
+            .machine
+            .dbs()
             .usage_on(m.id, self.usage_day)
             .cloned()
             .unwrap_or_default();
@@ -222,7 +228,7 @@ impl Executor {
             "scratch": m.scratch,
             "expires_at": m.expires_ms,
             "keys": keys,
-            "data_bytes": self.dbs.get(m.id).map_or(0, |d| d.data_bytes()),
+            "data_bytes": self.machine.dbs().get(m.id).map_or(0, |d| d.data_bytes()),
             "script_time_limit_ms": m.script_limit_ms(self.script_time_limit_ms),
             "created_by": m.created_by,
             "max_data_bytes": m.data_limit_bytes(),

@@ -27,14 +27,12 @@ use crate::config::{self, FsyncMode};
 use crate::delivery::ops::{self, AttemptResult, Op, OpReply, Tx};
 use crate::delivery::sign::SigningKeys;
 use crate::delivery::worker::{Dispatch, Workers};
-use crate::delivery::Delivery;
 use crate::lua::{ScriptControl, Scripts};
+use crate::machine::{self, Machine};
 use crate::point::Point;
 use crate::record::Record;
 use crate::reply::{errors, Reply};
-use crate::rng::Rng;
 use crate::state::databases::{day_of, Databases, DayUsage, DbEvent, DbId, DEFAULT_DB};
-use crate::state::Db;
 use crate::wal::{self, WalWriter};
 use bytes::Bytes;
 use flusher::{FlushItem, Flusher, Pending};
@@ -149,9 +147,9 @@ impl Shared {
 
 /// Everything the executor task owns.
 pub struct Executor {
-    dbs: Databases,
+    /// The state, changed only through its door (`machine`).
+    machine: Machine,
     tokens: TokenSource,
-    rng: Rng,
     wal: WalWriter,
     fsync: FsyncMode,
     flusher: Option<Flusher>,
@@ -161,7 +159,6 @@ pub struct Executor {
     started_ms: u64,
     commands_processed: u64,
     listen_port: u16,
-    delivery: Delivery,
     workers: Workers,
     backoff_unit_ms: u64,
     scripts: Scripts,
@@ -266,82 +263,48 @@ pub fn start(
     setup: Setup,
 ) -> Result<ExecutorHandle, String> {
     let dir = &data_dir.join("wal");
-    // Temporary files of snapshots a crash interrupted take space the log may need: a server
-    // that writes removes them (`serve --at` changes no byte of the directory).
-    if setup.at.is_none() {
-        let removed = crate::snapshot::remove_stale_tmp(data_dir);
-        if removed > 0 {
-            crate::log::line(&format!(
-                "removed {removed} temporary snapshot file(s) left by an interrupted snapshot"
-            ));
-        }
-    }
-    let chosen = match setup.at {
-        None => crate::snapshot::choose(data_dir, dir, |_| true, |_| {})?,
-        Some(p) => crate::snapshot::choose(
-            data_dir,
-            dir,
-            |h| p.at_or_before(h.seq, h.record_unix_ms),
-            |_| {},
-        )?,
-    };
-    for d in &chosen.skipped {
-        crate::log::line(&format!(
-            "warning: the snapshot {d} is damaged; starting from an older point and a longer log instead"
-        ));
-    }
-    let (mut dbs, mut delivery, base, last_snapshot) = match chosen.loaded {
-        Some(l) => {
-            let bytes = std::fs::metadata(
-                crate::snapshot::snapshot_dir(data_dir)
-                    .join(crate::snapshot::format::snapshot_file_name(l.header.seq)),
-            )
-            .map(|m| m.len())
-            .unwrap_or(0);
-            let base = wal::Base {
-                seq: l.header.seq,
-                timestamp_unix_ms: l.header.record_unix_ms,
-            };
-            (l.dbs, l.delivery, base, Some((l.header.seq, bytes)))
-        }
-        None => (
-            Databases::default(),
-            Delivery::new(),
-            wal::Base::default(),
-            None,
-        ),
-    };
-    let mut rng = Rng::new(clock::wall_unix_us());
-    let mut replay_errors = 0u64;
-    for (_, db) in dbs.iter_mut() {
-        db.set_bulk(true);
-    }
-    let mut replayed_bytes = 0u64;
-    let mut apply = |seq, ts, kind, payload: &[u8]| {
-        replayed_bytes += (wal::format::FRAME_HEADER_BYTES + payload.len()) as u64;
-        let record = Record::decode(kind, payload).map_err(|e| e.to_string())?;
-        check_record(&record).map_err(|why| {
-            format!("record #{seq}: {why} (no server logs that: a damaged disk or a bad copy). `tidepool-log repair` cuts the log at this record")
-        })?;
-        delivery.applying_seq = seq;
-        replay_errors += apply_record(&mut dbs, &mut delivery, &mut rng, ts, &record);
-        Ok(())
-    };
     let read_only = setup.at.map(|p| {
         format!(
             "this server shows its log as of {p}, read-only (--at): it answers reads, not writes"
         )
     });
-    let (mut wal, mut report) = match (setup.at, &read_only) {
-        (Some(point), Some(why)) => wal::replay_to(dir, point, base, why.clone(), &mut apply)?,
-        _ => wal::recover(dir, config::SEGMENT_BYTES_MAX, base, &mut apply)?,
+    let access = match &read_only {
+        Some(why) => machine::Access::ReadOnlyServer(why.clone()),
+        None => machine::Access::Write,
     };
-    report.snapshot = last_snapshot.map(|(seq, _)| seq);
-    for (_, db) in dbs.iter_mut() {
-        db.set_bulk(false);
-        // Replay changes values in place without counting their bytes: count them once.
-        db.recount();
+    let recovered = machine::recover(
+        data_dir,
+        machine::Recover {
+            from: machine::Start::Newest,
+            upto: setup.at,
+            access,
+            progress: None,
+            observe: None,
+        },
+    )?;
+    if recovered.removed_tmp > 0 {
+        crate::log::line(&format!(
+            "removed {} temporary snapshot file(s) left by an interrupted snapshot",
+            recovered.removed_tmp
+        ));
     }
+    for d in &recovered.skipped {
+        crate::log::line(&format!(
+            "warning: the snapshot {d} is damaged; starting from an older point and a longer log instead"
+        ));
+    }
+    let machine::Recovered {
+        mut machine,
+        writer,
+        report,
+        snapshot: last_snapshot,
+        replayed_bytes,
+        errors: replay_errors,
+        ..
+    } = recovered;
+    let Some(mut wal) = writer else {
+        return Err(format!("cannot open the log in {}", dir.display()));
+    };
     // What a crash left of an interrupted snapshot goes now (it was never published); what
     // the retention no longer keeps too.
     if read_only.is_none() {
@@ -357,12 +320,21 @@ pub fn start(
     if replay_errors > 0 {
         crate::log::line(&format!("warning: {replay_errors} logged commands answered an error on replay (they changed nothing)"));
     }
+    // The log goes on after the last record it holds, which may be past the state's (a
+    // snapshot that holds records a crash took from the log: numbering goes on after it).
+    machine.logged(machine::Position {
+        seq: wal.last_seq(),
+        unix_ms: wal.last_timestamp(),
+    });
+    // Live random choices (SPOP, generated ids) are logged as they came out; their seed is
+    // the live server's own.
+    machine.reseed(clock::wall_unix_us());
     let tokens = TokenSource::new(setup.acl_secret, setup.default_tokens);
-    arm_acl_secrets(&tokens, &mut dbs, None);
-    delivery.limits = setup.delivery_limits;
+    arm_acl_secrets(&tokens, machine.parts().dbs, None);
+    machine.parts().delivery.limits = setup.delivery_limits;
     let shared = Arc::new(Shared::default());
     if let Ok(mut t) = shared.tokens.write() {
-        *t = TokenTable::build(&tokens, &dbs);
+        *t = TokenTable::build(&tokens, machine.dbs());
     }
     shared.log.last_seq.store(wal.last_seq(), Ordering::SeqCst);
     shared
@@ -394,9 +366,8 @@ pub fn start(
     )?;
     let now = clock::wall_unix_ms();
     let mut ex = Executor {
-        dbs,
+        machine,
         tokens,
-        rng,
         wal,
         fsync,
         flusher,
@@ -405,7 +376,6 @@ pub fn start(
         started_ms: clock::wall_unix_ms(),
         commands_processed: 0,
         listen_port,
-        delivery,
         workers,
         backoff_unit_ms: setup.backoff_unit_ms,
         scripts: Scripts::new(shared.scripts.clone())?,
@@ -460,68 +430,6 @@ fn arm_acl_secrets(tokens: &TokenSource, dbs: &mut Databases, only: Option<DbId>
     }
 }
 
-/// Applies one logged record at its timestamp. Returns how many commands answered an error
-/// (which a correct log never produces, since only commands that changed state are logged).
-pub fn apply_record(
-    dbs: &mut Databases,
-    delivery: &mut Delivery,
-    rng: &mut Rng,
-    ts: u64,
-    record: &Record,
-) -> u64 {
-    let mut errors = 0;
-    match record {
-        Record::Delivery(events) => {
-            for e in events {
-                delivery.apply(ts, e);
-            }
-        }
-        Record::Databases(events) => {
-            for e in events {
-                dbs.apply(ts, e);
-            }
-        }
-        Record::KvCommandsIn { db, cmds } => match dbs.get_mut(*db) {
-            Some(db) => errors += apply_commands(db, rng, ts, cmds),
-            None => errors += cmds.len() as u64,
-        },
-        Record::KvCommands(cmds) => errors += apply_commands(dbs.default_db_mut(), rng, ts, cmds),
-    }
-    errors
-}
-
-/// Whether a record holds only what a server logs: key-value commands the live path could
-/// have run (`pipeline::replayable`). Start-up refuses a record that does not, with its file,
-/// offset and sequence number, and `tidepool-log verify` reports it.
-pub fn check_record(record: &Record) -> Result<(), String> {
-    if let Some((_, cmds)) = record.kv_commands() {
-        for (i, args) in cmds.iter().enumerate() {
-            pipeline::replayable(args)
-                .map_err(|why| format!("command {} of the record: {why}", i + 1))?;
-        }
-    }
-    Ok(())
-}
-
-/// Applies one record's key-value commands to `db`; how many answered an error.
-fn apply_commands(db: &mut Db, rng: &mut Rng, ts: u64, cmds: &[Vec<Vec<u8>>]) -> u64 {
-    // Look up every command's first key before running any: the lookups of a record's
-    // commands are independent, so their cache misses overlap instead of coming one after
-    // another (a record of a pipeline holds up to hundreds of keys).
-    for args in cmds {
-        if let Some(key) = args.get(1) {
-            db.warm(key);
-        }
-    }
-    let mut errors = 0;
-    for args in cmds {
-        if pipeline::replay(db, rng, ts, args).is_error() {
-            errors += 1;
-        }
-    }
-    errors
-}
-
 impl Executor {
     /// The time a job runs at: wall-clock time, never below the last record's; or, for a
     /// server showing a past point of its log, that point's time, so that what had not
@@ -563,13 +471,13 @@ impl Executor {
             let wake = if self.poisoned().is_some() {
                 None
             } else {
-                let full = self.delivery.in_flight >= config::DELIVERY_IN_FLIGHT_MAX;
-                self.delivery.next_wake_ms(!full)
+                let full = self.machine.delivery().in_flight >= config::DELIVERY_IN_FLIGHT_MAX;
+                self.machine.delivery().next_wake_ms(!full)
             };
             // No attempt in flight means no result can arrive: then the job queue alone is
             // awaited, as cheaply as before the workers had a channel of their own (the
             // key-value hot path). Jobs are polled first; results wait at most one batch.
-            let first = match (wake, self.delivery.in_flight) {
+            let first = match (wake, self.machine.delivery().in_flight) {
                 (None, 0) => rx.recv().await,
                 (None, _) => tokio::select! {
                     biased;
@@ -645,7 +553,7 @@ impl Executor {
                     Job::Subscribe(mut handle) => {
                         // A stream of a database deleted meanwhile ends at once; one of a
                         // database whose daily limit is spent does not open.
-                        if self.dbs.meta(handle.db).is_none() {
+                        if self.machine.dbs().meta(handle.db).is_none() {
                             continue;
                         }
                         if self.commands_left(handle.db) == Some(0) {
@@ -667,7 +575,8 @@ impl Executor {
                     }
                     Job::CheckToken { db, token, reply } => {
                         let known = self
-                            .dbs
+                            .machine
+                            .dbs()
                             .get(db)
                             .is_some_and(|d| d.acl.resolve(&token).is_some());
                         let _ = reply.send(known);
@@ -703,7 +612,7 @@ impl Executor {
             }
             // Schedules and waiter deadlines: only when one is due, so a key-value batch pays
             // two B-tree peeks here and nothing more.
-            if self.delivery.timers_due(clock::wall_unix_ms()) {
+            if self.machine.delivery().timers_due(clock::wall_unix_ms()) {
                 self.delivery_events(|tx, _| {
                     ops::fire_schedules(tx);
                     ops::expire_waiters(tx);
@@ -754,13 +663,14 @@ impl Executor {
             }
         }
         let ts = self.now();
-        self.delivery.applying_seq = self.wal.last_seq() + 1;
-        let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
+        let seq = self.machine.next_seq();
+        let parts = self.machine.parts();
+        let mut tx = Tx::new(parts.delivery, seq, ts, parts.rng);
         let reply = ops::run(&mut tx, op);
         tx.enforce_bounds();
         let events = std::mem::take(&mut tx.events);
         if !events.is_empty() {
-            self.wal.append(ts, &Record::Delivery(events));
+            self.append(ts, &Record::Delivery(events));
         }
         reply
     }
@@ -771,9 +681,11 @@ impl Executor {
             return;
         }
         let ts = self.now();
-        self.delivery.applying_seq = self.wal.last_seq() + 1;
-        let mut tx = Tx::new(&mut self.delivery, ts, &mut self.rng);
-        f(&mut tx, self.backoff_unit_ms);
+        let seq = self.machine.next_seq();
+        let unit = self.backoff_unit_ms;
+        let parts = self.machine.parts();
+        let mut tx = Tx::new(parts.delivery, seq, ts, parts.rng);
+        f(&mut tx, unit);
         tx.enforce_bounds();
         let events = std::mem::take(&mut tx.events);
         for e in &events {
@@ -791,7 +703,7 @@ impl Executor {
             }
         }
         if !events.is_empty() {
-            self.wal.append(ts, &Record::Delivery(events));
+            self.append(ts, &Record::Delivery(events));
         }
     }
 
@@ -806,10 +718,11 @@ impl Executor {
             snapshot_age_s: (facts.saves > 0 || facts.snapshot_bytes > 0)
                 .then(|| (now / 1000).saturating_sub(facts.last_save_s)),
             databases: self
-                .dbs
+                .machine
+                .dbs()
                 .metas()
                 .map(|m| {
-                    let keys = self.dbs.get(m.id).map_or(0, |d| d.len() as u64);
+                    let keys = self.machine.dbs().get(m.id).map_or(0, |d| d.len() as u64);
                     let mut by: BTreeMap<String, u64> =
                         self.command_totals.get(&m.id).cloned().unwrap_or_default();
                     for (name, n) in self
@@ -828,10 +741,10 @@ impl Executor {
                     }
                 })
                 .collect(),
-            messages_pending: self.delivery.msgs.len() as u64,
-            messages_in_flight: self.delivery.in_flight as u64,
-            dlq_entries: self.delivery.dlq.len() as u64,
-            schedules: self.delivery.schedules.len() as u64,
+            messages_pending: self.machine.delivery().msgs.len() as u64,
+            messages_in_flight: self.machine.delivery().in_flight as u64,
+            dlq_entries: self.machine.delivery().dlq.len() as u64,
+            schedules: self.machine.delivery().schedules.len() as u64,
             command_seconds: {
                 let table = crate::command::table::global();
                 self.command_seconds
@@ -850,12 +763,12 @@ impl Executor {
         if self.poisoned().is_some() {
             return;
         }
-        let room = config::DELIVERY_IN_FLIGHT_MAX.saturating_sub(self.delivery.in_flight);
+        let room = config::DELIVERY_IN_FLIGHT_MAX.saturating_sub(self.machine.delivery().in_flight);
         if room == 0 {
             return;
         }
         let now = clock::wall_unix_ms();
-        for d in self.delivery.take_due(now, room) {
+        for d in self.machine.parts().delivery.take_due(now, room) {
             if d.retried == 0 {
                 let late = now.saturating_sub(d.msg.not_before_ms);
                 self.shared
@@ -944,7 +857,7 @@ impl Executor {
     /// The permissions of a request's token in database `db` (None: the database is gone,
     /// or the token names no live user of it).
     fn resolve(&self, db: DbId, access: &Access) -> Option<Perm> {
-        let db = self.dbs.get(db)?;
+        let db = self.machine.dbs().get(db)?;
         match access {
             Access::Full => Some(Perm::Full),
             Access::ReadOnly => Some(Perm::ReadOnly),
@@ -959,7 +872,7 @@ impl Executor {
     /// there is no such limit.
     fn commands_left(&self, db: DbId) -> Option<u64> {
         self.commands_per_day.map(|max| {
-            let today = self.dbs.usage_on(db, self.usage_day);
+            let today = self.machine.dbs().usage_on(db, self.usage_day);
             let counted =
                 today.map_or(0, |u| u.commands) + self.usage.get(&db).map_or(0, |u| u.commands);
             max.saturating_sub(counted)
@@ -989,8 +902,7 @@ impl Executor {
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
         let refusal = self.write_refusal();
         let Executor {
-            dbs,
-            rng,
+            machine,
             scripts,
             pubsubs,
             usage,
@@ -1006,6 +918,7 @@ impl Executor {
             limits,
             ..
         } = self;
+        let machine::Parts { dbs, rng, .. } = machine.parts();
         let script_ms = dbs.meta(db_id).map_or(self.script_time_limit_ms, |m| {
             m.script_limit_ms(self.script_time_limit_ms)
         });
@@ -1079,19 +992,41 @@ impl Executor {
         let now = clock::wall_unix_ms();
         let r = self
             .snapshots
-            .take(background, &mut self.wal, &self.dbs, &self.delivery, now);
+            .take(background, &mut self.wal, &self.machine, now);
         if let Some(why) = self.wal.poisoned() {
             crate::log::line(&format!("error: {why}; the log now refuses writes"));
         }
         r
     }
 
+    /// Logs a record whose changes the live path made already; the state machine's position
+    /// moves to it.
+    fn append(&mut self, ts: u64, record: &Record) {
+        let seq = self.wal.append(ts, record);
+        self.machine.logged(machine::Position { seq, unix_ms: ts });
+    }
+
+    /// Logs a record, then applies it through the state machine's door.
+    fn append_and_apply(&mut self, ts: u64, record: &Record) {
+        let seq = self.wal.append(ts, record);
+        if let Err(e) = self
+            .machine
+            .apply(machine::Position { seq, unix_ms: ts }, record)
+        {
+            // The live path only logs what it built itself: a refusal here is a bug, and the
+            // log (which holds the record) and the state would part. Stop writing.
+            let why = format!("the state machine refused the server's own record #{seq}: {e}");
+            crate::log::line(&format!("error: {why}; the log now refuses writes"));
+            self.wal.poison(why);
+        }
+    }
+
     /// Logs a request's commands of database `db`.
     fn append_commands(&mut self, db: DbId, ts: u64, cmds: Vec<Vec<Vec<u8>>>) {
         if db == DEFAULT_DB {
-            self.wal.append(ts, &Record::KvCommands(cmds));
+            self.append(ts, &Record::KvCommands(cmds));
         } else {
-            self.wal.append(ts, &Record::KvCommandsIn { db, cmds });
+            self.append(ts, &Record::KvCommandsIn { db, cmds });
         }
     }
 
@@ -1106,7 +1041,8 @@ impl Executor {
         self.expire_cycle();
         let now = self.now();
         let gone: Vec<DbEvent> = self
-            .dbs
+            .machine
+            .dbs()
             .expired(now)
             .into_iter()
             .map(|id| DbEvent::Delete { id })
@@ -1150,21 +1086,24 @@ impl Executor {
             day: self.usage_day,
             counts,
         };
-        self.dbs.apply(ts, &event);
-        self.wal.append(ts, &Record::Databases(vec![event]));
+        self.append_and_apply(ts, &Record::Databases(vec![event]));
     }
 
     /// Applies and logs changes to the set of databases, and brings the tokens, the ACL
     /// secrets, the streams and the script caches in line with them.
     fn catalog_change(&mut self, ts: u64, events: Vec<DbEvent>) {
+        let record = Record::Databases(events);
+        self.append_and_apply(ts, &record);
+        let Record::Databases(events) = record else {
+            return;
+        };
         for e in &events {
-            self.dbs.apply(ts, e);
             match e {
                 DbEvent::Create { id, .. } => {
-                    arm_acl_secrets(&self.tokens, &mut self.dbs, Some(*id));
+                    arm_acl_secrets(&self.tokens, self.machine.parts().dbs, Some(*id));
                 }
                 DbEvent::ResetTokens { id } => {
-                    arm_acl_secrets(&self.tokens, &mut self.dbs, Some(*id));
+                    arm_acl_secrets(&self.tokens, self.machine.parts().dbs, Some(*id));
                     // Every stream of the database was opened with a token this reset revokes
                     // (only the Standard token opens one): they end now, as the tokens do.
                     if let Some(p) = self.pubsubs.remove(id) {
@@ -1191,22 +1130,21 @@ impl Executor {
                     | DbEvent::Delete { id } => *id,
                     DbEvent::Claim { .. } | DbEvent::Usage { .. } => continue,
                 };
-                match self.dbs.meta(id) {
+                match self.machine.dbs().meta(id) {
                     Some(m) => t.set(&self.tokens, m),
                     None => t.remove(id),
                 }
             }
         }
-        self.wal.append(ts, &Record::Databases(events));
     }
 
     /// Removes keys and hash fields whose expiry has passed, in every database, through a
     /// logged DEL and HDELs like any other change.
     fn expire_cycle(&mut self) {
         let ts = self.now();
-        let ids: Vec<DbId> = self.dbs.iter().map(|(id, _)| id).collect();
+        let ids: Vec<DbId> = self.machine.dbs().iter().map(|(id, _)| id).collect();
         for id in ids {
-            let Some(db) = self.dbs.get_mut(id) else {
+            let Some(db) = self.machine.parts().dbs.get_mut(id) else {
                 continue;
             };
             let mut cmds = Vec::new();

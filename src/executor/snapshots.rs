@@ -15,10 +15,9 @@
 use crate::command::pipeline::SnapshotFacts;
 use crate::command::server::SnapshotAsk;
 use crate::config::SnapshotPolicy;
-use crate::delivery::Delivery;
+use crate::machine::Machine;
 use crate::reply::Reply;
 use crate::snapshot::{self, format::SnapshotHeader, Written};
-use crate::state::databases::Databases;
 use crate::wal::WalWriter;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -183,26 +182,30 @@ impl Snapshots {
         &mut self,
         background: bool,
         wal: &mut WalWriter,
-        db: &Databases,
-        delivery: &Delivery,
+        machine: &Machine,
         now_ms: u64,
     ) -> Result<(), String> {
+        // The state is at the log's last record: every record the live path logs moves it.
+        if machine.position().seq != wal.last_seq() {
+            return Err(format!(
+                "the state is at record #{} and the log at #{}: no snapshot taken",
+                machine.position().seq,
+                wal.last_seq()
+            ));
+        }
         wal.roll()
             .map_err(|e| format!("rolling the log before the snapshot failed: {e}"))?;
         crate::fault::point("log-rolled");
         self.base_written = wal.written_bytes();
         self.backlog = 0;
-        let header = SnapshotHeader {
-            seq: wal.last_seq(),
-            record_unix_ms: wal.last_timestamp(),
-            created_unix_ms: now_ms,
-        };
+        let header = machine.snapshot_header(now_ms);
         {
             let mut s = self.status();
             s.scheduled = false;
         }
         if !background {
-            let result = snapshot::write_tmp(&self.data_dir, db, delivery, header, |_| {})
+            let result = machine
+                .write_snapshot_tmp(&self.data_dir, now_ms)
                 .and_then(|tmp| {
                     snapshot::publish(&self.data_dir, &tmp, header.seq)?;
                     Ok(tmp.1)
@@ -246,7 +249,7 @@ impl Snapshots {
             crate::fault::in_child();
             drop(reader);
             let mut w = writer;
-            let code = match snapshot::write_tmp(&self.data_dir, db, delivery, header, |_| {}) {
+            let code = match machine.write_snapshot_tmp(&self.data_dir, now_ms) {
                 Ok((_, written)) => {
                     let _ = write!(w, "ok {} {}", written.bytes, written.keys);
                     0

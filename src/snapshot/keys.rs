@@ -230,7 +230,10 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
             let n = c.count()?;
             let mut s = ScanMap::new();
             for _ in 0..n {
-                s.insert(c.bytes()?, ());
+                let m = c.bytes()?;
+                if s.insert(m, ()).is_some() {
+                    return Err(format!("the set member {} twice", shown(m)));
+                }
             }
             Value::Set(s)
         }
@@ -244,7 +247,9 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
                 if score.is_nan() {
                     return Err("a sorted-set score that is NaN".into());
                 }
-                z.insert(m, score);
+                if z.insert(m, score).is_some() {
+                    return Err(format!("the sorted-set member {} twice", shown(m)));
+                }
             }
             Value::ZSet(z)
         }
@@ -254,7 +259,9 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
             for _ in 0..n {
                 let f = c.bytes()?;
                 let v = c.bytes()?.to_vec();
-                h.insert(f, v);
+                if h.insert(f, v).is_some() {
+                    return Err(format!("the hash field {} twice", shown(f)));
+                }
                 if read_bool(c)? {
                     h.set_ttl(f, c.u64()?);
                 }
@@ -356,7 +363,16 @@ fn read_stream(c: &mut Cursor<'_>) -> Result<Stream, String> {
         }
         s.groups.insert(name, g);
     }
+    // A stream whose parts contradict each other would trip the stream commands later (a
+    // node's count below its live entries, a pending entry of no consumer): damage, here.
+    s.check()?;
     Ok(s)
+}
+
+/// A member or field as an error shows it: printable, and cut.
+fn shown(b: &[u8]) -> String {
+    let t = String::from_utf8_lossy(&b[..b.len().min(40)]).into_owned();
+    format!("{t:?}")
 }
 
 /// Reads a document; nesting past `JSON_DEPTH_MAX` is damage (no stored document is that deep),

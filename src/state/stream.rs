@@ -13,11 +13,20 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const NODE_ENTRIES_MAX: usize = 100;
 /// Bytes per node (Redis's `stream-node-max-bytes` default).
 pub const NODE_BYTES_MAX: usize = 4096;
+/// More bytes than any node holds (a node takes one entry of any size, and keeps the bytes of
+/// deleted ones): a loaded node past it is damage.
+const NODE_BYTES_LIMIT: usize = 1 << 40;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct StreamId {
     pub ms: u64,
     pub seq: u64,
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
 }
 
 impl StreamId {
@@ -163,6 +172,77 @@ impl Stream {
     /// Puts back the nodes a snapshot kept, with the entries already in place.
     pub fn set_nodes(&mut self, nodes: VecDeque<Node>) {
         self.nodes = nodes;
+    }
+
+    /// Whether the parts agree (a loaded stream is checked before use): each node counts its
+    /// live entries and holds at most `NODE_ENTRIES_MAX`; the nodes' live IDs, in order, are
+    /// the entries' IDs; the last ID is at or after every entry; every pending entry belongs
+    /// to a consumer that lists it, and every consumer's entry is pending under its name.
+    pub fn check(&self) -> Result<(), String> {
+        let mut entries = self.entries.keys();
+        for (i, n) in self.nodes.iter().enumerate() {
+            let live = n.ids.iter().filter(|(_, gone)| !*gone).count();
+            if live != n.live {
+                return Err(format!(
+                    "stream node {i} says {} live entries and holds {live}",
+                    n.live
+                ));
+            }
+            if n.ids.len() > NODE_ENTRIES_MAX || n.bytes > NODE_BYTES_LIMIT {
+                return Err(format!("stream node {i} is larger than a node can be"));
+            }
+            for (id, _) in n.ids.iter().filter(|(_, gone)| !*gone) {
+                if entries.next() != Some(id) {
+                    return Err(format!(
+                        "stream node {i} lists entry {id}, which is not the next entry"
+                    ));
+                }
+            }
+        }
+        if let Some(id) = entries.next() {
+            return Err(format!("the stream entry {id} is in no node"));
+        }
+        if self
+            .entries
+            .keys()
+            .next_back()
+            .is_some_and(|id| *id > self.last_id)
+        {
+            return Err(format!(
+                "the stream's last ID {} is before its last entry",
+                self.last_id
+            ));
+        }
+        if self.entries_added < self.entries.len() as u64 {
+            return Err("the stream counts fewer entries added than it holds".into());
+        }
+        for (name, g) in &self.groups {
+            let group = String::from_utf8_lossy(name);
+            for (id, nack) in &g.pel {
+                if !g
+                    .consumers
+                    .get(&nack.consumer)
+                    .is_some_and(|c| c.pel.contains(id))
+                {
+                    return Err(format!(
+                        "group {group:?}: the pending entry {id} is not its consumer's"
+                    ));
+                }
+            }
+            for (consumer, c) in &g.consumers {
+                if let Some(id) = c
+                    .pel
+                    .iter()
+                    .find(|id| g.pel.get(id).is_none_or(|n| &n.consumer != consumer))
+                {
+                    return Err(format!(
+                        "group {group:?}: consumer {:?} lists {id}, which is not pending under its name",
+                        String::from_utf8_lossy(consumer)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Appends an entry whose ID is known to be greater than `last_id`.

@@ -83,7 +83,7 @@ pub struct Base {
     pub timestamp_unix_ms: u64,
 }
 
-/// Replays the log in `dir` after `base` through `apply` (sequence, timestamp, kind, payload)
+/// Replays the log in `dir` after `base` through `apply` (segment, offset, frame)
 /// and returns a writer positioned after the last good record. A torn tail is cut; any other
 /// damage is an error whose text names the file, the offset and the way to repair.
 pub fn recover<F>(
@@ -93,27 +93,15 @@ pub fn recover<F>(
     mut apply: F,
 ) -> Result<(WalWriter, RecoveryReport), String>
 where
-    F: FnMut(u64, u64, u8, &[u8]) -> Result<(), String>,
+    F: FnMut(&Path, u64, &format::Frame<'_>) -> Result<(), String>,
 {
-    let summary = reader::scan_from(
-        dir,
-        reader::ReadMode::Mapped,
-        base.seq + 1,
-        |_, _, frame| {
-            apply(
-                frame.seq,
-                frame.timestamp_unix_ms,
-                frame.kind,
-                frame.payload,
+    let summary = reader::scan_from(dir, reader::ReadMode::Mapped, base.seq + 1, &mut apply)
+        .map_err(|e| {
+            format!(
+                "the log cannot be replayed: {e}. Run `tidepool-log verify {}` to see the damage.",
+                dir.display()
             )
-        },
-    )
-    .map_err(|e| {
-        format!(
-            "the log cannot be replayed: {e}. Run `tidepool-log verify {}` to see the damage.",
-            dir.display()
-        )
-    })?;
+        })?;
     let mut report = RecoveryReport {
         records: summary.records,
         segments: summary.segments,
@@ -179,7 +167,7 @@ pub fn replay_to<F>(
     mut apply: F,
 ) -> Result<(WalWriter, RecoveryReport), String>
 where
-    F: FnMut(u64, u64, u8, &[u8]) -> Result<(), String>,
+    F: FnMut(&Path, u64, &format::Frame<'_>) -> Result<(), String>,
 {
     let mut last: Option<(u64, u64)> = (base.seq > 0).then_some((base.seq, base.timestamp_unix_ms));
     let mut records = 0;
@@ -187,18 +175,13 @@ where
         dir,
         reader::ReadMode::Mapped,
         base.seq + 1,
-        |_, _, frame| {
+        |path, offset, frame| {
             if !point.at_or_before(frame.seq, frame.timestamp_unix_ms) {
                 return Ok(());
             }
             records += 1;
             last = Some((frame.seq, frame.timestamp_unix_ms));
-            apply(
-                frame.seq,
-                frame.timestamp_unix_ms,
-                frame.kind,
-                frame.payload,
-            )
+            apply(path, offset, frame)
         },
     )
     .map_err(|e| format!("the log cannot be replayed: {e}"))?;

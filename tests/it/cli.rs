@@ -268,3 +268,15 @@ fn every_binary_answers_help_and_version_at_once() {
         .expect("run");
     assert!(String::from_utf8_lossy(&out.stdout).contains("log format 1"));
 }
+
+/// Issue 26 (found by the arbitrary-records property): the SIGTERM handler was installed
+/// only when the listener's loop first ran, after the banner; a SIGTERM sent as soon as the
+/// banner was read killed the server instead of stopping it cleanly.
+#[test]
+fn a_sigterm_right_after_the_banner_stops_the_server_cleanly() {
+    for i in 0..5 {
+        let dir = TempDir::new(&format!("early-term-{i}"));
+        let server = Server::start(dir.path(), &[]);
+        assert_eq!(server.terminate(), Some(0), "attempt {i}");
+    }
+}

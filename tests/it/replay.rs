@@ -399,3 +399,91 @@ fn a_record_no_server_writes_refuses_start_up_with_its_place() {
     assert_eq!(c.cmd_str(&["GET", "a"]), Canon::s("1"));
     assert_eq!(c.cmd_str(&["EXISTS", "b"]), Canon::Int(0));
 }
+
+/// Issue 26: replay never draws from the random source, so every tool and every replica
+/// replays a log to the same state whatever its seed. Random choices made live (SPOP with and
+/// without a count, a script's SPOP, generated message ids, dead-letter ids) are logged as
+/// they came out; replaying that log draws nothing, and the replayed state is the one the
+/// server answered.
+#[test]
+fn replay_draws_nothing_from_the_random_source() {
+    let dir = TempDir::new("draws");
+    let data = dir.path().join("data");
+    let server = Server::start_delivery(&data);
+    let mut c = server.client();
+    let members: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    let mut sadd = vec!["SADD", "s"];
+    sadd.extend(members.iter().map(String::as_str));
+    assert_eq!(c.cmd_str(&sadd), Canon::Int(40));
+    assert!(!c.cmd_str(&["SPOP", "s"]).is_err());
+    assert!(!c.cmd_str(&["SPOP", "s", "5"]).is_err());
+    assert!(!c
+        .cmd_str(&["EVAL", "return redis.call('SPOP', KEYS[1], 3)", "1", "s"])
+        .is_err());
+    assert!(!c.cmd_str(&["HSET", "h", "a", "1", "b", "2"]).is_err());
+    assert!(!c.cmd_str(&["HRANDFIELD", "h", "-5"]).is_err());
+    assert!(!c.cmd_str(&["XADD", "x", "*", "f", "v"]).is_err());
+    let left = c.cmd_str(&["SMEMBERS", "s"]);
+    let mut q = server.qstash();
+    for _ in 0..3 {
+        // A destination nobody listens on: the attempt fails, and the message dies into the
+        // DLQ (generated message and DLQ ids) after its one retry.
+        let r = q.request(
+            "POST",
+            &format!("/v2/publish/http://127.0.0.1:{}/", free_port()),
+            &[("Upstash-Retries", "0")],
+            b"x",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while q.get("/v2/dlq").json()["messages"]
+        .as_array()
+        .map_or(0, Vec::len)
+        < 3
+    {
+        assert!(std::time::Instant::now() < deadline, "the DLQ never filled");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop((c, q));
+    assert_eq!(server.terminate(), Some(0));
+    let r = tidepool::machine::recover(
+        &data,
+        tidepool::machine::Recover::read(tidepool::machine::Start::Newest),
+    )
+    .expect("recover");
+    assert!(r.damage.is_none(), "{:?}", r.damage);
+    assert_eq!(r.machine.replay_draws(), 0, "replay drew from the source");
+    assert_eq!(r.errors, 0);
+    assert_eq!(r.machine.delivery().dlq.len(), 3);
+    let mut m = r.machine;
+    let replayed = m.read(
+        tidepool::state::databases::DEFAULT_DB,
+        m.position().unix_ms,
+        &[b"SMEMBERS", b"s"],
+    );
+    let tidepool::reply::Reply::Array(items) = replayed else {
+        panic!("SMEMBERS: {replayed:?}");
+    };
+    let mut got: Vec<Vec<u8>> = items
+        .into_iter()
+        .map(|i| match i {
+            tidepool::reply::Reply::Bulk(b) => b.to_vec(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    got.sort();
+    let Canon::Arr(live) = left else {
+        panic!("SMEMBERS: {left:?}");
+    };
+    let mut live: Vec<Vec<u8>> = live
+        .into_iter()
+        .map(|i| match i {
+            Canon::Str(b) => b,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    live.sort();
+    assert_eq!(got.len(), 31);
+    assert_eq!(got, live, "the replayed set is the one the server answered");
+}

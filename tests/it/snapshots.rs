@@ -8,33 +8,22 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tidepool::delivery::Delivery;
-use tidepool::executor::apply_record;
-use tidepool::record::Record;
+use tidepool::machine;
 use tidepool::rng::Rng;
 use tidepool::snapshot;
 use tidepool::state::databases::Databases;
 use tidepool::state::Db;
-use tidepool::wal::reader::{self, ReadMode};
+use tidepool::wal::reader;
 
 /// The state after the snapshot at `from` (or none) and every record after it in the log.
 fn rebuild(data: &Path, from: Option<&Path>) -> (Databases, Delivery) {
-    let (mut db, mut delivery, base) = match from {
-        Some(p) => {
-            let l = snapshot::read_file(p, |_| {}).unwrap_or_else(|d| panic!("{d}"));
-            (l.dbs, l.delivery, l.header.seq)
-        }
-        None => (Databases::default(), Delivery::new(), 0),
+    let start = match from {
+        Some(p) => machine::Start::File(p.to_path_buf()),
+        None => machine::Start::Empty,
     };
-    let mut rng = Rng::new(1);
-    let summary = reader::scan_from(&data.join("wal"), ReadMode::Mapped, base + 1, |_, _, f| {
-        let r = Record::decode(f.kind, f.payload).map_err(|e| e.to_string())?;
-        delivery.applying_seq = f.seq;
-        apply_record(&mut db, &mut delivery, &mut rng, f.timestamp_unix_ms, &r);
-        Ok(())
-    })
-    .expect("scan");
-    assert!(summary.damage.is_none(), "{:?}", summary.damage);
-    (db, delivery)
+    let r = machine::recover(data, machine::Recover::read(start)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.damage.is_none(), "{:?}", r.damage);
+    r.machine.into_parts()
 }
 
 fn assert_same(what: &str, a: &(Databases, Delivery), b: &(Databases, Delivery)) {
@@ -795,4 +784,88 @@ fn the_automatic_trigger_counts_the_log_from_before_a_restart() {
         assert_eq!(server.terminate(), Some(0));
     }
     assert!(!snapshots_in(&data).is_empty());
+}
+
+/// Issue 26: a snapshot chunk whose checksum matches but whose contents contradict themselves
+/// (a stream node that counts more live entries than it holds, a pending entry no consumer
+/// lists, an entry in no node) was loaded as it was, and stream commands tripped over it later. It is damage now, with the file and
+/// the chunk's offset: `verify` reports it and, with no log behind it, start-up refuses.
+#[test]
+fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
+    use tidepool::command::pipeline;
+    use tidepool::state::Value;
+    let ts = 1_767_225_600_000u64;
+    type Spoil = fn(&mut Db);
+    let cases: [(&str, Spoil); 3] = [
+        ("says 3 live entries and holds 2", |db| {
+            let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
+                panic!("no stream");
+            };
+            let mut nodes = s.nodes().clone();
+            nodes[0].live = 3;
+            s.set_nodes(nodes);
+        }),
+        ("is not its consumer's", |db| {
+            let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
+                panic!("no stream");
+            };
+            for g in s.groups.values_mut() {
+                for c in g.consumers.values_mut() {
+                    c.pel.clear();
+                }
+            }
+        }),
+        ("is in no node", |db| {
+            let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
+                panic!("no stream");
+            };
+            s.set_nodes(Default::default());
+        }),
+    ];
+    for (i, (what, spoil)) in cases.iter().enumerate() {
+        let mut db = Db::new();
+        let mut rng = Rng::new(1);
+        for cmd in [
+            &["XADD", "x", "1-1", "f", "v"][..],
+            &["XADD", "x", "1-2", "f", "v"],
+            &["XGROUP", "CREATE", "x", "g", "0"],
+            &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "x", ">"],
+        ] {
+            let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
+            assert!(!pipeline::replay(&mut db, &mut rng, ts, &args).is_error());
+        }
+        spoil(&mut db);
+        let dir = TempDir::new(&format!("snap-contradicts-{i}"));
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("wal")).expect("wal");
+        let header = snapshot::format::SnapshotHeader {
+            seq: 4,
+            record_unix_ms: ts,
+            created_unix_ms: ts,
+        };
+        snapshot::write_file(
+            &data,
+            &Databases::with_default(db),
+            &Delivery::new(),
+            header,
+            |_| {},
+        )
+        .expect("write");
+        let path = snapshots_in(&data).pop().expect("snapshot");
+        let err = match snapshot::read_file(&path, |_| {}) {
+            Err(d) => d.to_string(),
+            Ok(_) => panic!("{what}: read as whole"),
+        };
+        assert!(err.contains(what), "{err}");
+        assert!(err.contains("at offset"), "{err}");
+        let (code, out) = log_tool(&["verify", data.to_str().expect("path")]);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains(what), "{out}");
+        let e = Server::try_start(&data, &[]).err().expect("refused");
+        assert!(
+            e.contains(what) && e.contains(path.to_str().expect("p")),
+            "{e}"
+        );
+        assert!(!e.contains("panicked"), "{e}");
+    }
 }

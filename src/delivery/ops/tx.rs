@@ -17,6 +17,8 @@ use serde_json::{json, Map, Value};
 /// An operation in progress: the state, the time, randomness, and the events so far.
 pub struct Tx<'a> {
     pub d: &'a mut Delivery,
+    /// The record the operation's events go into.
+    pub seq: u64,
     pub now_ms: u64,
     pub rng: &'a mut Rng,
     pub events: Vec<Event>,
@@ -153,9 +155,11 @@ pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, Stri
 }
 
 impl<'a> Tx<'a> {
-    pub fn new(d: &'a mut Delivery, now_ms: u64, rng: &'a mut Rng) -> Tx<'a> {
+    /// An operation whose events go into record `seq`, at `now_ms`.
+    pub fn new(d: &'a mut Delivery, seq: u64, now_ms: u64, rng: &'a mut Rng) -> Tx<'a> {
         Tx {
             d,
+            seq,
             now_ms,
             rng,
             events: Vec::new(),
@@ -178,7 +182,7 @@ impl<'a> Tx<'a> {
     }
 
     pub fn emit(&mut self, e: Event) {
-        self.d.apply(self.now_ms, &e);
+        self.d.apply(self.seq, self.now_ms, &e);
         self.events.push(e);
     }
 
