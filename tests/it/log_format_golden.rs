@@ -384,3 +384,40 @@ fn database_record_frames_match_the_document() {
         );
     }
 }
+
+/// The version rows of the two header tables and the first version line say what the code
+/// writes (issue 26: the segment header's row said `2` while the code and the golden bytes
+/// said 1, and no test read the prose).
+#[test]
+fn documented_versions_match_the_code() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/log-format.md"))
+        .expect("log-format.md");
+    let version_after = |magic: &str| -> u16 {
+        let at = doc
+            .find(&format!("| 0 | 8 | magic | ASCII `{magic}` |"))
+            .unwrap_or_else(|| panic!("no header table for {magic}"));
+        let row = doc[at..].lines().nth(1).expect("the row after the magic");
+        assert!(row.starts_with("| 8 | 2 | version | `"), "{row}");
+        row["| 8 | 2 | version | `".len()..]
+            .split('`')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no version in {row}"))
+    };
+    assert_eq!(
+        version_after("TIDEPOOL"),
+        tidepool::wal::format::FORMAT_VERSION
+    );
+    assert_eq!(
+        version_after("TIDESNAP"),
+        tidepool::snapshot::format::SNAPSHOT_VERSION
+    );
+    let title = doc.lines().next().expect("title");
+    assert_eq!(
+        title,
+        format!(
+            "# tidepool log format, version {}",
+            tidepool::wal::format::FORMAT_VERSION
+        )
+    );
+}
