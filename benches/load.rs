@@ -28,7 +28,7 @@
 //!
 //! Workloads: GET, SET (tidepool --fsync never vs redis without persistence), durable SET
 //! (tidepool --fsync always vs redis with appendfsync always), and POST /pipeline with 100
-//! SETs (commands/s). Prints a Markdown table for the README.
+//! SETs (commands/s). Prints Markdown tables for docs/performance.md.
 
 mod delivery;
 mod noisy;
@@ -622,37 +622,80 @@ fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// What `--help` prints: the module doc's forms.
-const USAGE: &str = "usage: tidepool-bench [--seconds N] [--connections C] [--rounds R]
-       tidepool-bench --structures
-       tidepool-bench --delivery [--messages N] [--connections C] [--pending P]
-       tidepool-bench --replay [--commands N] [--singles S]
-       tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
-       tidepool-bench --noisy [--seconds N]
-Build with `cargo build --release` first: it runs target/release/tidepool (and, for the load
-form, webdis, redis-server and wrk) and prints Markdown tables for the README.";
+/// The benchmark's flags: a form (none: the HTTP load against webdis and Redis) and its
+/// sizes, each with its default.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "tidepool-bench",
+    about = "Benchmarks of tidepool against its peers, printed as Markdown tables.",
+    after_help = "Build with `cargo build --release` first: it runs target/release/tidepool (and, \
+                  for the load form, webdis, redis-server and wrk).",
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Print the version
+    #[arg(short = 'V', long = "version")]
+    version: bool,
+    /// Value structures: memory per key against Redis
+    #[arg(long, group = "form")]
+    structures: bool,
+    /// The delivery service: publishes, deliveries and waiting messages
+    #[arg(long, group = "form")]
+    delivery: bool,
+    /// Start-up: the replay of a log
+    #[arg(long, group = "form")]
+    replay: bool,
+    /// Snapshots: restarts, their size, latency during one
+    #[arg(long, group = "form")]
+    snapshots: bool,
+    /// Many tenants: one busy tenant beside quiet ones
+    #[arg(long, group = "form")]
+    noisy: bool,
+    /// Seconds per measurement [default: 5; 10 with --noisy]
+    #[arg(long, value_name = "N")]
+    seconds: Option<u64>,
+    /// Concurrent connections [default: 50; 64 with --delivery]
+    #[arg(long, value_name = "C")]
+    connections: Option<u64>,
+    /// Rounds, alternating the peers; the median is reported
+    #[arg(long, value_name = "R", default_value_t = 3)]
+    rounds: u64,
+    /// --delivery: messages published
+    #[arg(long, value_name = "N", default_value_t = 30_000)]
+    messages: u64,
+    /// --delivery: waiting messages
+    #[arg(long, value_name = "P", default_value_t = 1_000_000)]
+    pending: u64,
+    /// --replay: commands in pipelines of 100
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    commands: u64,
+    /// --replay: one-command requests after them
+    #[arg(long, value_name = "S", default_value_t = 100_000)]
+    singles: u64,
+    /// --snapshots: SETs written
+    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
+    writes: u64,
+    /// --snapshots: keys they spread over
+    #[arg(long, value_name = "K", default_value_t = 1_000_000)]
+    keys: u64,
+    /// --snapshots: --auto-snapshot-min-bytes of the server
+    #[arg(long, value_name = "B", default_value_t = 64 << 20)]
+    min_bytes: u64,
+}
 
 fn run() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    use clap::Parser;
     // Answered at once, with nothing started.
-    if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    if args.iter().any(|a| a == "-V" || a == "--version") {
+    let cli = Cli::parse();
+    if cli.version {
         println!("tidepool-bench {}", env!("CARGO_PKG_VERSION"));
         return Ok(());
     }
-    let arg = |name: &str, default: u64| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let seconds = arg("--seconds", 5);
-    let conns = arg("--connections", 50) as u32;
-    let rounds = arg("--rounds", 3).max(1) as usize;
+    let seconds = cli.seconds.unwrap_or(if cli.noisy { 10 } else { 5 });
+    let conns = cli
+        .connections
+        .unwrap_or(if cli.delivery { 64 } else { 50 }) as u32;
+    let rounds = cli.rounds.max(1) as usize;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let bin: PathBuf = exe.with_file_name("tidepool");
     let tmp = std::env::temp_dir().join(format!("tidepool-bench-{}", std::process::id()));
@@ -664,44 +707,27 @@ fn run() -> Result<(), String> {
         write!(f, "wrk.method = \"POST\"\nwrk.body = '{body}'\n").map_err(|e| e.to_string())?;
         Ok(p)
     };
-    if args.iter().any(|a| a == "--delivery") {
-        let r = delivery::run(
-            &bin,
-            &tmp,
-            arg("--messages", 30_000),
-            arg("--connections", 64),
-            arg("--pending", 1_000_000),
-        );
+    if cli.delivery {
+        let r = delivery::run(&bin, &tmp, cli.messages, conns as u64, cli.pending);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
-    if args.iter().any(|a| a == "--snapshots") {
-        let r = snapshots(
-            &bin,
-            &tmp,
-            arg("--writes", 10_000_000),
-            arg("--keys", 1_000_000),
-            arg("--min-bytes", 64 << 20),
-        );
+    if cli.snapshots {
+        let r = snapshots(&bin, &tmp, cli.writes, cli.keys, cli.min_bytes);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
-    if args.iter().any(|a| a == "--replay") {
-        let r = replay(
-            &bin,
-            &tmp,
-            arg("--commands", 1_000_000),
-            arg("--singles", 100_000),
-        );
+    if cli.replay {
+        let r = replay(&bin, &tmp, cli.commands, cli.singles);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
-    if args.iter().any(|a| a == "--noisy") {
-        let r = noisy::run(&bin, &tmp, arg("--seconds", 10));
+    if cli.noisy {
+        let r = noisy::run(&bin, &tmp, seconds);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
-    if args.iter().any(|a| a == "--structures") {
+    if cli.structures {
         let r = structures(&bin, &tmp);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;

@@ -6,50 +6,14 @@
 use crate::config;
 use std::path::PathBuf;
 
-const USAGE: &str = "usage: tidepool db create [NAME] [--script-time-limit-ms MS] [--max-data-bytes B] | list | get NAME | delete NAME | reset NAME | claim NAME [--url URL] [--admin-token A] [--data DIR]";
-
 /// Runs one `tidepool db` command; prints the server's JSON answer.
-pub fn run(args: &[String]) -> Result<(), String> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let mut url = env("TIDEPOOL_URL");
-    let mut token = env("TIDEPOOL_ADMIN_TOKEN");
-    let mut data = env("TIDEPOOL_DATA");
-    let mut script_ms = None;
-    let mut max_data = None;
-    let mut words = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        let (flag, inline) = config::split_flag(&args[i]);
-        let slot = match flag.as_str() {
-            "--url" => &mut url,
-            "--admin-token" => &mut token,
-            "--data" => &mut data,
-            "--script-time-limit-ms" => &mut script_ms,
-            "--max-data-bytes" => &mut max_data,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            f if f.starts_with("--") => return Err(format!("usage: unknown flag '{f}'")),
-            _ => {
-                words.push(args[i].clone());
-                i += 1;
-                continue;
-            }
-        };
-        *slot = Some(config::flag_value(args, &mut i, &flag, inline)?);
-    }
-    let url = url
-        .unwrap_or_else(|| format!("http://{}", config::LISTEN_DEFAULT))
-        .trim_end_matches('/')
-        .to_string();
-    let token = match token {
+pub fn run(db: crate::cli::Db) -> Result<(), String> {
+    use crate::cli::DbAction;
+    let url = db.url.trim_end_matches('/').to_string();
+    let token = match db.admin_token.filter(|t| !t.is_empty()) {
         Some(t) => t,
-        None => stored_admin_token(PathBuf::from(
-            data.unwrap_or_else(|| config::DATA_DIR_DEFAULT.into()),
-        ))?,
+        None => stored_admin_token(PathBuf::from(&db.data))?,
     };
-    let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let base = format!("{url}{}/databases", config::ADMIN_PREFIX);
     let enc = |n: &str| -> String {
         n.bytes()
@@ -62,47 +26,41 @@ pub fn run(args: &[String]) -> Result<(), String> {
             })
             .collect()
     };
-    let number = |flag: &str, v: &Option<String>| -> Result<Option<u64>, String> {
-        v.as_deref()
-            .map(|t| {
-                t.parse::<u64>()
-                    .map_err(|_| format!("usage: {flag} takes a whole number, not '{t}'"))
-            })
-            .transpose()
-    };
-    let mut settings = serde_json::Map::new();
-    if let Some(ms) = number("--script-time-limit-ms", &script_ms)? {
-        settings.insert("script_time_limit_ms".into(), ms.into());
-    }
-    if let Some(b) = number("--max-data-bytes", &max_data)? {
-        settings.insert("max_data_bytes".into(), b.into());
-    }
-    if !settings.is_empty() && words.first() != Some(&"create") {
-        return Err(
-            "usage: --script-time-limit-ms and --max-data-bytes are set when a database is created"
-                .into(),
-        );
-    }
-    let (method, target, body) = match words.as_slice() {
-        ["create"] => (
-            "POST",
-            base,
-            serde_json::Value::Object(settings).to_string(),
-        ),
-        ["create", name] => {
-            settings.insert("name".into(), (*name).into());
+    let (method, target, body) = match db.action {
+        DbAction::Create {
+            name,
+            script_time_limit_ms,
+            max_data_bytes,
+        } => {
+            let mut settings = serde_json::Map::new();
+            if let Some(n) = name {
+                settings.insert("name".into(), n.into());
+            }
+            if let Some(ms) = script_time_limit_ms {
+                settings.insert("script_time_limit_ms".into(), ms.into());
+            }
+            if let Some(b) = max_data_bytes {
+                settings.insert("max_data_bytes".into(), b.into());
+            }
             (
                 "POST",
                 base,
                 serde_json::Value::Object(settings).to_string(),
             )
         }
-        ["list"] => ("GET", base, String::new()),
-        ["get", name] => ("GET", format!("{base}/{}", enc(name)), String::new()),
-        ["delete", name] => ("DELETE", format!("{base}/{}", enc(name)), String::new()),
-        ["reset", name] => ("POST", format!("{base}/{}/reset", enc(name)), String::new()),
-        ["claim", name] => ("POST", format!("{base}/{}/claim", enc(name)), String::new()),
-        _ => return Err(USAGE.to_string()),
+        DbAction::List => ("GET", base, String::new()),
+        DbAction::Get { name } => ("GET", format!("{base}/{}", enc(&name)), String::new()),
+        DbAction::Delete { name } => ("DELETE", format!("{base}/{}", enc(&name)), String::new()),
+        DbAction::Reset { name } => (
+            "POST",
+            format!("{base}/{}/reset", enc(&name)),
+            String::new(),
+        ),
+        DbAction::Claim { name } => (
+            "POST",
+            format!("{base}/{}/claim", enc(&name)),
+            String::new(),
+        ),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

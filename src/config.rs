@@ -515,6 +515,8 @@ pub const DEV_REDIS_READ_ONLY_TOKEN: &str = "dev-read-only-token";
 pub const START_PATH_DEFAULT: &str = "/start";
 /// How long a scratch database lives unless claimed, by default (the hosted service's 72 h).
 pub const SCRATCH_TTL_MS_DEFAULT: u64 = 72 * 3_600_000;
+/// The same, as `--scratch-ttl` spells it.
+pub const SCRATCH_TTL_DEFAULT: &str = "72h";
 /// Scratch databases one client address may create per hour, by default.
 pub const START_PER_HOUR_DEFAULT: u32 = 10;
 /// Client addresses whose scratch-database creations are remembered for the rate limit; past

@@ -5,10 +5,11 @@
 //! A request flows one way through the crate, each layer importing only the ones below it:
 //!
 //! ```text
-//! server -> http -> executor -+-> command ---> lua, rdb, state   (key-value)
-//!                             +-> delivery                       (messages)
-//!                             +-> record ----> what a log record holds
-//!                             +-> wal                            (append, sync)
+//! server -> http -> executor -> machine -+-> command ---> lua, rdb, state   (key-value)
+//!                                        +-> delivery                       (messages)
+//!                                        +-> record ----> what a log record holds
+//!                                        +-> snapshot                       (state images)
+//!                                        +-> wal                            (append, sync)
 //! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log, point, alloc
 //! ```
 //!
@@ -19,6 +20,8 @@
 //!
 //! Module map:
 //! - [`server`]: start-up: data directory, credentials, replay, listener, shutdown.
+//! - [`cli`]: the `tidepool` command line (clap): every flag with its environment variable,
+//!   default and help; `serve`'s values checked into a `config::Config`.
 //! - [`admin_cli`]: `tidepool db ...`, the admin API from the command line.
 //! - [`http`]: the hyper service: auth, the request forms (path, JSON body, pipeline,
 //!   multi-exec), envelopes, base64 and RESP2, server-sent event streams, per-connection
@@ -26,6 +29,10 @@
 //! - [`executor`]: the single task that owns the state: batches jobs, runs them (commands
 //!   through `command::run_request`, delivery operations through `delivery::ops`), logs the
 //!   changes, replies after group commit; monitor and pub/sub fan-out; the flusher thread.
+//! - [`machine`]: the state machine's one door: the state (databases, delivery state, random
+//!   source, last applied position); apply one record at its position, checked; write and load
+//!   a snapshot image; recover a data directory up to a point. Start-up, `serve --at`,
+//!   `tidepool-log`, the tests and the benchmarks all recover through `machine::recover`.
 //! - [`record`]: what one log record holds (key-value commands or delivery events) and its
 //!   MessagePack payload.
 //! - [`command`]: the command table (from Redis's own), the one pipeline (`pipeline`), the one
@@ -39,6 +46,8 @@
 //! - [`delivery`]: the message-delivery service: its events and pure state (`apply`), API
 //!   operations by resource (`ops`), configuration headers, retries, signing keys and JWT,
 //!   cron, and the outbound worker pool (which reports on a channel of its own).
+//! - [`snapshot`]: the state as a file at one log position: writing, reading with its damage
+//!   table, salvage, choosing where start-up begins, compaction of the log behind it.
 //! - [`wal`]: the log: framing, reading with recovery, appending, and its progress counters;
 //!   it frames payloads it does not read. `log-format.md` describes the bytes.
 //! - Leaves: [`config`] (every limit and default, units last in the names), [`reply`] (a
@@ -48,10 +57,12 @@
 //!   [`clock`] (wall-clock time, read in one place), [`log`] (operator lines that never panic),
 //!   [`point`] (a position in the log: a sequence number or a time), [`metrics`] (what
 //!   `GET /metrics` reports, kept with `prometheus-client`), [`alloc`] (the heap in use, as
-//!   the allocator reports it, behind `--max-memory` and `used_memory`).
+//!   the allocator reports it, behind `--max-memory` and `used_memory`), [`fault`] (the
+//!   test-only fault points of the `fault-injection` feature; no-ops without it).
 
 pub mod admin_cli;
 pub mod alloc;
+pub mod cli;
 pub mod clock;
 pub mod command;
 pub mod config;

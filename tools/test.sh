@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test of tidepool, installing first what the tests need on a bare Debian machine:
-# redis-server (differential tests) and the official Python SDKs with pytest (real-client tests).
+# redis-server (differential tests), curl (the README's commands) and the official SDKs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "== installing redis-server"
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+  echo "== installing redis-server and curl (the README's commands are run as written)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq redis-server >/dev/null
+  apt-get install -y -qq redis-server curl >/dev/null
 fi
 if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client" >/dev/null 2>&1; then
   echo "== installing upstash-redis, qstash, pytest and prometheus-client (its OpenMetrics parser checks /metrics)"

@@ -15,36 +15,108 @@ use tidepool::point::{rfc3339, Point};
 use tidepool::record::Record;
 use tidepool::wal::reader::{self, Action, Damage};
 
-const USAGE: &str = "usage: tidepool-log <command> DIR
-  verify DIR          check every segment and record; exit 1 and name file and offset on damage
-  dump [--json] [--from P] [--to P] [--key PATTERN] [--kind KIND] DIR
-                      print the records (--json: one JSON object per line); --from and --to
-                      bound them (inclusive), --key keeps records with a command on a matching
-                      key (a glob, as KEYS takes), --kind keeps kv-commands or delivery-events
-  stats DIR           counts of records, segments, bytes, kinds and commands
-  history [--from P] [--to P] [--values] DIR KEY
-                      every record that changed KEY: sequence, time, the command as logged;
-                      --values adds the value after each change
-  replay --to P --out NEWDIR DIR
-                      a new data directory holding the state as of P (the log up to the last
-                      record at or before it, and the credentials): `tidepool serve --data NEWDIR`
-  tail [--follow] DIR print the newest segment's last 10 records, as dump does; --follow (-f)
-                      then prints each new record as it is written, until interrupted; both
-                      work beside a running server
-  snapshot [--log-retention R] DIR
-                      write a snapshot of the state at the log's end (a stopped server's
-                      directory), start a new segment after it, and remove what the retention
-                      (0, a duration such as 7d, or a size such as 10GiB; default 1d) does not keep
-  repair [--yes] DIR  cut the log at the first damage, after confirmation; a damaged snapshot
-                      is set aside (renamed .damaged) when an older one and the log can take
-                      its place, or else rebuilt from its intact chunks (the keys of damaged
-                      chunks are lost)
-DIR is a data directory (its wal/ and snapshots/ are used) or a wal directory itself. Records
+/// What DIR and P are, under every command's help.
+const AFTER_HELP: &str = "DIR is a data directory (its wal/ and snapshots/ are used) or a wal directory itself. Records
 that a snapshot made unnecessary may have been removed (--log-retention): dump, stats and
 history then begin at the first record kept, and say so. Every command but verify
 and repair also reads the directory of a running server (with ordinary reads, never a map). A point P is a sequence
 number, or a time: RFC 3339 (2026-11-24T14:05:00Z) or Unix milliseconds (any number from
 100000000000 on is read as a time).";
+
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "tidepool-log",
+    about = "Inspect, verify, repair and replay a tidepool log and its snapshots.",
+    after_help = AFTER_HELP,
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Print the version, and the log and snapshot formats it reads
+    #[arg(short = 'V', long = "version")]
+    version: bool,
+    #[command(subcommand)]
+    command: Option<LogCmd>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum LogCmd {
+    /// Check every segment, record and snapshot; exit 1 and name file and offset on damage
+    #[command(after_help = AFTER_HELP)]
+    Verify { dir: String },
+    /// Print the records (one JSON object per line with --json)
+    #[command(after_help = AFTER_HELP)]
+    Dump {
+        /// One JSON object per record
+        #[arg(long)]
+        json: bool,
+        /// The first record shown (inclusive)
+        #[arg(long, value_name = "P")]
+        from: Option<String>,
+        /// The last record shown (inclusive)
+        #[arg(long, value_name = "P")]
+        to: Option<String>,
+        /// Only records with a command on a key matching this glob (as KEYS takes)
+        #[arg(long, value_name = "PATTERN")]
+        key: Option<String>,
+        /// Only records of this kind
+        #[arg(long, value_name = "KIND", value_parser = ["kv-commands", "delivery-events"])]
+        kind: Option<String>,
+        dir: String,
+    },
+    /// Counts of records, segments, bytes, kinds and commands
+    #[command(after_help = AFTER_HELP)]
+    Stats { dir: String },
+    /// Every record that changed KEY: sequence, time, the command as logged
+    #[command(after_help = AFTER_HELP)]
+    History {
+        /// The first record shown (inclusive)
+        #[arg(long, value_name = "P")]
+        from: Option<String>,
+        /// The last record shown (inclusive)
+        #[arg(long, value_name = "P")]
+        to: Option<String>,
+        /// Add the value after each change
+        #[arg(long)]
+        values: bool,
+        dir: String,
+        key: String,
+    },
+    /// Write a new data directory holding the state as of P: `tidepool serve --data NEWDIR`
+    #[command(after_help = AFTER_HELP)]
+    Replay {
+        /// The point: the last record at or before it
+        #[arg(long, value_name = "P")]
+        to: String,
+        /// The new data directory (absent or empty)
+        #[arg(long, value_name = "NEWDIR")]
+        out: PathBuf,
+        dir: String,
+    },
+    /// The newest segment's last 10 records; then each new one with --follow
+    #[command(after_help = AFTER_HELP)]
+    Tail {
+        /// Print each new record as it is written, until interrupted
+        #[arg(short = 'f', long)]
+        follow: bool,
+        dir: String,
+    },
+    /// Write a snapshot of the state at the log's end (a stopped server's directory)
+    #[command(after_help = AFTER_HELP)]
+    Snapshot {
+        /// What is kept behind it: 0, a duration such as 7d, or a size such as 10GiB
+        #[arg(long, value_name = "R", default_value = tidepool::config::LOG_RETENTION_DEFAULT)]
+        log_retention: String,
+        dir: String,
+    },
+    /// Cut the log at the first damage, after confirmation; set aside or rebuild a damaged snapshot
+    #[command(after_help = AFTER_HELP)]
+    Repair {
+        /// Do not ask
+        #[arg(long)]
+        yes: bool,
+        dir: String,
+    },
+}
 
 enum Failure {
     /// Damage or a declined repair: exit 1, message already printed.
@@ -58,7 +130,7 @@ fn main() {
         Ok(()) => 0,
         Err(Failure::Found) => 1,
         Err(Failure::Usage(m)) => {
-            eprintln!("tidepool-log: {m}\n{USAGE}");
+            eprintln!("tidepool-log: {m}\n\nFor more information, try '--help'.");
             2
         }
         Err(Failure::Io(m)) => {
@@ -69,87 +141,23 @@ fn main() {
     std::process::exit(code);
 }
 
-/// The command line after the command's name: positional arguments, boolean flags, and flags
-/// with a value.
-struct Args {
-    positional: Vec<String>,
-    switches: Vec<String>,
-    values: BTreeMap<String, String>,
-}
-
-/// Flags that take a value.
-const VALUE_FLAGS: &[&str] = &[
-    "--from",
-    "--to",
-    "--key",
-    "--kind",
-    "--out",
-    "--log-retention",
-];
-
-fn parse_args(raw: &[String]) -> Result<Args, Failure> {
-    let mut a = Args {
-        positional: Vec::new(),
-        switches: Vec::new(),
-        values: BTreeMap::new(),
-    };
-    let mut it = raw.iter();
-    while let Some(arg) = it.next() {
-        if !arg.starts_with("--") {
-            a.positional.push(arg.clone());
-            continue;
-        }
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-            None => (arg.clone(), None),
-        };
-        if VALUE_FLAGS.contains(&name.as_str()) {
-            let v = match inline {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .cloned()
-                    .ok_or_else(|| Failure::Usage(format!("flag {name} needs a value")))?,
-            };
-            a.values.insert(name, v);
-        } else {
-            a.switches.push(name);
-        }
-    }
-    Ok(a)
-}
-
-impl Args {
-    /// Refuses a flag the command does not take.
-    fn only(&self, allowed: &[&str]) -> Result<(), Failure> {
-        self.switches
-            .iter()
-            .chain(self.values.keys())
-            .find(|f| !allowed.contains(&f.as_str()))
-            .map_or(Ok(()), |f| Err(Failure::Usage(format!("unknown flag {f}"))))
-    }
-    fn has(&self, flag: &str) -> bool {
-        self.switches.iter().any(|s| s == flag)
-    }
-    fn point(&self, flag: &str) -> Result<Option<Point>, Failure> {
-        self.values
-            .get(flag)
-            .map(|v| Point::parse(v).map_err(|e| Failure::Usage(format!("{flag} {e}"))))
-            .transpose()
-    }
-}
-
 /// The records between two optional points, both ends included.
 struct Window {
     from: Option<Point>,
     to: Option<Point>,
 }
 
+/// A point flag's value.
+fn point(flag: &str, v: Option<&str>) -> Result<Option<Point>, Failure> {
+    v.map(|v| Point::parse(v).map_err(|e| Failure::Usage(format!("{flag} {e}"))))
+        .transpose()
+}
+
 impl Window {
-    fn of(a: &Args) -> Result<Window, Failure> {
+    fn of(from: Option<&str>, to: Option<&str>) -> Result<Window, Failure> {
         Ok(Window {
-            from: a.point("--from")?,
-            to: a.point("--to")?,
+            from: point("--from", from)?,
+            to: point("--to", to)?,
         })
     }
     fn holds(&self, seq: u64, ts: u64) -> bool {
@@ -159,15 +167,10 @@ impl Window {
 }
 
 fn run() -> Result<(), Failure> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let cmd = args
-        .first()
-        .ok_or_else(|| Failure::Usage("missing command".into()))?;
-    if cmd == "-h" || cmd == "--help" {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    if cmd == "-V" || cmd == "--version" {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if cli.version {
         println!(
             "tidepool-log {} (reads log format {}, snapshot format {})",
             env!("CARGO_PKG_VERSION"),
@@ -176,109 +179,97 @@ fn run() -> Result<(), Failure> {
         );
         return Ok(());
     }
-    // `tail -f`, as the shell's tail takes it.
-    let raw: Vec<String> = args[1..]
-        .iter()
-        .map(|a| {
-            if a == "-f" {
-                "--follow".into()
-            } else {
-                a.clone()
-            }
-        })
-        .collect();
-    let a = parse_args(&raw)?;
-    let (dir, rest) = match (cmd.as_str(), a.positional.as_slice()) {
-        ("history", [dir, key]) => (dir, Some(key)),
-        ("history", _) => return Err(Failure::Usage("expected DIR and KEY".into())),
-        (_, [dir]) => (dir, None),
-        _ => return Err(Failure::Usage("expected exactly one DIR".into())),
+    let Some(cmd) = cli.command else {
+        let _ = Cli::command().print_help();
+        return Err(Failure::Usage("missing command".into()));
     };
-    let wal = wal_dir(Path::new(dir));
+    let (name, dir) = match &cmd {
+        LogCmd::Verify { dir } => ("verify", dir),
+        LogCmd::Dump { dir, .. } => ("dump", dir),
+        LogCmd::Stats { dir } => ("stats", dir),
+        LogCmd::History { dir, .. } => ("history", dir),
+        LogCmd::Replay { dir, .. } => ("replay", dir),
+        LogCmd::Tail { dir, .. } => ("tail", dir),
+        LogCmd::Snapshot { dir, .. } => ("snapshot", dir),
+        LogCmd::Repair { dir, .. } => ("repair", dir),
+    };
+    let dir = dir.clone();
+    let wal = wal_dir(Path::new(&dir));
     if !wal.is_dir() {
         return Err(Failure::Io(format!("{} is not a directory", wal.display())));
     }
-    if cmd == "tail" {
+    if let LogCmd::Tail { follow, .. } = cmd {
         // Reads with pread, never through a map, so a running server may write meanwhile.
-        a.only(&["--follow"])?;
-        return tail(&wal, a.has("--follow"));
+        return tail(&wal, follow);
     }
-    match cmd.as_str() {
-        "verify" | "repair" | "snapshot" => refuse_if_live(Path::new(dir))?,
+    match name {
+        "verify" | "repair" | "snapshot" => refuse_if_live(Path::new(&dir))?,
         _ => LIVE.store(
-            is_live(Path::new(dir)),
+            is_live(Path::new(&dir)),
             std::sync::atomic::Ordering::Relaxed,
         ),
     }
     {
         use std::io::IsTerminal;
-        let summary = matches!(cmd.as_str(), "verify" | "stats" | "replay" | "snapshot");
+        let summary = matches!(name, "verify" | "stats" | "replay" | "snapshot");
         let show = io::stderr().is_terminal() && (summary || !io::stdout().is_terminal());
         PROGRESS.store(show, std::sync::atomic::Ordering::Relaxed);
     }
-    match cmd.as_str() {
-        "verify" => {
-            a.only(&[])?;
+    let data_dir = data_dir_of(Path::new(&dir));
+    match cmd {
+        LogCmd::Verify { .. } => {
             let log = verify(&wal);
-            let snaps = verify_snapshots(&data_dir_of(Path::new(dir)), &wal);
+            let snaps = verify_snapshots(&data_dir, &wal);
             log.and(snaps)
         }
-        "snapshot" => {
-            a.only(&["--log-retention"])?;
-            let retention = tidepool::config::Retention::parse(
-                a.values
-                    .get("--log-retention")
-                    .map_or(tidepool::config::LOG_RETENTION_DEFAULT, String::as_str),
-            )
-            .map_err(|e| Failure::Usage(format!("--log-retention {e}")))?;
-            take_snapshot(&data_dir_of(Path::new(dir)), &wal, retention)
+        LogCmd::Snapshot { log_retention, .. } => {
+            let retention = tidepool::config::Retention::parse(&log_retention)
+                .map_err(|e| Failure::Usage(format!("--log-retention {e}")))?;
+            take_snapshot(&data_dir, &wal, retention)
         }
-        "dump" => {
-            a.only(&["--json", "--from", "--to", "--key", "--kind"])?;
-            let kind = a.values.get("--kind").map(String::as_str);
-            if let Some(k) = kind {
-                if !matches!(k, "kv-commands" | "delivery-events") {
-                    return Err(Failure::Usage(format!(
-                        "--kind '{k}': use kv-commands or delivery-events"
-                    )));
-                }
-            }
+        LogCmd::Dump {
+            json,
+            from,
+            to,
+            key,
+            kind,
+            ..
+        } => {
             let filter = DumpFilter {
-                window: Window::of(&a)?,
-                key: a.values.get("--key").map(|k| k.as_bytes().to_vec()),
-                kind,
+                window: Window::of(from.as_deref(), to.as_deref())?,
+                key: key.map(String::into_bytes),
+                kind: kind.as_deref(),
             };
             note_compacted(&wal);
-            dump(&wal, a.has("--json"), &filter)
+            dump(&wal, json, &filter)
         }
-        "stats" => {
-            a.only(&[])?;
+        LogCmd::Stats { .. } => {
             note_compacted(&wal);
             stats(&wal)
         }
-        "history" => {
-            a.only(&["--from", "--to", "--values"])?;
-            let key = rest.map(|k| k.as_bytes().to_vec()).unwrap_or_default();
-            let data_dir = data_dir_of(Path::new(dir));
-            history(&data_dir, &wal, &key, &Window::of(&a)?, a.has("--values"))
-        }
-        "replay" => {
-            a.only(&["--to", "--out"])?;
-            let to = a
-                .point("--to")?
+        LogCmd::History {
+            from,
+            to,
+            values,
+            key,
+            ..
+        } => history(
+            &data_dir,
+            &wal,
+            key.as_bytes(),
+            &Window::of(from.as_deref(), to.as_deref())?,
+            values,
+        ),
+        LogCmd::Replay { to, out, .. } => {
+            let to = point("--to", Some(&to))?
                 .ok_or_else(|| Failure::Usage("replay needs --to SEQ|TIME".into()))?;
-            let out_dir = a
-                .values
-                .get("--out")
-                .ok_or_else(|| Failure::Usage("replay needs --out NEWDIR".into()))?;
-            replay(Path::new(dir), &wal, to, Path::new(out_dir))
+            replay(Path::new(&dir), &wal, to, &out)
         }
-        "repair" => {
-            a.only(&["--yes"])?;
-            repair(&wal, a.has("--yes"))?;
-            repair_snapshots(&data_dir_of(Path::new(dir)), &wal, a.has("--yes"))
+        LogCmd::Repair { yes, .. } => {
+            repair(&wal, yes)?;
+            repair_snapshots(&data_dir, &wal, yes)
         }
-        other => Err(Failure::Usage(format!("unknown command '{other}'"))),
+        LogCmd::Tail { .. } => Ok(()),
     }
 }
 

@@ -120,7 +120,7 @@ impl HttpMethod {
 }
 
 /// A message waiting to be delivered (or being delivered). Optional strings are `Box<str>`:
-/// a million pending messages make every word count (see the README's memory figure).
+/// a million pending messages make every word count (see docs/performance.md's memory figure).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     /// Shared with the pending map's key and the due index (one allocation per message).

@@ -1477,7 +1477,7 @@ fn redis_reply(redis: &mut Redis, c: &[String]) -> Canon {
 }
 
 /// What tidepool must answer: Redis's reply, except where the hosted service answers otherwise
-/// and the SDKs rely on it (the README's list of such places); there the hosted answer is
+/// and the SDKs rely on it (docs/compatibility.md's list of such places); there the hosted answer is
 /// derived from what Redis holds.
 fn hosted_reply(redis: &mut Redis, c: &[String]) -> Canon {
     let wrapped = c.len() > 3 && c[0] == "EVAL" && c[1] == "return redis.call(unpack(ARGV))";

@@ -27,6 +27,7 @@ mod json;
 mod log_format_golden;
 mod one_pipeline;
 mod properties;
+mod readme;
 mod replay;
 mod scripting;
 mod server_commands;

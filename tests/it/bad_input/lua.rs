@@ -53,7 +53,7 @@ const LIMITS: &[(&str, &str)] = &[
     // redis-server 7.0.15 itself dies on this one (an error table without `err`).
     ("error({})", "ERR"),
     // cjson.decode refuses these as Redis does, in words of its own (its decoder is
-    // serde_json's, not lua-cjson's tokenizer: see the README's differences).
+    // serde_json's, not lua-cjson's tokenizer: see docs/compatibility.md's differences).
     ("return cjson.decode('{')", "invalid token"),
     ("return cjson.decode('[1,2')", "invalid token"),
     (
