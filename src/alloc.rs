@@ -2,7 +2,7 @@
 //! use in the arenas and in blocks of their own), sampled by the executor's tick (every
 //! `EXPIRE_CYCLE_INTERVAL_MS`) rather than counted on every allocation, which cost 2-3 % of a
 //! request's instructions. `--max-memory` (Redis's `maxmemory`) and `INFO memory`'s
-//! `used_memory` read it. The one `unsafe` call is the allocator's own report.
+//! `used_memory` read it. The allocator's report comes through `sys`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,14 +15,7 @@ pub fn in_use() -> u64 {
 
 /// Asks the allocator now, keeps the answer for `in_use`, and answers it.
 pub fn sample() -> u64 {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    let bytes = {
-        // SAFETY: mallinfo2 takes nothing and returns a plain struct of counters.
-        let m = unsafe { libc::mallinfo2() };
-        (m.uordblks + m.hblkhd) as u64
-    };
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    let bytes = 0u64;
+    let bytes = crate::sys::heap_in_use();
     IN_USE.store(bytes, Ordering::Relaxed);
     bytes
 }

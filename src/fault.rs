@@ -45,23 +45,14 @@ mod active {
         if at != name {
             return;
         }
-        // SAFETY: kill and getppid take and return integers only.
-        unsafe {
-            if IN_CHILD.load(Ordering::SeqCst) {
-                libc::kill(libc::getppid(), libc::SIGKILL);
-            }
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
+        crate::sys::kill_self(IN_CHILD.load(Ordering::SeqCst));
     }
 
     /// Gives the allocator's free memory back to the system (glibc's `malloc_trim(0)`), so
     /// that a test reads the memory the server really holds from its resident size, not what
     /// the allocator keeps cached; answers the resident bytes after it.
     pub fn trim_heap() -> u64 {
-        // SAFETY: malloc_trim takes an integer and only walks the allocator's own free lists.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        crate::sys::trim_heap();
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         status
             .lines()

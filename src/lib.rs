@@ -10,7 +10,7 @@
 //!                                        +-> record ----> what a log record holds
 //!                                        +-> snapshot                       (state images)
 //!                                        +-> wal                            (append, sync)
-//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log, point, alloc
+//! leaves, used from every floor: config, reply, num, glob, rng, secret, msgpack, clock, log, point, alloc, sys
 //! ```
 //!
 //! A key-value command, from any door (REST path or body, pipeline, transaction, `redis.call`
@@ -58,7 +58,9 @@
 //!   [`point`] (a position in the log: a sequence number or a time), [`metrics`] (what
 //!   `GET /metrics` reports, kept with `prometheus-client`), [`alloc`] (the heap in use, as
 //!   the allocator reports it, behind `--max-memory` and `used_memory`), [`fault`] (the
-//!   test-only fault points of the `fault-injection` feature; no-ops without it).
+//!   test-only fault points of the `fault-injection` feature; no-ops without it), [`sys`] (the
+//!   one module with `unsafe` code: the C library's calls, each behind a safe function with
+//!   the reason it is sound).
 
 pub mod admin_cli;
 pub mod alloc;
@@ -86,4 +88,5 @@ pub mod secret;
 pub mod server;
 pub mod snapshot;
 pub mod state;
+pub mod sys;
 pub mod wal;

@@ -56,6 +56,17 @@ pub struct Machine {
     replay_draws: u64,
 }
 
+/// The state's sizes (see [`Machine::census`]).
+#[derive(Debug, Clone, Default)]
+pub struct Census {
+    /// Each database: its id, name and keys.
+    pub databases: Vec<(crate::state::databases::DbId, String, u64)>,
+    pub messages_pending: u64,
+    pub messages_in_flight: u64,
+    pub dlq_entries: u64,
+    pub schedules: u64,
+}
+
 /// The parts of the state the live path runs commands and operations on.
 pub struct Parts<'a> {
     pub dbs: &'a mut Databases,
@@ -251,6 +262,25 @@ impl Machine {
             if !on {
                 db.recount();
             }
+        }
+    }
+
+    /// What the state holds, counted, for `GET /metrics`: each database's name and keys, and
+    /// the delivery state's sizes.
+    pub fn census(&self) -> Census {
+        Census {
+            databases: self
+                .dbs
+                .metas()
+                .map(|m| {
+                    let keys = self.dbs.get(m.id).map_or(0, |d| d.len() as u64);
+                    (m.id, m.name.clone(), keys)
+                })
+                .collect(),
+            messages_pending: self.delivery.msgs.len() as u64,
+            messages_in_flight: self.delivery.in_flight as u64,
+            dlq_entries: self.delivery.dlq.len() as u64,
+            schedules: self.delivery.schedules.len() as u64,
         }
     }
 

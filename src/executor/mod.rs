@@ -711,23 +711,22 @@ impl Executor {
     fn scrape(&self) -> crate::metrics::Scrape {
         let now = clock::wall_unix_ms();
         let facts = self.snapshots.facts(self.wal.last_seq(), now);
+        let census = self.machine.census();
         crate::metrics::Scrape {
             log_records: self.wal.last_seq(),
             log_bytes: facts.log_bytes,
             log_syncs: self.shared.log.syncs.load(Ordering::Relaxed),
             snapshot_age_s: (facts.saves > 0 || facts.snapshot_bytes > 0)
                 .then(|| (now / 1000).saturating_sub(facts.last_save_s)),
-            databases: self
-                .machine
-                .dbs()
-                .metas()
-                .map(|m| {
-                    let keys = self.machine.dbs().get(m.id).map_or(0, |d| d.len() as u64);
+            databases: census
+                .databases
+                .into_iter()
+                .map(|(id, name, keys)| {
                     let mut by: BTreeMap<String, u64> =
-                        self.command_totals.get(&m.id).cloned().unwrap_or_default();
+                        self.command_totals.get(&id).cloned().unwrap_or_default();
                     for (name, n) in self
                         .usage
-                        .get(&m.id)
+                        .get(&id)
                         .map(Counting::day)
                         .unwrap_or_default()
                         .by_command
@@ -735,16 +734,16 @@ impl Executor {
                         *by.entry(name).or_insert(0) += n;
                     }
                     crate::metrics::DbScrape {
-                        name: m.name.clone(),
+                        name,
                         keys,
                         commands: by.into_iter().collect(),
                     }
                 })
                 .collect(),
-            messages_pending: self.machine.delivery().msgs.len() as u64,
-            messages_in_flight: self.machine.delivery().in_flight as u64,
-            dlq_entries: self.machine.delivery().dlq.len() as u64,
-            schedules: self.machine.delivery().schedules.len() as u64,
+            messages_pending: census.messages_pending,
+            messages_in_flight: census.messages_in_flight,
+            dlq_entries: census.dlq_entries,
+            schedules: census.schedules,
             command_seconds: {
                 let table = crate::command::table::global();
                 self.command_seconds

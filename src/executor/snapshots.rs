@@ -18,6 +18,7 @@ use crate::config::SnapshotPolicy;
 use crate::machine::Machine;
 use crate::reply::Reply;
 use crate::snapshot::{self, format::SnapshotHeader, Written};
+use crate::sys;
 use crate::wal::WalWriter;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -224,45 +225,32 @@ impl Snapshots {
         }
         let (mut reader, writer) =
             std::io::pipe().map_err(|e| format!("cannot open a pipe for the snapshot: {e}"))?;
-        // SAFETY: getpid takes nothing and cannot fail.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: fork() duplicates this process. The child only writes the state it inherited
-        // to a file and leaves through _exit: it takes no lock another thread could have held
-        // (glibc's fork resets the allocator's), runs no destructor, and touches no runtime.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(format!(
-                "cannot fork for a background snapshot: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        if pid == 0 {
-            // Die with the server: an orphaned child would hold its port and data directory.
-            #[cfg(target_os = "linux")]
-            // SAFETY: prctl with integer arguments; getppid takes none.
-            unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
+        let parent = sys::pid();
+        let forked =
+            sys::fork().map_err(|e| format!("cannot fork for a background snapshot: {e}"))?;
+        let pid = match forked {
+            sys::Forked::Parent(pid) => pid,
+            sys::Forked::Child => {
+                // Die with the server: an orphaned child would hold its port and data directory.
+                sys::die_with_parent(parent);
+                crate::fault::in_child();
+                drop(reader);
+                let mut w = writer;
+                let code = match machine.write_snapshot_tmp(&self.data_dir, now_ms) {
+                    Ok((_, written)) => {
+                        let _ = write!(w, "ok {} {}", written.bytes, written.keys);
+                        0
+                    }
+                    Err(e) => {
+                        let _ = write!(w, "error {e}");
+                        1
+                    }
+                };
+                drop(w);
+                // At once, without the parent's exit handlers or any destructor.
+                sys::exit_now(code)
             }
-            crate::fault::in_child();
-            drop(reader);
-            let mut w = writer;
-            let code = match machine.write_snapshot_tmp(&self.data_dir, now_ms) {
-                Ok((_, written)) => {
-                    let _ = write!(w, "ok {} {}", written.bytes, written.keys);
-                    0
-                }
-                Err(e) => {
-                    let _ = write!(w, "error {e}");
-                    1
-                }
-            };
-            drop(w);
-            // SAFETY: ends the child at once, without running the parent's exit handlers.
-            unsafe { libc::_exit(code) };
-        }
+        };
         drop(writer);
         self.status().running = Some((pid, now_ms, header.seq));
         let status = self.status.clone();
@@ -273,10 +261,8 @@ impl Snapshots {
             .spawn(move || {
                 let mut said = String::new();
                 let _ = reader.read_to_string(&mut said);
-                let mut wstatus = 0;
-                // SAFETY: waits for our own child; `wstatus` is a valid place for its status.
-                unsafe { libc::waitpid(pid, &mut wstatus, 0) };
-                let exited_ok = libc::WIFEXITED(wstatus) && libc::WEXITSTATUS(wstatus) == 0;
+                let code = sys::wait_for(pid);
+                let exited_ok = code == Some(0);
                 let result = match said.strip_prefix("ok ") {
                     Some(rest) if exited_ok => {
                         let mut it = rest.split(' ').filter_map(|n| n.parse::<u64>().ok());
@@ -294,7 +280,10 @@ impl Snapshots {
                     }
                     _ => Err(match said.strip_prefix("error ") {
                         Some(e) => e.to_string(),
-                        None => format!("the snapshot's child process ended with status {wstatus}"),
+                        None => match code {
+                            Some(c) => format!("the snapshot's child process exited with {c}"),
+                            None => "the snapshot's child process was killed".to_string(),
+                        },
                     }),
                 };
                 finish(&status, &data_dir, &wal_dir, policy, header, now_ms, result);
@@ -305,11 +294,8 @@ impl Snapshots {
         if let Err(e) = spawned {
             // Without a thread to wait for it, the child is stopped and its file left for the
             // next compaction to remove.
-            // SAFETY: signals and reaps our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
+            sys::kill_now(pid);
+            sys::wait_for(pid);
             self.status().running = None;
             return Err(format!("cannot start the snapshot thread: {e}"));
         }
@@ -320,8 +306,8 @@ impl Snapshots {
     /// the next compaction.
     pub fn stop(&self) {
         if let Some((pid, _, _)) = self.status().running {
-            // SAFETY: signals our own child; the waiting thread reaps it.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // The waiting thread reaps it.
+            sys::kill_now(pid);
         }
     }
 }

@@ -205,23 +205,9 @@ pub async fn serve(
 /// process may open fewer descriptors (some are kept for the log, the delivery workers'
 /// outbound connections and the refusal itself).
 fn connection_cap() -> usize {
-    #[repr(C)]
-    struct Rlimit {
-        cur: u64,
-        max: u64,
-    }
-    extern "C" {
-        fn getrlimit(resource: i32, rlim: *mut Rlimit) -> i32;
-    }
-    const RLIMIT_NOFILE: i32 = 7;
-    let mut lim = Rlimit { cur: 0, max: 0 };
-    // SAFETY: getrlimit writes one struct of two 64-bit integers (Linux's rlimit) into `lim`,
-    // which lives for the whole call.
-    let ok = unsafe { getrlimit(RLIMIT_NOFILE, &mut lim) } == 0;
-    let by_descriptors = if ok {
-        (lim.cur as usize).saturating_sub(HTTP_DESCRIPTORS_RESERVED)
-    } else {
-        HTTP_CONNECTIONS_MAX
+    let by_descriptors = match crate::sys::open_files_limit() {
+        Some(n) => (n as usize).saturating_sub(HTTP_DESCRIPTORS_RESERVED),
+        None => HTTP_CONNECTIONS_MAX,
     };
     HTTP_CONNECTIONS_MAX.min(by_descriptors).max(1)
 }

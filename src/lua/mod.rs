@@ -19,7 +19,7 @@ use crate::config::{
 use crate::reply::Reply;
 use crate::state::databases::{DbId, DEFAULT_DB};
 use crate::state::Db;
-use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -448,15 +448,8 @@ pub fn sha1hex(body: &[u8]) -> String {
 impl Scripts {
     pub fn new(control: Arc<ScriptControl>) -> Result<Scripts, String> {
         let fail = |e: mlua::Error| format!("cannot start Lua: {e}");
-        // SAFETY: the debug library is needed only by the prelude's error handler (to find the
-        // script's line, as Redis does); the prelude removes it from the globals before any
-        // user script runs.
-        let lua = unsafe {
-            Lua::unsafe_new_with(
-                StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::DEBUG,
-                LuaOptions::default(),
-            )
-        };
+        // With the debug library, for the prelude's error handler, which removes it.
+        let lua = crate::sys::lua_with_debug();
         let bridge = lua.create_table().map_err(fail)?;
         let sha = lua
             .create_function(|lua, s: mlua::LuaString| lua.create_string(sha1hex(&s.as_bytes())))

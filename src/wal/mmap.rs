@@ -1,4 +1,4 @@
-//! The one place that maps a file into memory. Kept tiny because it is `unsafe`.
+//! The one place that maps a file into memory (`sys::map_file`, whose contract this keeps).
 
 use std::fs::File;
 use std::io;
@@ -14,13 +14,11 @@ impl MappedFile {
         if file.metadata()?.len() == 0 {
             return Ok(MappedFile { map: None });
         }
-        // SAFETY: the mapping is read-only and lives only while one segment is scanned. It is
-        // undefined behaviour only if the file changes underneath it: shrinks (SIGBUS) or has
-        // bytes rewritten (a live server writes records over the zeros it preallocated). Nothing
-        // writes a segment while it is mapped: the server maps segments only at start-up,
-        // before it writes, and holds the data directory's lock from then on; `tidepool-log`
-        // reads a directory whose lock a server holds with `ReadMode::Copied`, never mapped.
-        let map = unsafe { memmap2::Mmap::map(file)? };
+        // The mapping lives only while one segment is scanned, and nothing writes a segment
+        // while it is mapped: the server maps segments only at start-up, before it writes, and
+        // holds the data directory's lock from then on; `tidepool-log` reads a directory whose
+        // lock a server holds with `ReadMode::Copied`, never mapped.
+        let map = crate::sys::map_file(file)?;
         Ok(MappedFile { map: Some(map) })
     }
 

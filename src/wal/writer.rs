@@ -249,27 +249,7 @@ impl WalWriter {
         if len == 0 {
             return; // 0 would mean "to the end of the file"
         }
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::unix::io::AsRawFd;
-            extern "C" {
-                fn sync_file_range(fd: i32, offset: i64, nbytes: i64, flags: u32) -> i32;
-            }
-            const SYNC_FILE_RANGE_WRITE: u32 = 2;
-            // SAFETY: the call takes integers only, and the descriptor stays open while
-            // `self.file` lives. Its result is ignored: a failure here only means the write
-            // starts later, inside the flusher's `fdatasync`, which reports real errors.
-            unsafe {
-                sync_file_range(
-                    self.file.as_raw_fd(),
-                    offset as i64,
-                    len as i64,
-                    SYNC_FILE_RANGE_WRITE,
-                );
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = offset;
+        crate::sys::start_writeback(&self.file, offset, len);
     }
 
     /// The segment being appended to, for the thread that syncs it.
