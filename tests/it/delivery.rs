@@ -359,7 +359,23 @@ fn deduplication_by_id_and_by_content() {
     let z = publish(&mut c, &dest, &h, b"other");
     assert_eq!((x.status, y.status, z.status), (200, 202, 200));
     sink.wait_for(10, "three deliveries", |g| g.len() >= 3);
-    std::thread::sleep(Duration::from_millis(200));
+    // No fourth can come: the log of the service holds three messages, each delivered (not a
+    // sleep that passes whether or not a duplicate is on its way, as this test had before).
+    let created = c.get("/v2/events?state=CREATED").json();
+    assert_eq!(
+        created["events"].as_array().map(Vec::len),
+        Some(3),
+        "{created}"
+    );
+    for m in [&a, &x, &z] {
+        let id = m.json()["messageId"].as_str().expect("id").to_string();
+        wait_until(10, "its delivery in the log", || {
+            c.get(&format!("/v2/events?messageId={id}&state=DELIVERED"))
+                .json()["events"]
+                .as_array()
+                .is_some_and(|e| e.len() == 1)
+        });
+    }
     assert_eq!(sink.received().len(), 3);
 }
 
@@ -457,7 +473,12 @@ fn url_groups_fan_out_and_queues_keep_order() {
         b"p",
     );
     assert_eq!(r.status, 200);
-    std::thread::sleep(Duration::from_millis(300));
+    // A message published after it, outside the queue, is delivered: the dispatcher has passed
+    // the paused one (a fixed sleep proved nothing on a slow machine).
+    publish(&mut c, &sink.url("/after-paused"), &[], b"a");
+    sink.wait_for(10, "the message after the paused one", |g| {
+        g.iter().any(|r| r.target == "/after-paused")
+    });
     assert!(sink.at("/paused").is_empty());
     assert_eq!(c.get("/v2/queues/ordered").json()["lag"], 1);
     assert_eq!(c.post("/v2/queues/ordered/resume", b"").status, 200);
@@ -1097,7 +1118,12 @@ fn flow_control_limits_parallelism_and_rate() {
         ("Upstash-Flow-Control-Value", "parallelism=5"),
     ];
     publish(&mut c, &sink.url("/held"), &h, b"x");
-    std::thread::sleep(Duration::from_millis(300));
+    // A message published after it, with no key, is delivered: the dispatcher has passed the
+    // held one.
+    publish(&mut c, &sink.url("/after-held"), &[], b"a");
+    sink.wait_for(10, "the message after the held one", |g| {
+        g.iter().any(|r| r.target == "/after-held")
+    });
     assert!(sink.at("/held").is_empty());
     let info = c.get("/v2/flowControl/three").json();
     assert_eq!(
@@ -2231,4 +2257,13 @@ fn url_group_default_headers_fill_in_what_a_publish_leaves_out() {
         c.get("/v2/topics/g").json()["headers"]["Upstash-Retries"],
         "0"
     );
+}
+
+/// Polls `ok` until it holds, for at most `secs` seconds.
+fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
