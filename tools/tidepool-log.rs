@@ -59,7 +59,7 @@ enum LogCmd {
         #[arg(long, value_name = "PATTERN")]
         key: Option<String>,
         /// Only records of this kind
-        #[arg(long, value_name = "KIND", value_parser = ["kv-commands", "delivery-events"])]
+        #[arg(long, value_name = "KIND", value_parser = ["kv-commands", "kv-commands-in", "databases", "delivery-events"])]
         kind: Option<String>,
         dir: String,
     },

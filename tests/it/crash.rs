@@ -353,7 +353,18 @@ fn replay_rebuilds_exactly_the_same_state() {
         );
     }
     c.cmd_str(&["SET", "gone", "soon", "PX", "1"]);
-    std::thread::sleep(Duration::from_millis(300)); // the expiry cycle logs its DEL
+    // The expiry cycle logs its DEL: wait for that record in the log, read beside the server.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !log_tool(&["dump", "--key", "gone", data.to_str().expect("path")])
+        .1
+        .contains("\"DEL\"")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the expiry was never logged"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let before = full_dump(&mut c);
     assert!(before.len() > 20);
     assert!(!before.contains_key(&b"gone"[..]));

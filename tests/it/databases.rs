@@ -613,8 +613,21 @@ fn usage_is_counted_per_database_and_kept_across_restarts() {
     let d = admin(&server).get("/_admin/databases/a").json();
     assert_eq!(d["requests_today"], 5);
     assert_eq!(d["commands_today"], 6);
-    // Let the counts be logged (at most a second later), then a kill -9.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // The counts are logged at most a second later: wait for that record in the log (read
+    // beside the running server), then a kill -9.
+    let d = data.to_str().expect("path");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, out) = log_tool(&["dump", "--kind", "databases", d]);
+        if out.contains("Usage") && out.contains("\"set\": 3") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no usage record: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     server.kill9();
     let server = start(&data, &[]);
     let mut ca = client_of(&server, &a);
