@@ -34,10 +34,9 @@ use crate::record::Record;
 use crate::reply::{errors, Reply};
 use crate::state::databases::{day_of, Databases, DayUsage, DbEvent, DbId, DEFAULT_DB};
 use crate::wal::{self, WalWriter};
-use bytes::Bytes;
 use flusher::{FlushItem, Flusher, Pending};
 use pubsub::PubSub;
-pub use pubsub::{SubKind, SubscriberHandle};
+pub use pubsub::{StreamItem, SubKind, SubscriberHandle};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -1335,13 +1334,4 @@ impl Counting {
                 .collect(),
         }
     }
-}
-
-/// Bytes for a monitor or subscriber line.
-pub fn sse_event(payload: &[u8]) -> Bytes {
-    let mut v = Vec::with_capacity(payload.len() + 8);
-    v.extend_from_slice(b"data: ");
-    v.extend_from_slice(payload);
-    v.extend_from_slice(b"\n\n");
-    Bytes::from(v)
 }

@@ -1,8 +1,9 @@
 //! Monitor and publish/subscribe fan-out, run on the executor thread so events leave in
 //! execution order. Every stream has a bounded buffer; a stream that falls behind is marked
-//! lagged and dropped, and its HTTP side tells the client before closing.
+//! lagged and dropped, and its HTTP side tells the client before closing. What goes out is
+//! each event's payload (`subscribe,news,1`, a MONITOR line): the wire format of the stream
+//! (server-sent events) is the HTTP side's, `http::sse`.
 
-use super::sse_event;
 use crate::clock;
 use crate::config;
 use crate::glob::glob_match;
@@ -11,6 +12,29 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
+
+/// What the executor hands a stream.
+#[derive(Debug, Clone)]
+pub enum StreamItem {
+    /// One event's payload, shared by every stream that hears it.
+    Event(Bytes),
+    /// The stream ends, and why (its database's tokens were reset, say).
+    End(Arc<str>),
+}
+
+impl StreamItem {
+    /// The bytes it counts against the stream's buffer.
+    pub fn len(&self) -> usize {
+        match self {
+            StreamItem::Event(b) => b.len(),
+            StreamItem::End(_) => 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 pub enum SubKind {
     Monitor,
@@ -24,7 +48,7 @@ pub struct SubscriberHandle {
     /// The database whose events it hears.
     pub db: crate::state::databases::DbId,
     pub kind: SubKind,
-    pub tx: mpsc::Sender<Bytes>,
+    pub tx: mpsc::Sender<StreamItem>,
     /// Set when the buffer was full and the stream was dropped.
     pub lagged: Arc<AtomicBool>,
     /// Bytes queued and not yet taken by the stream's connection (the body subtracts what it
@@ -38,6 +62,7 @@ impl SubscriberHandle {
     /// Queues an event; false when the stream is gone or fell behind (and is now marked so).
     fn deliver(&self, event: Bytes) -> bool {
         let len = event.len();
+        let event = StreamItem::Event(event);
         if self.queued.load(Ordering::Acquire) + len > config::SUBSCRIBER_BUFFER_BYTES_MAX {
             self.lagged.store(true, Ordering::SeqCst);
             return false;
@@ -69,7 +94,7 @@ pub struct PubSub {
 }
 
 fn line(parts: &[&[u8]]) -> Bytes {
-    sse_event(&parts.join(&b","[..]))
+    Bytes::from(parts.join(&b","[..]))
 }
 
 impl PubSub {
@@ -86,7 +111,7 @@ impl PubSub {
         }
         match &h.kind {
             SubKind::Monitor => {
-                if h.deliver(sse_event(b"\"OK\"")) {
+                if h.deliver(Bytes::from_static(b"\"OK\"")) {
                     self.monitors.push(h);
                 }
             }
@@ -164,16 +189,16 @@ impl PubSub {
             text.push(b' ');
             repr(&mut text, a);
         }
-        let ev = sse_event(&text);
+        let ev = Bytes::from(text);
         self.monitors.retain(|m| m.deliver(ev.clone()));
     }
 
-    /// Ends every stream with a last comment saying why (the SSE comment line a client
-    /// ignores, then the end of the body): dropping the senders closes the streams.
+    /// Ends every stream, saying why (the HTTP side writes it as a comment a client ignores,
+    /// then ends the body): dropping the senders closes the streams.
     pub fn end_all(self, why: &str) {
-        let notice = Bytes::from(format!(": tidepool: {why}; this stream is closed\n\n"));
+        let why: Arc<str> = Arc::from(why);
         for h in self.monitors.iter().chain(self.subs.values()) {
-            let _ = h.tx.try_send(notice.clone());
+            let _ = h.tx.try_send(StreamItem::End(why.clone()));
         }
     }
 

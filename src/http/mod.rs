@@ -915,30 +915,25 @@ async fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Respon
         config::SUBSCRIBER_BUFFER_EVENTS_MAX,
         config::SUBSCRIBER_BUFFER_BYTES_MAX
     );
-    let (sub_kind, notice) = match kind {
-        StreamKind::Monitor => (
-            SubKind::Monitor,
-            format!("{notice_head}data: \"ERR monitor stream fell behind and was closed\"\n\n"),
-        ),
+    let mut notice = notice_head.into_bytes();
+    let sub_kind = match kind {
+        StreamKind::Monitor => {
+            notice.extend_from_slice(&sse::event(
+                b"\"ERR monitor stream fell behind and was closed\"",
+            ));
+            SubKind::Monitor
+        }
         StreamKind::Channels(chs) => {
-            let mut n = notice_head.clone();
             for c in &chs {
-                n.push_str(&format!(
-                    "data: unsubscribe,{},0\n\n",
-                    String::from_utf8_lossy(c)
-                ));
+                notice.extend_from_slice(&sse::event(&[&b"unsubscribe,"[..], c, b",0"].concat()));
             }
-            (SubKind::Channels(chs), n)
+            SubKind::Channels(chs)
         }
         StreamKind::Patterns(pats) => {
-            let mut n = notice_head.clone();
             for p in &pats {
-                n.push_str(&format!(
-                    "data: punsubscribe,{},0\n\n",
-                    String::from_utf8_lossy(p)
-                ));
+                notice.extend_from_slice(&sse::event(&[&b"punsubscribe,"[..], p, b",0"].concat()));
             }
-            (SubKind::Patterns(pats), n)
+            SubKind::Patterns(pats)
         }
     };
     let (opened, refusal) = oneshot::channel();
@@ -975,6 +970,7 @@ async fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Respon
         lagged,
         queued,
         lag_notice: Some(Bytes::from(notice)),
+        rest: [None, None],
         unsubscribe: Some((app.tx.clone(), db, id)),
         done: false,
     };

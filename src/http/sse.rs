@@ -1,7 +1,8 @@
-//! The body of an event stream: events from the executor, a comment every 15 s so dead peers
-//! are noticed, and a notice before closing a stream that fell behind.
+//! The body of an event stream, and the wire format of server-sent events: each payload from
+//! the executor as a `data:` line, a comment every 15 s so dead peers are noticed, and a notice
+//! before closing a stream that fell behind or was ended.
 
-use crate::executor::Job;
+use crate::executor::{Job, StreamItem};
 use bytes::Bytes;
 use hyper::body::Frame;
 use std::convert::Infallible;
@@ -11,8 +12,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 
+/// One event as the wire carries it: `data: <payload>` and a blank line.
+pub fn event(payload: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(payload.len() + 8);
+    v.extend_from_slice(DATA);
+    v.extend_from_slice(payload);
+    v.extend_from_slice(END);
+    Bytes::from(v)
+}
+
+const DATA: &[u8] = b"data: ";
+const END: &[u8] = b"\n\n";
+
 pub struct SseBody {
-    pub rx: mpsc::Receiver<Bytes>,
+    pub rx: mpsc::Receiver<StreamItem>,
+    /// The rest of the event being written: its payload, then its end (an event goes out as
+    /// three frames, so a payload shared by every subscriber is never copied here).
+    pub rest: [Option<Bytes>; 2],
     pub ping: tokio::time::Interval,
     pub lagged: Arc<AtomicBool>,
     /// Bytes the executor queued that this body has not handed to the connection yet.
@@ -39,13 +55,24 @@ impl SseBody {
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        for slot in 0..self.rest.len() {
+            if let Some(b) = self.rest[slot].take() {
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+        }
         if self.done {
             return Poll::Ready(None);
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(b)) => {
+            Poll::Ready(Some(StreamItem::Event(b))) => {
                 self.queued.fetch_sub(b.len(), Ordering::AcqRel);
-                return Poll::Ready(Some(Ok(Frame::data(b))));
+                self.rest = [Some(b), Some(Bytes::from_static(END))];
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(DATA)))));
+            }
+            Poll::Ready(Some(StreamItem::End(why))) => {
+                self.done = true;
+                let notice = format!(": tidepool: {why}; this stream is closed\n\n");
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(notice)))));
             }
             Poll::Ready(None) => {
                 self.done = true;
