@@ -156,6 +156,17 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
             .unwrap_or(0);
         return json_response(200, &serde_json::json!({ "rss_bytes": rss }));
     }
+    // Tests only: the server's clock moves forward, for expiry without waiting.
+    #[cfg(feature = "fault-injection")]
+    if let (&Method::POST, ["debug", "clock", ms]) = (&method, seg.as_slice()) {
+        return match ms.parse::<u64>() {
+            Ok(ms) => json_response(
+                200,
+                &serde_json::json!({ "ahead_ms": crate::clock::advance(ms) }),
+            ),
+            Err(_) => refuse(400, "the clock moves by a whole number of milliseconds"),
+        };
+    }
     let op = match (&method, seg.as_slice()) {
         (&Method::GET, ["databases"]) => AdminOp::List,
         (&Method::POST, ["databases"]) => {

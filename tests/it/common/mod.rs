@@ -55,9 +55,25 @@ pub struct Server {
     pub child: Child,
     pub addr: String,
     pub stderr_path: PathBuf,
+    /// The data directory (its `credentials.json` holds a generated admin token).
+    pub data: PathBuf,
 }
 
 impl Server {
+    /// Moves the server's clock `ms` forward (a test build's debug route): expiry and delays
+    /// happen without waiting for real time. Needs the admin token the server generated.
+    pub fn advance_clock(&self, ms: u64) {
+        let creds: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(self.data.join("credentials.json")).expect("credentials.json"),
+        )
+        .expect("json");
+        let token = creds["admin_token"]
+            .as_str()
+            .expect("a generated admin token");
+        let r = Http::connect(&self.addr, token).post(&format!("/_admin/debug/clock/{ms}"), b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+
     /// Starts the binary on 127.0.0.1:0 with `data` and the test tokens.
     pub fn start(data: &Path, extra: &[&str]) -> Server {
         Self::try_start(data, extra).unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
@@ -163,6 +179,7 @@ impl Server {
             child,
             addr,
             stderr_path,
+            data: data.to_path_buf(),
         })
     }
 
