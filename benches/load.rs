@@ -11,6 +11,8 @@
 //!
 //!     target/release/tidepool-bench --noisy [--seconds N]
 //!
+//!     target/release/tidepool-bench --instructions [--requests N] [--against PATH]
+//!
 //!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
 //!
 //! That form writes N SETs over K keys (pipelines of 100) twice, once with snapshots off and
@@ -31,6 +33,7 @@
 //! SETs (commands/s). Prints Markdown tables for docs/performance.md.
 
 mod delivery;
+mod instructions;
 mod noisy;
 
 use std::io::{BufRead, BufReader, Write};
@@ -651,6 +654,15 @@ struct Cli {
     /// Many tenants: one busy tenant beside quiet ones
     #[arg(long, group = "form")]
     noisy: bool,
+    /// Instructions a GET and a SET cost, counted by valgrind's callgrind
+    #[arg(long, group = "form")]
+    instructions: bool,
+    /// --instructions: keep-alive requests counted (the run of twice as many is subtracted)
+    #[arg(long, value_name = "N", default_value_t = 2_000)]
+    requests: u64,
+    /// --instructions: another tidepool binary to count beside this one (an A/B)
+    #[arg(long, value_name = "PATH")]
+    against: Option<PathBuf>,
     /// Seconds per measurement [default: 5; 10 with --noisy]
     #[arg(long, value_name = "N")]
     seconds: Option<u64>,
@@ -719,6 +731,11 @@ fn run() -> Result<(), String> {
     }
     if cli.replay {
         let r = replay(&bin, &tmp, cli.commands, cli.singles);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if cli.instructions {
+        let r = instructions::run(&bin, &tmp, cli.requests, cli.against.clone());
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }

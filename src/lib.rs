@@ -35,9 +35,10 @@
 //!   `tidepool-log`, the tests and the benchmarks all recover through `machine::recover`.
 //! - [`record`]: what one log record holds (key-value commands or delivery events) and its
 //!   MessagePack payload.
-//! - [`command`]: the command table (from Redis's own), the one pipeline (`pipeline`), the one
-//!   dispatch on names (`dispatch`), one file per family; commands that read the server around
-//!   the state reach it through `command::Server`, which the executor implements.
+//! - [`command`]: the command table (`table`: one row per command, with its handler, the only
+//!   place that names commands, joined to Redis's own entries in `info`), the one pipeline
+//!   (`pipeline`), one file per family; commands that read the server around the state reach
+//!   it through `command::Server`, which the executor implements.
 //! - [`lua`]: the Lua engine (Redis 7.0's Lua 5.1 with its libraries); `redis.call` is a
 //!   callback into the pipeline, so the engine knows no command.
 //! - [`rdb`]: Redis's value serialization, for DUMP, RESTORE and FUNCTION DUMP/RESTORE.

@@ -19,6 +19,7 @@
 //! [`Machine::replay_draws`] is what a test holds at zero; so every replica and every tool
 //! replays a log to the same bytes, whatever the live server's seed.
 
+use crate::command::CommandInfo;
 use crate::delivery::Delivery;
 use crate::point::Point;
 use crate::record::Record;
@@ -162,9 +163,16 @@ impl Machine {
                 at.seq, self.at.seq
             ));
         }
-        check_record(record)?;
+        let infos = checked_commands(record)?;
         let drawn = self.rng.draws();
-        let applied = apply_record(&mut self.dbs, &mut self.delivery, &mut self.rng, at, record);
+        let applied = apply_record(
+            &mut self.dbs,
+            &mut self.delivery,
+            &mut self.rng,
+            at,
+            record,
+            &infos,
+        );
         self.replay_draws += self.rng.draws() - drawn;
         self.at = at;
         Ok(applied)
@@ -294,13 +302,22 @@ impl Machine {
 /// have run (`pipeline::replayable`). Start-up refuses a record that does not, with its file,
 /// offset and sequence number, and `tidepool-log verify` reports it.
 pub fn check_record(record: &Record) -> Result<(), String> {
-    if let Some((_, cmds)) = record.kv_commands() {
-        for (i, args) in cmds.iter().enumerate() {
+    checked_commands(record).map(|_| ())
+}
+
+/// [`check_record`], with the table entry of each key-value command, in order, so that
+/// applying the record looks none up again.
+fn checked_commands(record: &Record) -> Result<Vec<&'static CommandInfo>, String> {
+    let Some((_, cmds)) = record.kv_commands() else {
+        return Ok(Vec::new());
+    };
+    cmds.iter()
+        .enumerate()
+        .map(|(i, args)| {
             crate::command::pipeline::replayable(args)
-                .map_err(|why| format!("command {} of the record: {why}", i + 1))?;
-        }
-    }
-    Ok(())
+                .map_err(|why| format!("command {} of the record: {why}", i + 1))
+        })
+        .collect()
 }
 
 /// Applies one checked record at its position.
@@ -310,6 +327,7 @@ fn apply_record(
     rng: &mut Rng,
     at: Position,
     record: &Record,
+    infos: &[&'static CommandInfo],
 ) -> Applied {
     let ts = at.unix_ms;
     match record {
@@ -332,18 +350,25 @@ fn apply_record(
             }
         }
         Record::KvCommandsIn { db, cmds } => match dbs.get_mut(*db) {
-            Some(db) => apply_commands(db, rng, ts, cmds),
+            Some(db) => apply_commands(db, rng, ts, cmds, infos),
             None => Applied {
                 changes: cmds.len() as u64,
                 errors: cmds.len() as u64,
             },
         },
-        Record::KvCommands(cmds) => apply_commands(dbs.default_db_mut(), rng, ts, cmds),
+        Record::KvCommands(cmds) => apply_commands(dbs.default_db_mut(), rng, ts, cmds, infos),
     }
 }
 
-/// Applies one record's key-value commands to `db`.
-fn apply_commands(db: &mut Db, rng: &mut Rng, ts: u64, cmds: &[Vec<Vec<u8>>]) -> Applied {
+/// Applies one record's key-value commands to `db`, each with its table entry (`infos`, as
+/// [`checked_commands`] found them).
+fn apply_commands(
+    db: &mut Db,
+    rng: &mut Rng,
+    ts: u64,
+    cmds: &[Vec<Vec<u8>>],
+    infos: &[&'static CommandInfo],
+) -> Applied {
     // Look up every command's first key before running any: the lookups of a record's
     // commands are independent, so their cache misses overlap instead of coming one after
     // another (a record of a pipeline holds up to hundreds of keys).
@@ -353,8 +378,8 @@ fn apply_commands(db: &mut Db, rng: &mut Rng, ts: u64, cmds: &[Vec<Vec<u8>>]) ->
         }
     }
     let mut errors = 0;
-    for args in cmds {
-        if crate::command::pipeline::replay(db, rng, ts, args).is_error() {
+    for (args, info) in cmds.iter().zip(infos) {
+        if crate::command::pipeline::replay_checked(db, rng, ts, info, args).is_error() {
             errors += 1;
         }
     }

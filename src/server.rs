@@ -265,7 +265,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             delivery_limits: cfg.delivery_limits,
             at: cfg.at,
             snapshots: cfg.snapshots,
-            limits: crate::command::pipeline::Limits {
+            limits: crate::command::ctx::Limits {
                 key_bytes_max: cfg.key_bytes_max,
                 value_bytes_max: cfg.value_bytes_max,
                 commands_left: None,

@@ -2,7 +2,8 @@
 //! RESTTOKEN and GENTOKEN.
 //! The users live in `state::acl`; this file parses arguments and shapes replies.
 
-use super::{table, Ctx};
+use super::ctx::Ctx;
+use super::info::CommandTable;
 use crate::reply::Reply;
 
 /// Redis's category order (ACL CAT), then `json`, which Redis lists last when RedisJSON is
@@ -96,9 +97,8 @@ pub fn gentoken(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
 }
 
 /// `ACL SETUSER name [rule ...]`: logged with passwords replaced by their hashes.
-pub fn setuser(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
+pub fn setuser(ctx: &mut Ctx, args: &[Vec<u8>], t: &CommandTable) -> Reply {
     let name = s(&args[2]);
-    let t = table::global();
     let result = ctx.db.acl.set_user(
         &name,
         &args[3..],
@@ -172,7 +172,7 @@ pub fn whoami(ctx: &mut Ctx) -> Reply {
     Reply::bulk(ctx.user().unwrap_or("default"))
 }
 
-pub fn cat(args: &[Vec<u8>]) -> Reply {
+pub fn cat(args: &[Vec<u8>], t: &CommandTable) -> Reply {
     match args.get(2) {
         None => Reply::bulks(CATEGORIES.iter().map(|c| c.as_bytes().to_vec())),
         Some(c) => {
@@ -181,7 +181,7 @@ pub fn cat(args: &[Vec<u8>]) -> Reply {
                 return Reply::Error(format!("ERR Unknown category '{c}'"));
             }
             let at = format!("@{c}");
-            let mut names: Vec<Vec<u8>> = table::global()
+            let mut names: Vec<Vec<u8>> = t
                 .all()
                 .filter(|i| i.categories.contains(&at))
                 .map(|i| i.name.as_bytes().to_vec())

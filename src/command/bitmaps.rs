@@ -3,8 +3,8 @@
 
 use super::args::tri;
 use super::args::{clamp_range, int_arg, is};
+use super::ctx::Ctx;
 use super::strings::read_str;
-use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
 use crate::num::parse_i64;
 use crate::reply::{errors, Reply};
@@ -509,4 +509,31 @@ pub fn bitfield(ctx: &mut Ctx, a: &[Vec<u8>], readonly_cmd: bool) -> Reply {
         ctx.dirty = true;
     }
     Reply::Array(out)
+}
+
+/// BITFIELD's own key finding (Redis's `bitfieldGetKeys`): only SET and INCRBY make it a write.
+pub fn bitfield_keys(args: &[Vec<u8>]) -> Vec<(usize, &'static [&'static str])> {
+    if args.len() < 2 {
+        return Vec::new();
+    }
+    let mut read_only = true;
+    let mut i = 2;
+    while i < args.len() {
+        let op = args[i].to_ascii_lowercase();
+        match op.as_slice() {
+            b"get" => i += 3,
+            b"set" | b"incrby" => {
+                read_only = false;
+                i += 4;
+            }
+            b"overflow" => i += 2,
+            _ => i += 1,
+        }
+    }
+    let flags: &'static [&'static str] = if read_only {
+        &["RO", "access"]
+    } else {
+        &["RW", "access", "update"]
+    };
+    vec![(1, flags)]
 }

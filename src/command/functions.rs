@@ -3,7 +3,7 @@
 //! load is applied and logged; here a library is stored under the name its first line gives.
 
 use super::args::is;
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::lua::library_header;
 use crate::reply::Reply;
 use crate::state::Db;

@@ -4,8 +4,8 @@
 
 use super::args::is;
 use super::args::tri;
+use super::ctx::Ctx;
 use super::longdouble;
-use super::Ctx;
 use crate::num::parse_double;
 use crate::reply::{errors, Reply};
 use crate::state::zset::ZSet;
@@ -227,17 +227,28 @@ enum Sort {
     Desc,
 }
 
+/// Which of the geo search commands runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Form {
+    /// GEOSEARCH's grammar (FROMMEMBER/FROMLONLAT, BYRADIUS/BYBOX), not GEORADIUS's.
+    pub search: bool,
+    /// GEOSEARCHSTORE: the destination comes first.
+    pub store: bool,
+    /// GEORADIUSBYMEMBER: the center is a member.
+    pub by_member: bool,
+    /// A read-only form: STORE and STOREDIST are refused.
+    pub ro: bool,
+}
+
 /// GEOSEARCH, GEOSEARCHSTORE, `GEORADIUS[_RO]`, `GEORADIUSBYMEMBER[_RO]`: Redis's
-/// `georadiusGeneric`. `kind` names the form; `src_at` is the source key's index.
-pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], kind: &str) -> Reply {
-    let (search_form, store_form, by_member, ro) = match kind {
-        "geosearch" => (true, false, false, true),
-        "geosearchstore" => (true, true, false, false),
-        "georadius" => (false, false, false, false),
-        "georadius_ro" => (false, false, false, true),
-        "georadiusbymember" => (false, false, true, false),
-        _ => (false, false, true, true),
-    };
+/// `georadiusGeneric`, in the `form` given.
+pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], form: Form) -> Reply {
+    let Form {
+        search: search_form,
+        store: store_form,
+        by_member,
+        ro,
+    } = form;
     let src_at = if store_form { 2 } else { 1 };
     let key = &a[src_at];
     let now = ctx.now_ms;

@@ -8,8 +8,8 @@
 
 use super::args::tri;
 use super::args::{int_arg, is};
+use super::ctx::Ctx;
 use super::typed;
-use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;
 

@@ -2,9 +2,9 @@
 
 use super::args::tri;
 use super::args::{int_arg, is, scan_opts, Scanning};
+use super::ctx::Ctx;
 use super::longdouble;
 use super::typed;
-use super::Ctx;
 use crate::num::parse_i64;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;

@@ -9,7 +9,7 @@
 //! what Redis answers, and a small HLL costs tens of bytes, not 12 KB.
 
 use super::args::tri;
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::Value;
 

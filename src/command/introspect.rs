@@ -7,32 +7,32 @@
 
 use super::args::tri;
 use super::args::{int_arg, is};
-use super::table::{self, CommandInfo};
-use super::Ctx;
+use super::ctx::Ctx;
+use super::info::{CommandInfo, CommandTable, Lookup};
 use crate::glob::glob_match;
 use crate::reply::{errors, Reply};
 use crate::state::{Entry, Value};
 
-fn sorted_entries() -> Vec<&'static CommandInfo> {
-    let mut all: Vec<&CommandInfo> = table::global().all().collect();
+fn sorted_entries(t: &CommandTable) -> Vec<&CommandInfo> {
+    let mut all: Vec<&CommandInfo> = t.all().collect();
     all.sort_by(|a, b| a.name.cmp(&b.name));
     all
 }
 
-fn subcommands_of(name: &str) -> Vec<&'static CommandInfo> {
+fn subcommands_of<'t>(t: &'t CommandTable, name: &str) -> Vec<&'t CommandInfo> {
     let prefix = format!("{name}|");
-    sorted_entries()
+    sorted_entries(t)
         .into_iter()
         .filter(|i| i.name.starts_with(&prefix))
         .collect()
 }
 
 /// One COMMAND INFO entry, in Redis 7.0's ten-element layout.
-fn info_reply(i: &CommandInfo) -> Reply {
+fn info_reply(t: &CommandTable, i: &CommandInfo) -> Reply {
     let subs = if i.has_subcommands {
-        subcommands_of(&i.name)
+        subcommands_of(t, &i.name)
             .into_iter()
-            .map(info_reply)
+            .map(|s| info_reply(t, s))
             .collect()
     } else {
         Vec::new()
@@ -57,7 +57,7 @@ fn info_reply(i: &CommandInfo) -> Reply {
 }
 
 /// One COMMAND DOCS entry: `name, [summary, ..., group, ..., subcommands?]`.
-fn docs_reply(i: &CommandInfo, out: &mut Vec<Reply>) {
+fn docs_reply(t: &CommandTable, i: &CommandInfo, out: &mut Vec<Reply>) {
     out.push(Reply::bulk(i.name.as_str()));
     let mut doc = vec![
         Reply::bulk("summary"),
@@ -67,8 +67,8 @@ fn docs_reply(i: &CommandInfo, out: &mut Vec<Reply>) {
     ];
     if i.has_subcommands {
         let mut subs = Vec::new();
-        for s in subcommands_of(&i.name) {
-            docs_reply(s, &mut subs);
+        for s in subcommands_of(t, &i.name) {
+            docs_reply(t, s, &mut subs);
         }
         doc.push(Reply::bulk("subcommands"));
         doc.push(Reply::Array(subs));
@@ -76,49 +76,49 @@ fn docs_reply(i: &CommandInfo, out: &mut Vec<Reply>) {
     out.push(Reply::Array(doc));
 }
 
-fn find(name: &[u8]) -> Option<&'static CommandInfo> {
+fn find<'t>(t: &'t CommandTable, name: &[u8]) -> Option<&'t CommandInfo> {
     let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
-    table::global().get(&lower)
+    t.get(&lower)
 }
 
 /// `COMMAND` alone: every top-level command's INFO entry.
-pub fn command(_ctx: &mut Ctx, _a: &[Vec<u8>]) -> Reply {
+pub fn command(t: &CommandTable) -> Reply {
     Reply::Array(
-        sorted_entries()
+        sorted_entries(t)
             .into_iter()
             .filter(|i| !i.name.contains('|'))
-            .map(info_reply)
+            .map(|i| info_reply(t, i))
             .collect(),
     )
 }
 
 /// `COMMAND INFO [name ...]`: each entry, nil for an unknown name; all without names.
-pub fn command_info(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+pub fn command_info(t: &CommandTable, a: &[Vec<u8>]) -> Reply {
     if a.len() == 2 {
-        return command(_ctx, a);
+        return command(t);
     }
     Reply::Array(
         a[2..]
             .iter()
-            .map(|n| find(n).map(info_reply).unwrap_or(Reply::Nil))
+            .map(|n| find(t, n).map(|i| info_reply(t, i)).unwrap_or(Reply::Nil))
             .collect(),
     )
 }
 
 /// `COMMAND DOCS [name ...]`: unknown names are left out, as Redis does.
-pub fn command_docs(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+pub fn command_docs(t: &CommandTable, a: &[Vec<u8>]) -> Reply {
     let mut out = Vec::new();
     if a.len() == 2 {
-        for i in sorted_entries()
+        for i in sorted_entries(t)
             .into_iter()
             .filter(|i| !i.name.contains('|'))
         {
-            docs_reply(i, &mut out);
+            docs_reply(t, i, &mut out);
         }
     } else {
         for n in &a[2..] {
-            if let Some(i) = find(n) {
-                docs_reply(i, &mut out);
+            if let Some(i) = find(t, n) {
+                docs_reply(t, i, &mut out);
             }
         }
     }
@@ -126,7 +126,7 @@ pub fn command_docs(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 /// `COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]`.
-pub fn command_list(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+pub fn command_list(t: &CommandTable, a: &[Vec<u8>]) -> Reply {
     let keep: Box<dyn Fn(&CommandInfo) -> bool> = match a.len() {
         2 => Box::new(|_| true),
         5 if is(&a[2], "filterby") => {
@@ -146,7 +146,7 @@ pub fn command_list(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         _ => return Reply::err(errors::SYNTAX),
     };
     Reply::Array(
-        sorted_entries()
+        sorted_entries(t)
             .into_iter()
             .filter(|i| keep(i))
             .map(|i| Reply::bulk(i.name.as_str()))
@@ -155,13 +155,16 @@ pub fn command_list(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 /// The command GETKEYS and GETKEYSANDFLAGS look into (`a[2..]`), with Redis's refusals.
-fn getkeys_target(a: &[Vec<u8>]) -> Result<(&'static table::CommandInfo, &[Vec<u8>]), Reply> {
+fn getkeys_target<'t, 'a>(
+    t: &'t CommandTable,
+    a: &'a [Vec<u8>],
+) -> Result<(&'t CommandInfo, &'a [Vec<u8>]), Reply> {
     let args = &a[2..];
-    let info = match table::global().lookup(args) {
-        table::Lookup::Found(i) => i,
+    let info = match t.lookup(args) {
+        Lookup::Found(i) => i,
         _ => return Err(Reply::err("ERR Invalid command specified")),
     };
-    if !super::pipeline::arity_ok(info, args.len()) {
+    if !info.arity_ok(args.len()) {
         return Err(Reply::err(
             "ERR Invalid number of arguments specified for command",
         ));
@@ -170,9 +173,9 @@ fn getkeys_target(a: &[Vec<u8>]) -> Result<(&'static table::CommandInfo, &[Vec<u
 }
 
 /// `COMMAND GETKEYS command arg ...`: the key arguments, by the table's key positions.
-pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let (info, args) = tri!(getkeys_target(a));
-    if info.flags.iter().any(|f| f == "movablekeys") {
+pub fn command_getkeys(t: &CommandTable, a: &[Vec<u8>]) -> Reply {
+    let (info, args) = tri!(getkeys_target(t, a));
+    if info.movable_keys {
         // Redis finds these keys with key specifications tidepool's table does not hold; an
         // answer from the fixed positions would be wrong.
         return Reply::Error(format!(
@@ -188,10 +191,9 @@ pub fn command_getkeys(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 /// `COMMAND GETKEYSANDFLAGS command arg ...`: each key argument with its key flags.
-pub fn command_getkeysandflags(_ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    let (info, args) = tri!(getkeys_target(a));
-    let movable = info.flags.iter().any(|f| f == "movablekeys")
-        && !matches!(info.name.as_str(), "sort" | "sort_ro");
+pub fn command_getkeysandflags(t: &CommandTable, a: &[Vec<u8>]) -> Reply {
+    let (info, args) = tri!(getkeys_target(t, a));
+    let movable = info.movable_keys && info.own_keys.is_none();
     let found = match info.keys_and_flags(args) {
         Some(found) if !movable || info.key_specs.is_some() => found,
         _ => {

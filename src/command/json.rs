@@ -6,7 +6,7 @@
 //! command is deterministic, so it is logged as sent.
 
 use super::args::{is, tri};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::json::{self, Format, Json, Path};
 use crate::state::Value;
@@ -1093,7 +1093,7 @@ mod tests {
 
     fn run(db: &mut Db, f: fn(&mut Ctx, &[Vec<u8>]) -> Reply, args: &[&str]) -> Reply {
         let mut rng = crate::rng::Rng::new(1);
-        let (mut server, mut logged) = (crate::command::pipeline::Replay, Vec::new());
+        let (mut server, mut logged) = (crate::command::ctx::Replay, Vec::new());
         let perm = crate::command::Perm::Full;
         let mut ctx = Ctx::new(
             db,

@@ -3,7 +3,7 @@
 
 use super::args::tri;
 use super::args::{int_arg, is, scan_opts, Scanning};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::glob::glob_match;
 use crate::num::parse_i64;
 use crate::rdb;

@@ -7,34 +7,12 @@
 //! command changed for the log. Only the wording of a refusal depends on where the command
 //! came from, as in Redis.
 
-use super::server::SnapshotAsk;
-use super::table::{self, CommandInfo};
-use super::Ctx;
+use super::ctx::{Ctx, Limits, Origin, Perm, Replay};
+use super::info::{CommandInfo, Log, Size};
+use super::table::{self, Lookup};
 use crate::config;
 use crate::reply::{errors, Reply};
-use crate::state::acl::AclUser;
 use crate::state::Db;
-use std::sync::Arc;
-
-/// What a request may do, once its token is resolved.
-#[derive(Debug, Clone)]
-pub enum Perm {
-    /// The Standard token: the `default` user.
-    Full,
-    ReadOnly,
-    /// An ACL user's REST token: the user as it was when the request arrived.
-    User(Arc<str>, Box<AclUser>),
-}
-
-/// Where a command comes from: only the wording of refusals depends on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// A client's request (REST, and the RESP listener to come).
-    Request,
-    /// `redis.call` or `redis.pcall` from a script or function; `read_only` for EVAL_RO,
-    /// FCALL_RO and `no-writes` code.
-    Script { read_only: bool },
-}
 
 /// How a list of commands is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,109 +22,6 @@ pub enum ExecMode {
     /// A transaction: checked as a whole first (any bad command discards all), then run
     /// atomically.
     Multi,
-}
-
-/// Facts about the server around the state that INFO and CONFIG GET report.
-#[derive(Debug, Clone, Default)]
-pub struct Facts {
-    pub listen_port: u16,
-    pub uptime_s: u64,
-    /// The fsync mode as tidepool names it, and as Redis's `appendfsync` would.
-    pub fsync: &'static str,
-    pub appendfsync: &'static str,
-    pub log_last_seq: u64,
-    pub log_durable_seq: u64,
-    pub log_syncs: u64,
-    pub log_writable: bool,
-    pub monitors: usize,
-    pub subscribers: usize,
-    pub commands_processed: u64,
-    /// `--max-memory` in bytes (0: none).
-    pub memory_max: u64,
-    pub snapshots: SnapshotFacts,
-    /// This database's usage over the days kept (`INFO commandstats`, `INFO stats`).
-    pub usage: crate::state::databases::DayUsage,
-}
-
-/// What INFO persistence reports about snapshots.
-#[derive(Debug, Clone, Default)]
-pub struct SnapshotFacts {
-    /// A background snapshot is being written, started this many seconds ago.
-    pub running_s: Option<u64>,
-    /// One is asked for after the running one (BGSAVE SCHEDULE, BGREWRITEAOF).
-    pub scheduled: bool,
-    /// Unix seconds of the last snapshot written (or of start-up, before any).
-    pub last_save_s: u64,
-    pub last_ok: bool,
-    /// How long the last one took, in seconds (None before any).
-    pub last_took_s: Option<u64>,
-    /// Snapshots written since start.
-    pub saves: u64,
-    /// Records logged since the last snapshot.
-    pub changes_since: u64,
-    /// Bytes of the log on disk, and of the newest snapshot.
-    pub log_bytes: u64,
-    pub snapshot_bytes: u64,
-}
-
-/// What some commands need from the server around the state (the executor implements it):
-/// the log's health, monitor and pub/sub fan-out, and the facts INFO reports.
-pub trait Server {
-    /// The error a write gets when the server takes none (the log failed, or the server shows
-    /// a past point of its log), if it does.
-    fn writes_refused(&self) -> Option<String>;
-    /// A command is about to run: counted under its table name (`get`, `acl|setuser`; a
-    /// request's own commands, `top_level`, are also its database's usage), and shown to
-    /// monitors as sent by `client`.
-    fn command_starts(
-        &mut self,
-        client: &str,
-        args: &[Vec<u8>],
-        info: &CommandInfo,
-        top_level: bool,
-    );
-
-    /// Sends a message to a channel's subscribers; how many received it.
-    fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
-    /// The channels with at least one subscriber.
-    fn channels(&self) -> Vec<Vec<u8>>;
-    /// How many streams subscribe to `channel`.
-    fn subscribers(&self, channel: &[u8]) -> usize;
-    /// How many distinct patterns are subscribed to.
-    fn patterns(&self) -> usize;
-    fn facts(&self) -> Facts;
-    /// SAVE, BGSAVE, BGREWRITEAOF: the snapshot is taken once this request's record is
-    /// logged; the reply now (Redis's text), or the refusal.
-    fn snapshot(&mut self, ask: SnapshotAsk) -> Reply;
-}
-
-/// The server while the log is replayed: no streams, no monitors, a healthy log.
-pub struct Replay;
-
-impl Server for Replay {
-    fn writes_refused(&self) -> Option<String> {
-        None
-    }
-    fn command_starts(&mut self, _: &str, _: &[Vec<u8>], _: &CommandInfo, _: bool) {}
-
-    fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 {
-        0
-    }
-    fn channels(&self) -> Vec<Vec<u8>> {
-        Vec::new()
-    }
-    fn subscribers(&self, _: &[u8]) -> usize {
-        0
-    }
-    fn patterns(&self) -> usize {
-        0
-    }
-    fn facts(&self) -> Facts {
-        Facts::default()
-    }
-    fn snapshot(&mut self, _: SnapshotAsk) -> Reply {
-        Reply::err("ERR snapshots are not taken while the log is replayed")
-    }
 }
 
 /// Runs the commands of one request: a transaction is checked whole first and discarded
@@ -216,14 +91,15 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
             *left -= 1;
         }
     }
-    if info.write || matches!(info.name.as_str(), "acl|setuser" | "acl|deluser") {
+    // A read that may write a cache (PFCOUNT) is not refused for the log's sake.
+    if info.log.writes() && !info.readonly_flag {
         if let Some(refusal) = ctx.server.writes_refused() {
             return Reply::Error(refusal);
         }
     }
     // Redis's `maxmemory` with `noeviction`: a command that may grow memory is refused while
     // the server holds more than it.
-    if ctx.limits.memory_full && info.flags.iter().any(|f| f == "denyoom") {
+    if ctx.limits.memory_full && info.denyoom {
         return Reply::err(errors::OOM);
     }
     // The database's data-size quota, as the hosted service's: while the database holds as
@@ -242,7 +118,7 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         Origin::Request => ctx.client,
         Origin::Script { .. } => "lua",
     };
-    ctx.server.command_starts(client, &args, info, top_level);
+    ctx.server.command_starts(client, &args, info.id, top_level);
     if !info.write && read_bytes(ctx.db, info, &args, ctx.now_ms) > config::REPLY_BYTES_MAX {
         return Reply::err(errors::reply_too_large());
     }
@@ -254,7 +130,19 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     } else {
         None
     };
-    let reply = super::dispatch::execute(ctx, info, &args);
+    let reply = table::run(ctx, info, &args);
+    // The row says how the command's effect is logged; a handler that logs otherwise is a
+    // defect of its row, caught by the tests.
+    debug_assert!(
+        !ctx.dirty || info.log != Log::Never,
+        "{} changed the data, but its row says it is never logged",
+        info.name
+    );
+    debug_assert!(
+        ctx.rewrite.is_none() || matches!(info.log, Log::Rewritten | Log::Effects),
+        "{} logged a form of its own, but its row says it is logged as sent",
+        info.name
+    );
     if info.write {
         // What the command wrote is counted into the database's data size: most writes name
         // one key, first, where the table says so without a search.
@@ -320,23 +208,6 @@ impl Ctx<'_> {
     }
 }
 
-/// The hosted service's limits a request is held to, each off unless its flag sets it. Never
-/// applied to replay: what the log holds was accepted.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Limits {
-    /// The longest key a command may name (`--max-key-bytes`).
-    pub key_bytes_max: Option<usize>,
-    /// The most a write may store in one go (`--max-value-bytes`): the bytes of its arguments
-    /// other than the name and the keys, or the length a string grows to (APPEND, SETRANGE).
-    pub value_bytes_max: Option<usize>,
-    /// Commands the database may still run today (`--max-requests-per-day`).
-    pub commands_left: Option<u64>,
-    /// The most data the database may hold (its `max_data_bytes`), keys and values together.
-    pub data_bytes_max: Option<u64>,
-    /// The server's memory is past `--max-memory`: writes that may grow it are refused.
-    pub memory_full: bool,
-}
-
 /// The hosted service's limits that a command's arguments can pass (`--max-key-bytes`,
 /// `--max-value-bytes`): the refusal, in the hosted service's words, or None.
 fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply> {
@@ -373,9 +244,9 @@ fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply>
             Some(crate::state::Value::Str(s)) => s.len(),
             _ => 0,
         };
-        match info.name.as_str() {
-            "append" => stored = held() + rest.first().map_or(0, Vec::len),
-            "setrange" => {
+        match info.size {
+            Size::Appends => stored = held() + rest.first().map_or(0, Vec::len),
+            Size::Range => {
                 let offset = rest
                     .first()
                     .and_then(|o| std::str::from_utf8(o).ok()?.parse::<usize>().ok())
@@ -428,20 +299,7 @@ impl SizeGuard {
         // compressed; a sorted set built from sets adds a score to each member; a HyperLogLog
         // may turn dense (12 KB); a JSON write may copy a value into every match of a path:
         // those are checked after, whatever the bound says.
-        let unbounded = matches!(
-            info.name.as_str(),
-            "sort"
-                | "restore"
-                | "zunionstore"
-                | "zinterstore"
-                | "zdiffstore"
-                | "zrangestore"
-                | "georadius"
-                | "georadiusbymember"
-                | "geosearchstore"
-                | "pfadd"
-                | "pfmerge"
-        ) || info.name.starts_with("json.");
+        let unbounded = info.size == Size::After;
         let stored: Vec<(Vec<u8>, u64)> = refs
             .iter()
             .filter(|r| r.stores)
@@ -501,10 +359,10 @@ fn offset_growth(info: &CommandInfo, args: &[Vec<u8>]) -> u64 {
             .and_then(|t| t.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    match info.name.as_str() {
-        "setbit" => args.get(2).map_or(0, |a| num(a) / 8 + 1),
-        "setrange" => args.get(2).map_or(0, |a| num(a)),
-        "bitfield" => {
+    match info.size {
+        Size::BitOffset => args.get(2).map_or(0, |a| num(a) / 8 + 1),
+        Size::Range => args.get(2).map_or(0, |a| num(a)),
+        Size::BitField => {
             // SET and INCRBY write `width` bits at `offset` (`#n`: n widths).
             let mut most = 0u64;
             let mut i = 2;
@@ -535,10 +393,10 @@ fn offset_growth(info: &CommandInfo, args: &[Vec<u8>]) -> u64 {
 pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static CommandInfo, Reply> {
     let script = matches!(origin, Origin::Script { .. });
     let info = match table::global().lookup(args) {
-        table::Lookup::Found(i) => i,
+        Lookup::Found(i) => i,
         _ if script => return Err(Reply::err("ERR Unknown Redis command called from script")),
-        table::Lookup::Unknown => return Err(unknown_command(args)),
-        table::Lookup::UnknownSubcommand(c) => {
+        Lookup::Unknown => return Err(unknown_command(args)),
+        Lookup::UnknownSubcommand(c) => {
             return Err(Reply::Error(format!(
                 "ERR unknown subcommand '{}'. Try {} HELP.",
                 String::from_utf8_lossy(&args[1]),
@@ -547,17 +405,17 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
         }
     };
     if script {
-        if !arity_ok(info, args.len()) {
+        if !info.arity_ok(args.len()) {
             return Err(Reply::err(
                 "ERR Wrong number of args calling Redis command from script",
             ));
         }
-        if info.flags.iter().any(|f| f == "noscript") {
+        if info.noscript {
             return Err(Reply::err(
                 "ERR This Redis command is not allowed from script",
             ));
         }
-        if let Some(why) = unsupported(info, args) {
+        if let Some(why) = info.rest_refusal(args) {
             return Err(Reply::Error(why));
         }
         if info.write && origin == (Origin::Script { read_only: true }) {
@@ -566,10 +424,10 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
             ));
         }
     } else {
-        if let Some(why) = unsupported(info, args) {
+        if let Some(why) = info.rest_refusal(args) {
             return Err(Reply::Error(why));
         }
-        if !arity_ok(info, args.len()) {
+        if !info.arity_ok(args.len()) {
             return Err(arity_error(info));
         }
     }
@@ -617,7 +475,7 @@ enum Denied {
 fn permitted(info: &CommandInfo, args: &[Vec<u8>], perm: &Perm) -> Result<(), Denied> {
     match perm {
         Perm::Full => Ok(()),
-        Perm::ReadOnly if read_only_allows(info) => Ok(()),
+        Perm::ReadOnly if info.read_only_token => Ok(()),
         Perm::ReadOnly => Err(Denied::Command),
         Perm::User(_, u) => {
             if !u.allows(&info.name, &info.categories) {
@@ -630,69 +488,12 @@ fn permitted(info: &CommandInfo, args: &[Vec<u8>], perm: &Perm) -> Result<(), De
             {
                 return Err(Denied::Key);
             }
-            let publishes = matches!(info.name.as_str(), "publish" | "spublish");
-            if publishes && !u.channel_allowed(&args[1], false) {
+            if info.publishes && !u.channel_allowed(&args[1], false) {
                 return Err(Denied::Channel);
             }
             Ok(())
         }
     }
-}
-
-/// The Read Only token's profile: the `@read` category minus `@dangerous`, minus the scan
-/// family and KEYS (the hosted service names SCAN and KEYS), plus PING, ECHO and TIME.
-fn read_only_allows(info: &CommandInfo) -> bool {
-    match info.name.as_str() {
-        "ping" | "echo" | "time" => true,
-        // The SDKs' read-only script helpers; a write inside one is refused.
-        "eval_ro" | "evalsha_ro" | "fcall_ro" => true,
-        "scan" | "hscan" | "sscan" | "zscan" | "keys" => false,
-        _ => info.category_read && !info.category_dangerous,
-    }
-}
-
-/// Commands refused over REST, with the reason.
-fn unsupported(info: &CommandInfo, args: &[Vec<u8>]) -> Option<String> {
-    let name = info.name.as_str();
-    let why = match (info.group.as_str(), name) {
-        (_, "ping" | "echo") => return None,
-        // What a request can answer without a connection (`server::client`).
-        (
-            _,
-            "client|setinfo" | "client|setname" | "client|getname" | "client|list"
-            | "client|no-evict" | "client|no-touch",
-        ) => return None,
-        (_, "xread" | "xreadgroup") if args.iter().any(|a| a.eq_ignore_ascii_case(b"block")) => {
-            "the BLOCK option needs a connection that HTTP does not keep"
-        }
-        (_, "xread" | "xreadgroup") => return None,
-        (_, "multi" | "exec" | "discard" | "watch" | "unwatch") => {
-            "send the commands of a transaction together to /multi-exec"
-        }
-        (_, "monitor") => "open the /monitor event stream instead",
-        (
-            _,
-            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
-            | "sunsubscribe",
-        ) => "open the /subscribe/<channel> or /psubscribe/<pattern> event stream instead",
-        ("cluster", _) => "tidepool is a single node, not a cluster",
-        ("connection", _) => {
-            "only PING and ECHO are supported over REST; a request has no connection state"
-        }
-        _ if info.blocking => "blocking commands need a connection that HTTP does not keep",
-        (_, "migrate") => "tidepool has no TCP peers to migrate keys to",
-        (_, "config|set" | "config|rewrite" | "config|resetstat") => {
-            "tidepool is configured by its command-line flags (CONFIG GET reads them)"
-        }
-        (_, "shutdown" | "debug" | "sync" | "psync" | "replicaof" | "slaveof" | "failover") => {
-            "it controls a Redis process, which tidepool is not"
-        }
-        _ => return None,
-    };
-    Some(format!(
-        "ERR '{}' is not supported over REST: {why}",
-        name.replace('|', " ").to_ascii_uppercase()
-    ))
 }
 
 /// The bytes of the string values a read names, counting a key each time it is named:
@@ -771,7 +572,6 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// Whether `args` has the arity `info` requires (negative arity: at least that many).
 /// Whether a logged command is one the live path could have run, as replay needs it: a command
 /// of the table with an arity it allows. A record holding one that is not cannot come from a
 /// server (a faulty disk, a bad copy, a hand-made file): start-up and `tidepool-log verify`
@@ -784,7 +584,7 @@ pub fn replayable(args: &[Vec<u8>]) -> Result<&'static CommandInfo, String> {
             .collect::<String>()
     };
     let info = match table::global().lookup(args) {
-        table::Lookup::Found(i) => i,
+        Lookup::Found(i) => i,
         _ => {
             return Err(format!(
                 "the logged command '{}' is not a command tidepool runs",
@@ -792,7 +592,7 @@ pub fn replayable(args: &[Vec<u8>]) -> Result<&'static CommandInfo, String> {
             ))
         }
     };
-    if !arity_ok(info, args.len()) {
+    if !info.arity_ok(args.len()) {
         return Err(format!(
             "the logged command '{}' has {} arguments, which it never takes",
             info.name,
@@ -800,15 +600,6 @@ pub fn replayable(args: &[Vec<u8>]) -> Result<&'static CommandInfo, String> {
         ));
     }
     Ok(info)
-}
-
-pub fn arity_ok(info: &CommandInfo, argc: usize) -> bool {
-    let a = info.arity;
-    if a >= 0 {
-        argc == a as usize
-    } else {
-        argc >= (-a) as usize
-    }
 }
 
 pub fn arity_error(info: &CommandInfo) -> Reply {
@@ -823,13 +614,24 @@ pub fn replay(db: &mut Db, rng: &mut crate::rng::Rng, ts: u64, args: &[Vec<u8>])
     // What the live path checks before a command runs, and every handler relies on: a record
     // that fails it never came from a server (start-up refuses it before this; see
     // `replayable`), and must not reach a handler.
-    let info = match replayable(args) {
-        Ok(i) => i,
-        Err(why) => return Reply::Error(format!("ERR {why}")),
-    };
+    match replayable(args) {
+        Ok(info) => replay_checked(db, rng, ts, info, args),
+        Err(why) => Reply::Error(format!("ERR {why}")),
+    }
+}
+
+/// [`replay`] for a command `replayable` has already found (`info`), as recovery applies a
+/// record it has checked whole.
+pub fn replay_checked(
+    db: &mut Db,
+    rng: &mut crate::rng::Rng,
+    ts: u64,
+    info: &CommandInfo,
+    args: &[Vec<u8>],
+) -> Reply {
     let mut server = Replay;
     let mut logged = Vec::new();
     let ctx = &mut Ctx::new(db, ts, rng, &Perm::Full, "", &mut server, None, &mut logged);
     ctx.replaying = true;
-    super::dispatch::execute(ctx, info, args)
+    table::run(ctx, info, args)
 }

@@ -5,7 +5,8 @@
 //! logged (Redis does not keep it across restarts either; clients answer NOSCRIPT with EVAL).
 
 use super::args::{int_arg, is, tri};
-use super::{functions, Ctx};
+use super::ctx::Ctx;
+use super::functions;
 use crate::glob::glob_match;
 use crate::lua::Scripts;
 use crate::reply::Reply;

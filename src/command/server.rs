@@ -1,9 +1,9 @@
 //! Server and connection commands that make sense for one database over REST, with those that
 //! read the server around the state (INFO, CONFIG GET, PUBSUB, PUBLISH) through
-//! `pipeline::Server`.
+//! `ctx::Server`.
 
 use super::args::is;
-use super::Ctx;
+use super::ctx::{Ctx, SnapshotAsk};
 use crate::glob::glob_match;
 use crate::reply::{errors, Reply};
 
@@ -12,6 +12,24 @@ pub fn ping(a: &[Vec<u8>]) -> Reply {
         1 => Reply::Status("PONG".into()),
         2 => Reply::Bulk(a[1].clone()),
         _ => Reply::err(errors::wrong_arity("ping")),
+    }
+}
+
+pub fn echo(a: &[Vec<u8>]) -> Reply {
+    Reply::Bulk(a[1].clone())
+}
+
+pub fn dbsize(ctx: &Ctx) -> Reply {
+    Reply::Int(ctx.db.len() as i64)
+}
+
+/// `WAIT numreplicas timeout`: no replicas, so every write is already as replicated as it
+/// will be (as a standalone Redis answers).
+pub fn wait(a: &[Vec<u8>]) -> Reply {
+    match (super::args::int_arg(&a[1]), super::args::int_arg(&a[2])) {
+        (Ok(_), Ok(t)) if t >= 0 => Reply::Int(0),
+        (Ok(_), Ok(_)) => Reply::err("ERR timeout is negative"),
+        (Err(e), _) | (_, Err(e)) => e,
     }
 }
 
@@ -91,9 +109,20 @@ pub fn publish(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 /// The PUBSUB subcommands.
-pub fn pubsub(ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PubSub {
+    Channels,
+    NumSub,
+    NumPat,
+    ShardChannels,
+    ShardNumSub,
+    Help,
+}
+
+/// PUBSUB `sub`.
+pub fn pubsub(ctx: &mut Ctx, sub: PubSub, a: &[Vec<u8>]) -> Reply {
     match sub {
-        "channels" => {
+        PubSub::Channels => {
             let pat = a.get(2);
             Reply::Array(
                 ctx.server
@@ -104,7 +133,7 @@ pub fn pubsub(ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
                     .collect(),
             )
         }
-        "numsub" => Reply::Array(
+        PubSub::NumSub => Reply::Array(
             a[2..]
                 .iter()
                 .flat_map(|c| {
@@ -113,15 +142,15 @@ pub fn pubsub(ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
                 })
                 .collect(),
         ),
-        "numpat" => Reply::Int(ctx.server.patterns() as i64),
-        "shardchannels" => Reply::Array(vec![]),
-        "shardnumsub" => Reply::Array(
+        PubSub::NumPat => Reply::Int(ctx.server.patterns() as i64),
+        PubSub::ShardChannels => Reply::Array(vec![]),
+        PubSub::ShardNumSub => Reply::Array(
             a[2..]
                 .iter()
                 .flat_map(|c| [Reply::bulk(c.as_slice()), Reply::Int(0)])
                 .collect(),
         ),
-        _ => Reply::Array(
+        PubSub::Help => Reply::Array(
             [
                 "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 "CHANNELS [<pattern>]",
@@ -259,26 +288,17 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Bulk(text.into_bytes())
 }
 
-/// Which command asks for a snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotAsk {
-    /// SAVE: written before the reply.
-    Save,
-    /// BGSAVE [SCHEDULE]: written by a child process while the server goes on.
-    Background { schedule: bool },
-    /// BGREWRITEAOF: the same as BGSAVE SCHEDULE (the log is rewritten as a snapshot), with
-    /// Redis's texts for AOF rewrites.
-    Rewrite,
+/// LASTSAVE: when the last snapshot was written, Unix seconds.
+pub fn lastsave(ctx: &mut Ctx) -> Reply {
+    Reply::Int(ctx.server.facts().snapshots.last_save_s as i64)
 }
 
-/// SAVE, BGSAVE [SCHEDULE], BGREWRITEAOF and LASTSAVE: the snapshot itself is the server's
-/// (`pipeline::Server::snapshot`).
-pub fn snapshot(ctx: &mut Ctx, name: &str, a: &[Vec<u8>]) -> Reply {
-    match name {
-        "lastsave" => Reply::Int(ctx.server.facts().snapshots.last_save_s as i64),
-        "save" => ctx.server.snapshot(SnapshotAsk::Save),
-        "bgrewriteaof" => ctx.server.snapshot(SnapshotAsk::Rewrite),
-        _ => match a.get(1) {
+/// SAVE, BGSAVE [SCHEDULE] (`Background`, its option read here) and BGREWRITEAOF: the
+/// snapshot itself is the server's (`Server::snapshot`).
+pub fn snapshot(ctx: &mut Ctx, ask: SnapshotAsk, a: &[Vec<u8>]) -> Reply {
+    match ask {
+        SnapshotAsk::Save | SnapshotAsk::Rewrite => ctx.server.snapshot(ask),
+        SnapshotAsk::Background { .. } => match a.get(1) {
             None => ctx
                 .server
                 .snapshot(SnapshotAsk::Background { schedule: false }),
@@ -294,12 +314,23 @@ pub fn snapshot(ctx: &mut Ctx, name: &str, a: &[Vec<u8>]) -> Reply {
 /// connection can: SETINFO and SETNAME check their value as Redis does and change nothing (a
 /// request's connection ends with it), GETNAME is nil, LIST is empty (as the hosted service
 /// answers), NO-EVICT and NO-TOUCH accept their switch. The others are refused as
-/// connection state (`pipeline::unsupported`).
-pub fn client(_ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
+/// connection state (their rows in `table`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    SetInfo,
+    SetName,
+    GetName,
+    List,
+    /// NO-EVICT and NO-TOUCH: a switch, `on` or `off`.
+    Switch,
+}
+
+/// CLIENT `sub`.
+pub fn client(_ctx: &mut Ctx, sub: Client, a: &[Vec<u8>]) -> Reply {
     // Redis's `validateClientAttr`: printable ASCII, no spaces.
     let plain = |v: &[u8]| v.iter().all(|&c| (b'!'..=b'~').contains(&c));
     match sub {
-        "setinfo" => {
+        Client::SetInfo => {
             let attr = String::from_utf8_lossy(&a[2]).into_owned();
             if !is(&a[2], "lib-name") && !is(&a[2], "lib-ver") {
                 return Reply::Error(format!("ERR Unrecognized option '{attr}'"));
@@ -311,14 +342,14 @@ pub fn client(_ctx: &mut Ctx, sub: &str, a: &[Vec<u8>]) -> Reply {
             }
             Reply::ok()
         }
-        "setname" if !plain(&a[2]) => {
+        Client::SetName if !plain(&a[2]) => {
             Reply::err("ERR Client names cannot contain spaces, newlines or special characters.")
         }
-        "setname" => Reply::ok(),
-        "getname" => Reply::Nil,
-        "list" => Reply::bulk(""),
-        _ if is(&a[2], "on") || is(&a[2], "off") => Reply::ok(),
-        _ => Reply::err(errors::SYNTAX),
+        Client::SetName => Reply::ok(),
+        Client::GetName => Reply::Nil,
+        Client::List => Reply::bulk(""),
+        Client::Switch if is(&a[2], "on") || is(&a[2], "off") => Reply::ok(),
+        Client::Switch => Reply::err(errors::SYNTAX),
     }
 }
 

@@ -2,9 +2,9 @@
 
 use super::args::tri;
 use super::args::{scan_opts, Scanning};
+use super::ctx::Ctx;
 use super::lists::{positive, ranged};
 use super::typed;
-use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::rng::Rng;
 use crate::state::scanmap::ScanMap;

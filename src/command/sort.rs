@@ -4,7 +4,7 @@
 
 use super::args::tri;
 use super::args::{int_arg, is};
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::{Db, Value};
 use std::cmp::Ordering;
@@ -253,4 +253,36 @@ fn cstr(b: &[u8]) -> &[u8] {
         Some(i) => &b[..i],
         None => b,
     }
+}
+
+/// SORT's own key finding (Redis's `sortGetKeys`): the key, and the last STORE's destination,
+/// as SORT uses it.
+pub fn sort_keys(args: &[Vec<u8>]) -> Vec<(usize, &'static [&'static str])> {
+    keys_of(args, true)
+}
+
+/// SORT_RO's: the key alone (it takes no STORE).
+pub fn sort_ro_keys(args: &[Vec<u8>]) -> Vec<(usize, &'static [&'static str])> {
+    keys_of(args, false)
+}
+
+fn keys_of(args: &[Vec<u8>], stores: bool) -> Vec<(usize, &'static [&'static str])> {
+    if args.len() < 2 {
+        return Vec::new();
+    }
+    let mut store = None;
+    let mut i = 2;
+    while i < args.len() {
+        let a = args[i].to_ascii_lowercase();
+        match a.as_slice() {
+            b"limit" => i += 2,
+            b"get" | b"by" => i += 1,
+            b"store" if stores && i + 1 < args.len() => store = Some(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut out: Vec<(usize, &'static [&'static str])> = vec![(1, &["RO", "access"])];
+    out.extend(store.map(|i| (i, &["OW", "update"][..])));
+    out
 }

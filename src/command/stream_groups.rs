@@ -6,12 +6,12 @@
 //! XCLAIM replays to the same pending entries, owners and times.
 
 use super::args::{int_arg, is};
+use super::ctx::Ctx;
 use super::streams::{
     entry_reply, group_progress, info_stream, parse_bound, parse_id, parse_read, read_reply,
     ReadArgs,
 };
 use super::typed;
-use super::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::stream::{Consumer, Group, Nack, Stream, StreamId};
 
@@ -65,7 +65,17 @@ fn consumer<'a>(g: &'a mut Group, name: &[u8], now: u64) -> &'a mut Consumer {
 /// XGROUP's subcommands, in Redis's order of checks: options, then the key (and the group for
 /// SETID, CREATECONSUMER, DELCONSUMER), then the ID; MKSTREAM creates the key only once
 /// nothing can fail any more.
-pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
+/// The XGROUP subcommands that change a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XGroup {
+    Create,
+    SetId,
+    Destroy,
+    CreateConsumer,
+    DelConsumer,
+}
+
+pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: XGroup) -> Reply {
     let key = &args[2];
     let now = ctx.now_ms;
     let syntax = || {
@@ -76,14 +86,14 @@ pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
     };
     let mut mkstream = false;
     let mut entries_read: Option<u64> = None;
-    if sub == "create" || sub == "setid" {
-        let max = if sub == "create" { 8 } else { 7 };
+    if sub == XGroup::Create || sub == XGroup::SetId {
+        let max = if sub == XGroup::Create { 8 } else { 7 };
         if args.len() < 5 || args.len() > max {
             return syntax();
         }
         let mut i = 5;
         while i < args.len() {
-            if sub == "create" && eq(&args[i], "mkstream") {
+            if sub == XGroup::Create && eq(&args[i], "mkstream") {
                 mkstream = true;
                 i += 1;
             } else if eq(&args[i], "entriesread") && i + 1 < args.len() {
@@ -106,13 +116,18 @@ pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
     if !mkstream {
         match exists {
             None => return Reply::err("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."),
-            Some(false) if matches!(sub, "setid" | "createconsumer" | "delconsumer") => {
+            Some(false)
+                if matches!(
+                    sub,
+                    XGroup::SetId | XGroup::CreateConsumer | XGroup::DelConsumer
+                ) =>
+            {
                 return nogroup_for(key, &args[3]);
             }
             _ => {}
         }
     }
-    let id = if matches!(sub, "create" | "setid") {
+    let id = if matches!(sub, XGroup::Create | XGroup::SetId) {
         if args[4].as_slice() == b"$" {
             None
         } else {
@@ -132,7 +147,7 @@ pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
     let gname = args[3].clone();
     let id = id.unwrap_or(st.last_id);
     let reply = match sub {
-        "create" => match st.groups.entry(gname) {
+        XGroup::Create => match st.groups.entry(gname) {
             std::collections::btree_map::Entry::Occupied(_) => {
                 Reply::err("BUSYGROUP Consumer Group name already exists")
             }
@@ -145,22 +160,22 @@ pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
                 Reply::ok()
             }
         },
-        "setid" => {
+        XGroup::SetId => {
             if let Some(g) = st.groups.get_mut(&gname) {
                 g.last_id = id;
                 g.entries_read = entries_read;
             }
             Reply::ok()
         }
-        "destroy" => Reply::Int(i64::from(st.groups.remove(&gname).is_some())),
-        "createconsumer" => match st.groups.get_mut(&gname) {
+        XGroup::Destroy => Reply::Int(i64::from(st.groups.remove(&gname).is_some())),
+        XGroup::CreateConsumer => match st.groups.get_mut(&gname) {
             Some(g) if !g.consumers.contains_key(&args[4]) => {
                 consumer(g, &args[4], now);
                 Reply::Int(1)
             }
             _ => Reply::Int(0),
         },
-        "delconsumer" => match st.groups.get_mut(&gname) {
+        XGroup::DelConsumer => match st.groups.get_mut(&gname) {
             Some(g) => match g.consumers.remove(&args[4]) {
                 Some(c) => {
                     for id in &c.pel {
@@ -172,7 +187,6 @@ pub fn xgroup(ctx: &mut Ctx, args: &[Vec<u8>], sub: &str) -> Reply {
             },
             None => Reply::Int(0),
         },
-        _ => syntax(),
     };
     ctx.dirty = true;
     reply

@@ -1,8 +1,8 @@
 //! String commands, with Redis 7 grammar, replies and error texts.
 
 use super::args::{clamp_range, int_arg, is, tri};
+use super::ctx::Ctx;
 use super::longdouble;
-use super::Ctx;
 use crate::config::STRING_BYTES_MAX;
 use crate::num::parse_i64;
 use crate::reply::{errors, Reply};
@@ -689,4 +689,23 @@ pub fn lcs(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     } else {
         Reply::Bulk(result)
     }
+}
+
+/// SET's own key finding (Redis's `setGetKeys`): the key is read too when the reply depends on
+/// its value (GET, and Redis 8.4's IFEQ, IFNE, IFDEQ and IFDNE); otherwise SET overwrites it.
+pub fn set_keys(args: &[Vec<u8>]) -> Vec<(usize, &'static [&'static str])> {
+    if args.len() < 2 {
+        return Vec::new();
+    }
+    let reads = args.iter().skip(3).any(|a| {
+        ["get", "ifeq", "ifne", "ifdeq", "ifdne"]
+            .iter()
+            .any(|w| a.eq_ignore_ascii_case(w.as_bytes()))
+    });
+    let flags: &'static [&'static str] = if reads {
+        &["RW", "access", "update"]
+    } else {
+        &["OW", "update"]
+    };
+    vec![(1, flags)]
 }

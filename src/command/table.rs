@@ -1,835 +1,729 @@
-//! Redis's own command table (`redis-7.0-commands.json`, copied from the reference): arity,
-//! flags and ACL categories. Arity checks and read-only classification come from here rather
-//! than from hand-kept lists.
+//! The command table: one row per command tidepool runs or knows, and the only place that
+//! names commands. A row gives the handler and what the pipeline, ACL, the limits and the log
+//! need beyond Redis's own table entry (arity, flags, key specifications, ACL categories),
+//! which `info` joins to it; a command newer than Redis 7.0's table gives its entry here too
+//! (`Meta`). A new command is its handler plus one row.
+//!
+//! The defaults, so that most rows are a name and a handler: logged as sent when the table
+//! flags the command `write` and it changed the data, carried by REST, the Read Only token's
+//! profile (`@read` minus `@dangerous`), its arguments bounding what it may store.
 
-use serde::Deserialize;
-use std::collections::HashMap;
+use super::ctx::{Ctx, SnapshotAsk};
+use super::info::Log::{AsSent, Effects, Rewritten};
+use super::info::Size::{After, Appends, BitField, BitOffset, Range};
+pub use super::info::{CommandInfo, CommandTable, KeyRef, Lookup};
+use super::info::{Meta, Rest, Row};
+use super::zsets::{Direction as Dir, RangeType as Rt, SetOp as Op};
+use super::{
+    acl, bitmaps, functions, geo, hash_ttl, hashes, hll, introspect, json, keys, lists, scripting,
+    server, sets, sort, stream_groups, streams, strings, zsets,
+};
+use crate::lua::Interrupt;
+use crate::reply::Reply;
 use std::sync::OnceLock;
 
-const REDIS_7_0: &str = include_str!("redis-7.0-commands.json");
-/// Redis 7.0.15's key specifications, from its `COMMAND` reply (`tools/gen-key-specs.py`).
-const REDIS_7_0_KEY_SPECS: &str = include_str!("redis-7.0-key-specs.json");
-
-#[derive(Deserialize)]
-struct RawKeySpec {
-    flags: Vec<String>,
-    begin_search: HashMap<String, HashMap<String, serde_json::Value>>,
-    find_keys: HashMap<String, HashMap<String, serde_json::Value>>,
-}
-
-/// Where a key specification starts looking (Redis's `begin_search`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BeginSearch {
-    Index(i64),
-    /// The argument after the first `keyword` (case-insensitive) from `startfrom` (negative:
-    /// searching backwards from the end).
-    Keyword {
-        keyword: String,
-        startfrom: i64,
-    },
-    /// Only the command's own key-finding knows (SORT's STORE).
-    Unknown,
-}
-
-/// How a key specification finds its keys from where it starts (Redis's `find_keys`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FindKeys {
-    Range {
-        lastkey: i64,
-        keystep: i64,
-        limit: i64,
-    },
-    Keynum {
-        keynumidx: i64,
-        firstkey: i64,
-        keystep: i64,
-    },
-    Unknown,
-}
-
-/// One key specification: where its keys are and what the command does with them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySpec {
-    /// The command reads the keys' values (ACCESS): a read permission is needed.
-    pub read: bool,
-    /// The command changes the keys (INSERT, DELETE, UPDATE): a write permission is needed.
-    pub write: bool,
-    /// The command stores a value at the keys (INSERT, UPDATE), as opposed to only reading or
-    /// deleting them: what the key-size limit checks.
-    pub stores: bool,
-    /// NOT_KEY: a channel or the like, not a key.
-    pub not_key: bool,
-    /// The flags as COMMAND GETKEYSANDFLAGS names them, in Redis's order.
-    pub flags: Vec<&'static str>,
-    pub begin: BeginSearch,
-    pub find: FindKeys,
-}
-
-/// A key argument with the permissions it needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KeyRef<'a> {
-    pub key: &'a [u8],
-    pub read: bool,
-    pub write: bool,
-    /// A value is stored at the key (not only read or deleted).
-    pub stores: bool,
-}
-
-impl KeySpec {
-    fn from_raw(r: &RawKeySpec) -> KeySpec {
-        let has = |f: &str| r.flags.iter().any(|x| x.eq_ignore_ascii_case(f));
-        let int = |m: &HashMap<String, serde_json::Value>, k: &str| {
-            m.get(k).and_then(serde_json::Value::as_i64).unwrap_or(0)
-        };
-        let begin = if let Some(m) = r.begin_search.get("index") {
-            BeginSearch::Index(int(m, "index"))
-        } else if let Some(m) = r.begin_search.get("keyword") {
-            BeginSearch::Keyword {
-                keyword: m
-                    .get("keyword")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                startfrom: int(m, "startfrom"),
-            }
-        } else {
-            BeginSearch::Unknown
-        };
-        let find = if let Some(m) = r.find_keys.get("range") {
-            FindKeys::Range {
-                lastkey: int(m, "lastkey"),
-                keystep: int(m, "keystep"),
-                limit: int(m, "limit"),
-            }
-        } else if let Some(m) = r.find_keys.get("keynum") {
-            FindKeys::Keynum {
-                keynumidx: int(m, "keynumidx"),
-                firstkey: int(m, "firstkey"),
-                keystep: int(m, "keystep"),
-            }
-        } else {
-            FindKeys::Unknown
-        };
-        // Redis's `addReplyFlagsForKeyArgs`: its order, its spelling.
-        const NAMES: [(&str, &str); 11] = [
-            ("RO", "RO"),
-            ("RW", "RW"),
-            ("OW", "OW"),
-            ("RM", "RM"),
-            ("ACCESS", "access"),
-            ("UPDATE", "update"),
-            ("INSERT", "insert"),
-            ("DELETE", "delete"),
-            ("NOT_KEY", "not_key"),
-            ("INCOMPLETE", "incomplete"),
-            ("VARIABLE_FLAGS", "variable_flags"),
-        ];
-        KeySpec {
-            flags: NAMES
-                .iter()
-                .filter(|(raw, _)| has(raw))
-                .map(|(_, name)| *name)
-                .collect(),
-            read: has("ACCESS"),
-            write: has("INSERT") || has("DELETE") || has("UPDATE"),
-            stores: has("INSERT") || has("UPDATE"),
-            not_key: has("NOT_KEY"),
-            begin,
-            find,
-        }
-    }
-
-    /// A spec of keys at fixed positions (Redis's legacy triple: `first`, `last`, `step`; a
-    /// negative `last` counts from the end) with Redis's flags (`RW`, `ACCESS`, ...), for the
-    /// commands newer than Redis 7.0's table.
-    fn fixed(first: i32, last: i32, step: i32, flags: &[&str]) -> KeySpec {
-        let raw = RawKeySpec {
-            flags: flags.iter().map(|f| f.to_string()).collect(),
-            begin_search: HashMap::from([(
-                "index".to_string(),
-                HashMap::from([("index".to_string(), serde_json::json!(first))]),
-            )]),
-            find_keys: HashMap::from([(
-                "range".to_string(),
-                HashMap::from([
-                    (
-                        "lastkey".to_string(),
-                        serde_json::json!(if last >= 0 { last - first } else { last }),
-                    ),
-                    ("keystep".to_string(), serde_json::json!(step)),
-                    ("limit".to_string(), serde_json::json!(0)),
-                ]),
-            )]),
-        };
-        KeySpec::from_raw(&raw)
-    }
-
-    /// The argument positions of this spec's keys, as Redis's `getKeysUsingKeySpecs` finds
-    /// them; `None` when the arguments do not fit the spec (Redis then finds no keys, and the
-    /// command answers its own syntax error).
-    fn positions(&self, args: &[Vec<u8>]) -> Option<Vec<usize>> {
-        let argc = args.len() as i64;
-        let first = match &self.begin {
-            BeginSearch::Index(i) => *i,
-            BeginSearch::Keyword { keyword, startfrom } => {
-                let found = if *startfrom > 0 {
-                    (*startfrom..argc)
-                        .find(|&i| args[i as usize].eq_ignore_ascii_case(keyword.as_bytes()))
-                } else {
-                    (1..=argc + startfrom)
-                        .rev()
-                        .find(|&i| args[i as usize].eq_ignore_ascii_case(keyword.as_bytes()))
-                };
-                // Keyword absent: this spec has no keys here (not an error).
-                match found {
-                    Some(i) => i + 1,
-                    None => return Some(Vec::new()),
-                }
-            }
-            BeginSearch::Unknown => return None,
-        };
-        let (first, last, step) = match &self.find {
-            FindKeys::Range {
-                lastkey,
-                keystep,
-                limit,
-            } => {
-                let last = if *lastkey >= 0 {
-                    first + lastkey
-                } else if *limit == 0 {
-                    argc + lastkey
-                } else {
-                    first + ((argc - first) / limit + lastkey)
-                };
-                (first, last, *keystep)
-            }
-            FindKeys::Keynum {
-                keynumidx,
-                firstkey,
-                keystep,
-            } => {
-                if *keynumidx >= argc - first {
-                    return None;
-                }
-                let n: i64 = std::str::from_utf8(&args[(first + keynumidx) as usize])
-                    .ok()?
-                    .parse()
-                    .ok()
-                    .filter(|n| *n >= 0)?;
-                let first = first + firstkey;
-                (first, first + n - 1, *keystep)
-            }
-            FindKeys::Unknown => return None,
-        };
-        // As Redis: a range that ends before it starts (numkeys 0 included) does not fit.
-        if last >= argc || last < first || first >= argc || first < 1 || step < 1 {
-            return None;
-        }
-        Some(
-            (first..=last)
-                .step_by(step as usize)
-                .map(|i| i as usize)
-                .collect(),
-        )
-    }
-}
-
-#[derive(Deserialize)]
-struct RawInfo {
-    arity: i32,
-    #[serde(default)]
-    flags: Vec<String>,
-    #[serde(default)]
-    acl_categories: Vec<String>,
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    first_key: i32,
-    #[serde(default)]
-    last_key: i32,
-    #[serde(default)]
-    step: i32,
-    #[serde(default)]
-    summary: String,
-}
-
-/// What tidepool knows about one command (or `container|subcommand`).
-#[derive(Debug, Clone)]
-pub struct CommandInfo {
-    /// Lowercase name; subcommands as `object|encoding`.
-    pub name: String,
-    pub arity: i32,
-    pub write: bool,
-    pub readonly_flag: bool,
-    pub blocking: bool,
-    /// The `movablekeys` flag: keys found only by searching the arguments.
-    pub movable_keys: bool,
-    pub category_read: bool,
-    pub category_dangerous: bool,
-    pub group: String,
-    /// True for containers such as OBJECT, whose second argument names a subcommand.
-    pub has_subcommands: bool,
-    /// ACL categories, with their `@` (`@read`, `@hash`, ...).
-    pub categories: Vec<String>,
-    /// Key positions (Redis's legacy triple): first, last (negative counts from the end),
-    /// step; first 0 means no keys at fixed positions.
-    pub first_key: i32,
-    pub last_key: i32,
-    pub step: i32,
-    /// The table's flags (`write`, `readonly`, `fast`, ...), for COMMAND INFO.
-    pub flags: Vec<String>,
-    /// One line, for COMMAND DOCS.
-    pub summary: String,
-    /// Redis 7.0's key specifications; `None` for commands newer than its table.
-    pub key_specs: Option<Vec<KeySpec>>,
-    /// The entry's place in the table (names in byte order), for counters kept by command
-    /// without hashing its name on every call.
-    pub id: usize,
-}
-
-impl CommandInfo {
-    /// Every key argument with the access it needs, as Redis's ACL finds them: from the key
-    /// specifications (numkeys, keyword-introduced keys such as STREAMS and STORE included),
-    /// or the command's own key finding where Redis uses one (SET, BITFIELD, SORT). Commands
-    /// newer than Redis 7.0's table take their fixed positions and need read and write when
-    /// they write (read alone otherwise).
-    pub fn key_refs<'a>(&self, args: &'a [Vec<u8>]) -> Vec<KeyRef<'a>> {
-        self.key_refs_with(args, false)
-    }
-
-    /// As [`CommandInfo::key_refs`]; with `partial`, a specification the arguments do not fit
-    /// gives no keys while the others still give theirs (Redis's GET_KEYSPEC_RETURN_PARTIAL):
-    /// `PFMERGE dest` has its destination and no sources. The limits use it.
-    pub fn key_refs_with<'a>(&self, args: &'a [Vec<u8>], partial: bool) -> Vec<KeyRef<'a>> {
-        let at = |i: usize, read: bool, write: bool| KeyRef {
-            key: args[i].as_slice(),
-            read,
-            write,
-            stores: write,
-        };
-        let has_arg =
-            |from: usize, word: &[u8]| args.iter().skip(from).any(|a| a.eq_ignore_ascii_case(word));
-        match self.name.as_str() {
-            // setGetKeys: GET makes SET a read too, and so do Redis 8.4's conditions (the reply
-            // tells whether the value matched).
-            "set" if args.len() > 1 => {
-                let reads = [&b"get"[..], b"ifeq", b"ifne", b"ifdeq", b"ifdne"]
-                    .iter()
-                    .any(|w| has_arg(3, w));
-                return vec![at(1, reads, true)];
-            }
-            // bitfieldGetKeys: only GET operations make it a read.
-            "bitfield" if args.len() > 1 => {
-                let mut read_only = true;
-                let mut i = 2;
-                while i < args.len() {
-                    let op = args[i].to_ascii_lowercase();
-                    match op.as_slice() {
-                        b"get" => i += 3,
-                        b"set" | b"incrby" => {
-                            read_only = false;
-                            i += 4;
-                        }
-                        b"overflow" => i += 2,
-                        _ => i += 1,
-                    }
-                }
-                return vec![at(1, true, !read_only)];
-            }
-            // sortGetKeys: the key, and the last STORE's destination (as SORT uses it).
-            "sort" | "sort_ro" if args.len() > 1 => {
-                let mut store = None;
-                let mut i = 2;
-                while i < args.len() {
-                    let a = args[i].to_ascii_lowercase();
-                    match a.as_slice() {
-                        b"limit" => i += 2,
-                        b"get" | b"by" => i += 1,
-                        b"store" if self.name == "sort" && i + 1 < args.len() => {
-                            store = Some(i + 1)
-                        }
-                        _ => {}
-                    }
-                    i += 1;
-                }
-                let mut out = vec![at(1, true, false)];
-                out.extend(store.map(|i| at(i, false, true)));
-                return out;
-            }
-            _ => {}
-        }
-        let Some(specs) = &self.key_specs else {
-            return self
-                .keys(args)
-                .into_iter()
-                .map(|key| KeyRef {
-                    key,
-                    read: true,
-                    write: self.write,
-                    stores: self.write,
-                })
-                .collect();
-        };
-        let mut out = Vec::new();
-        for spec in specs.iter().filter(|s| !s.not_key) {
-            match spec.positions(args) {
-                Some(pos) => out.extend(pos.into_iter().map(|i| KeyRef {
-                    stores: spec.stores,
-                    ..at(i, spec.read, spec.write)
-                })),
-                None if partial => {}
-                // As Redis: arguments that do not fit a spec give no keys at all; the
-                // command then refuses them itself.
-                None => return Vec::new(),
-            }
-        }
-        out
-    }
-
-    /// Every key argument with its flags, as COMMAND GETKEYSANDFLAGS lists them: from the key
-    /// specifications, or the command's own key finding where Redis uses one (SET, BITFIELD,
-    /// SORT). None for a command newer than Redis 7.0's table, whose key flags tidepool's
-    /// table does not hold.
-    pub fn keys_and_flags<'a>(
-        &self,
-        args: &'a [Vec<u8>],
-    ) -> Option<Vec<(&'a [u8], Vec<&'static str>)>> {
-        let specs = self.key_specs.as_ref()?;
-        let own: Option<Vec<(usize, Vec<&'static str>)>> = match self.name.as_str() {
-            // setGetKeys: GET reads the old value; without it SET overwrites.
-            "set" => Some(vec![(
-                1,
-                if args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get")) {
-                    vec!["RW", "access", "update"]
-                } else {
-                    vec!["OW", "update"]
-                },
-            )]),
-            // bitfieldGetKeys and sortGetKeys, through the access key_refs finds.
-            "bitfield" | "sort" | "sort_ro" => Some(
-                self.key_refs(args)
-                    .iter()
-                    .map(|r| {
-                        let at = args
-                            .iter()
-                            .position(|a| std::ptr::eq(a.as_slice(), r.key))
-                            .unwrap_or(1);
-                        let flags = match (self.name.as_str(), r.read, r.write) {
-                            ("bitfield", _, false) => vec!["RO", "access"],
-                            ("bitfield", _, true) => vec!["RW", "access", "update"],
-                            (_, true, _) => vec!["RO", "access"],
-                            _ => vec!["OW", "update"],
-                        };
-                        (at, flags)
-                    })
-                    .collect(),
-            ),
-            _ => None,
-        };
-        if let Some(own) = own {
-            return Some(
-                own.into_iter()
-                    .map(|(i, f)| (args[i].as_slice(), f))
-                    .collect(),
-            );
-        }
-        let mut out = Vec::new();
-        for spec in specs.iter().filter(|s| !s.not_key) {
-            match spec.positions(args) {
-                Some(pos) => out.extend(
-                    pos.into_iter()
-                        .map(|i| (args[i].as_slice(), spec.flags.clone())),
-                ),
-                None => return Some(Vec::new()),
-            }
-        }
-        Some(out)
-    }
-
-    /// The arguments that are keys, by the fixed positions of the table.
-    pub fn keys<'a>(&self, args: &'a [Vec<u8>]) -> Vec<&'a [u8]> {
-        if self.first_key <= 0 || self.step <= 0 {
-            return Vec::new();
-        }
-        let n = args.len() as i32;
-        let last = if self.last_key < 0 {
-            n + self.last_key
-        } else {
-            self.last_key.min(n - 1)
-        };
-        let mut out = Vec::new();
-        let mut i = self.first_key;
-        while i <= last && i < n {
-            out.push(args[i as usize].as_slice());
-            i += self.step;
-        }
-        out
-    }
-}
-
-pub struct CommandTable {
-    map: HashMap<String, CommandInfo>,
-    top_level: usize,
-    /// Every entry's name, in byte order: `names[info.id] == info.name`.
-    names: Vec<String>,
-}
-
-/// The table, parsed once.
+/// The table, built once.
 pub fn global() -> &'static CommandTable {
     static TABLE: OnceLock<CommandTable> = OnceLock::new();
-    TABLE.get_or_init(CommandTable::load)
+    TABLE.get_or_init(|| CommandTable::build(rows()))
 }
 
-/// A table entry for a command newer than Redis 7.0's table (hash-field TTLs, Redis 8.2
-/// streams, RedisJSON), as Redis 8 lists it: its first key at position 1, `keys` the last key
-/// and step, `@fast` for the hash and stream commands and `@slow` for JSON, as their modules
-/// and Redis 8 declare.
-fn newer_entry(
-    name: &str,
+/// A command newer than Redis 7.0's table, as Redis 8 (or RedisJSON) lists it: one key at
+/// position 1 unless `keys` says otherwise; `key_flags` empty for the defaults (`RW ACCESS
+/// UPDATE` for a write, `RO ACCESS` for a read).
+const fn newer(
     arity: i32,
     write: bool,
-    group: &str,
-    keys: (i32, i32),
-    summary: &str,
-) -> CommandInfo {
-    let speed = if group == "json" { "slow" } else { "fast" };
-    let mut flags = vec![if write { "write" } else { "readonly" }.to_string()];
-    // The ones that may grow memory, as Redis 8 and RedisJSON flag them (`--max-memory`
-    // refuses them past the limit).
-    if matches!(
-        name,
-        "hsetex"
-            | "json.set"
-            | "json.mset"
-            | "json.merge"
-            | "json.arrappend"
-            | "json.arrinsert"
-            | "json.strappend"
-    ) {
-        flags.push("denyoom".into());
-    }
-    if speed == "fast" {
-        flags.push("fast".into());
-    }
-    CommandInfo {
-        name: name.into(),
+    group: &'static str,
+    key_flags: &'static [&'static str],
+    summary: &'static str,
+) -> Meta {
+    Meta::Newer {
         arity,
         write,
-        readonly_flag: !write,
-        blocking: false,
-        movable_keys: false,
-        category_read: !write,
-        category_dangerous: false,
-        group: group.into(),
-        has_subcommands: false,
-        categories: vec![
-            if write { "@write" } else { "@read" }.into(),
-            format!("@{group}"),
-            format!("@{speed}"),
-        ],
-        first_key: 1,
-        last_key: keys.0,
-        step: keys.1,
-        flags,
-        summary: summary.into(),
-        key_specs: Some(vec![KeySpec::fixed(
-            1,
-            keys.0,
-            keys.1,
-            newer_key_flags(name, write),
-        )]),
-        id: 0,
+        group,
+        keys: (1, 1),
+        key_flags,
+        denyoom: false,
+        summary,
     }
 }
 
-/// The key flags of a command newer than Redis 7.0's table, as Redis 8 (and RedisJSON, whose
-/// commands Redis gives read-write access flags) lists them: what ACL, COMMAND
-/// GETKEYSANDFLAGS and the key-size limit read.
-fn newer_key_flags(name: &str, write: bool) -> &'static [&'static str] {
-    match name {
-        "hgetdel" | "delex" => &["RW", "ACCESS", "DELETE"],
-        "xackdel" | "xdelex" => &["RW", "DELETE"],
-        "json.del" | "json.forget" => &["RW", "ACCESS", "DELETE"],
-        "hsetex" | "hexpire" | "hpexpire" | "hexpireat" | "hpexpireat" | "hpersist" => {
-            &["RW", "UPDATE"]
-        }
-        _ if write => &["RW", "ACCESS", "UPDATE"],
-        _ => &["RO", "ACCESS"],
+/// RedisJSON's commands, with the module's table entries: a read, or a write whose size is
+/// measured after it runs (a path may copy a value into every match).
+fn json_row(
+    name: &'static str,
+    run: Handler,
+    arity: i32,
+    write: bool,
+    summary: &'static str,
+) -> Row {
+    let row = Row::new(name, run).meta(newer(arity, write, "json", &[], summary));
+    if write {
+        row.size(After)
+    } else {
+        row
     }
 }
 
-impl CommandTable {
-    fn load() -> CommandTable {
-        // The table is compiled in and checked by a unit test, so a parse failure here is a
-        // build defect, never input.
-        let raw: HashMap<String, RawInfo> = serde_json::from_str(REDIS_7_0).unwrap_or_default();
-        let containers: Vec<String> = raw
-            .keys()
-            .filter_map(|k| k.split_once('|').map(|(c, _)| c.to_string()))
-            .collect();
-        let mut map = HashMap::with_capacity(raw.len());
-        let mut top_level = 0;
-        for (name, r) in raw {
-            if !name.contains('|') {
-                top_level += 1;
-            }
-            let has = |f: &str| r.flags.iter().any(|x| x == f);
-            let cat = |c: &str| r.acl_categories.iter().any(|x| x == c);
-            let info = CommandInfo {
-                has_subcommands: containers.contains(&name),
-                write: has("write"),
-                readonly_flag: has("readonly"),
-                blocking: has("blocking"),
-                movable_keys: has("movablekeys"),
-                category_read: cat("@read"),
-                category_dangerous: cat("@dangerous"),
-                arity: r.arity,
-                group: r.group,
-                name: name.clone(),
-                categories: r.acl_categories,
-                first_key: r.first_key,
-                last_key: r.last_key,
-                step: r.step,
-                flags: r.flags,
-                summary: r.summary,
-                key_specs: None,
-                id: 0,
-            };
-            map.insert(name, info);
-        }
-        // Commands newer than Redis 7.0 that clients send, with their Redis 8 table entries
-        // (name, arity, write): all take one key at position 1 and are @hash @fast.
-        for (name, arity, write, summary) in [
-            ("hgetdel", -5, true, "Returns the value of a field and deletes it from the hash"),
-            ("hgetex", -5, true, "Get the value of one or more fields of a given hash key, and optionally set their expiration"),
-            ("hsetex", -6, true, "Set the value of one or more fields of a given hash key, and optionally set their expiration"),
-            ("hexpire", -6, true, "Set expiry for hash field using relative time to expire (seconds)"),
-            ("hpexpire", -6, true, "Set expiry for hash field using relative time to expire (milliseconds)"),
-            ("hexpireat", -6, true, "Set expiry for hash field using an absolute Unix timestamp (seconds)"),
-            ("hpexpireat", -6, true, "Set expiry for hash field using an absolute Unix timestamp (milliseconds)"),
-            ("hpersist", -5, true, "Removes the expiration time for each specified field"),
-            ("httl", -5, false, "Returns the TTL in seconds of a hash field."),
-            ("hpttl", -5, false, "Returns the TTL in milliseconds of a hash field."),
-            ("hexpiretime", -5, false, "Returns the expiration time of a hash field as a Unix timestamp, in seconds."),
-            ("hpexpiretime", -5, false, "Returns the expiration time of a hash field as a Unix timestamp, in msec."),
-        ] {
-            let info = newer_entry(name, arity, write, "hash", (1, 1), summary);
-            map.insert(name.to_string(), info);
-        }
-        // Redis 8.2's stream commands the SDKs send.
-        for (name, arity, summary) in [
-            (
-                "xackdel",
+use super::info::Handler;
+
+/// What a Redis command that REST cannot carry needs instead.
+const TRANSACTION: &str = "send the commands of a transaction together to /multi-exec";
+const SUBSCRIBE: &str =
+    "open the /subscribe/<channel> or /psubscribe/<pattern> event stream instead";
+const NOT_REDIS: &str = "it controls a Redis process, which tidepool is not";
+const CONFIGURED: &str = "tidepool is configured by its command-line flags (CONFIG GET reads them)";
+const BLOCK: &str = "the BLOCK option needs a connection that HTTP does not keep";
+
+/// Every row. Grouped by family, in the order of Redis's documentation.
+fn rows() -> Vec<Row> {
+    use bitmaps as b;
+    use geo::Form;
+    use hash_ttl::TtlKind;
+    use hashes as h;
+    use keys as k;
+    use server as sv;
+    use strings as s;
+    vec![
+        // strings
+        Row::new("get", s::get),
+        Row::new("set", s::set)
+            .log(Rewritten)
+            .own_keys(s::set_keys),
+        Row::new("setnx", s::setnx),
+        Row::new("setex", |c, a| s::setex(c, a, 1000)).log(Rewritten),
+        Row::new("psetex", |c, a| s::setex(c, a, 1)).log(Rewritten),
+        Row::new("getset", s::getset).log(Rewritten),
+        Row::new("getdel", s::getdel).log(Rewritten),
+        Row::new("getex", s::getex).log(Rewritten),
+        Row::new("mget", s::mget),
+        Row::new("mset", s::mset),
+        Row::new("msetnx", s::msetnx),
+        Row::new("append", s::append).size(Appends),
+        Row::new("strlen", s::strlen),
+        Row::new("incr", |c, a| s::incrby_const(c, a, 1)),
+        Row::new("decr", |c, a| s::incrby_const(c, a, -1)),
+        Row::new("incrby", |c, a| s::incrby(c, a, false)),
+        Row::new("decrby", |c, a| s::incrby(c, a, true)),
+        Row::new("incrbyfloat", s::incrbyfloat).log(Rewritten),
+        Row::new("getrange", s::getrange),
+        Row::new("substr", s::getrange),
+        Row::new("setrange", s::setrange).size(Range),
+        Row::new("lcs", s::lcs),
+        // Redis 8.4's compare-and-delete and digest.
+        Row::new("delex", s::delex).log(Rewritten).meta(newer(
+            -2,
+            true,
+            "string",
+            &["RW", "ACCESS", "DELETE"],
+            "Conditionally removes the specified key based on value or digest comparison.",
+        )),
+        Row::new("digest", s::digest).meta(newer(
+            2,
+            false,
+            "string",
+            &[],
+            "Returns the XXH3 hash of a string value.",
+        )),
+        // bitmaps
+        Row::new("setbit", b::setbit).size(BitOffset),
+        Row::new("getbit", b::getbit),
+        Row::new("bitcount", b::bitcount),
+        Row::new("bitpos", b::bitpos),
+        Row::new("bitop", b::bitop),
+        Row::new("bitfield", |c, a| b::bitfield(c, a, false))
+            .size(BitField)
+            .own_keys(b::bitfield_keys),
+        Row::new("bitfield_ro", |c, a| b::bitfield(c, a, true)),
+        // geo
+        Row::new("geoadd", geo::geoadd),
+        Row::new("geopos", geo::geopos),
+        Row::new("geodist", geo::geodist),
+        Row::new("geohash", geo::geohash),
+        Row::new("geosearch", |c, a| {
+            geo::search(
+                c,
+                a,
+                Form {
+                    search: true,
+                    store: false,
+                    by_member: false,
+                    ro: true,
+                },
+            )
+        }),
+        Row::new("geosearchstore", |c, a| {
+            geo::search(
+                c,
+                a,
+                Form {
+                    search: true,
+                    store: true,
+                    by_member: false,
+                    ro: false,
+                },
+            )
+        })
+        .size(After),
+        Row::new("georadius", |c, a| {
+            geo::search(
+                c,
+                a,
+                Form {
+                    search: false,
+                    store: false,
+                    by_member: false,
+                    ro: false,
+                },
+            )
+        })
+        .size(After),
+        Row::new("georadius_ro", |c, a| {
+            geo::search(
+                c,
+                a,
+                Form {
+                    search: false,
+                    store: false,
+                    by_member: false,
+                    ro: true,
+                },
+            )
+        }),
+        Row::new("georadiusbymember", |c, a| {
+            geo::search(
+                c,
+                a,
+                Form {
+                    search: false,
+                    store: false,
+                    by_member: true,
+                    ro: false,
+                },
+            )
+        })
+        .size(After),
+        Row::new("georadiusbymember_ro", |c, a| {
+            geo::search(
+                c,
+                a,
+                Form {
+                    search: false,
+                    store: false,
+                    by_member: true,
+                    ro: true,
+                },
+            )
+        }),
+        // HyperLogLog: a sparse one may turn dense (12 KB) whatever the arguments.
+        Row::new("pfadd", hll::pfadd).size(After),
+        // PFCOUNT is a read that may store the count it computed in the HyperLogLog's header:
+        // logged as sent when it did.
+        Row::new("pfcount", hll::pfcount).log(AsSent),
+        Row::new("pfmerge", hll::pfmerge).size(After),
+        // generic keyspace
+        Row::new("del", k::del),
+        Row::new("unlink", k::del),
+        Row::new("exists", k::exists),
+        Row::new("touch", k::touch),
+        Row::new("type", k::type_),
+        Row::new("expire", |c, a| k::expire(c, a, 1000, true)).log(Rewritten),
+        Row::new("pexpire", |c, a| k::expire(c, a, 1, true)).log(Rewritten),
+        Row::new("expireat", |c, a| k::expire(c, a, 1000, false)).log(Rewritten),
+        Row::new("pexpireat", |c, a| k::expire(c, a, 1, false)).log(Rewritten),
+        Row::new("ttl", |c, a| k::ttl(c, a, false, false)),
+        Row::new("pttl", |c, a| k::ttl(c, a, true, false)),
+        Row::new("expiretime", |c, a| k::ttl(c, a, false, true)),
+        Row::new("pexpiretime", |c, a| k::ttl(c, a, true, true)),
+        Row::new("persist", k::persist),
+        Row::new("rename", |c, a| k::rename(c, a, false)),
+        Row::new("renamenx", |c, a| k::rename(c, a, true)),
+        Row::new("copy", k::copy),
+        Row::new("dump", k::dump),
+        // A RESTORE payload is compressed: what it stores is measured after.
+        Row::new("restore", k::restore).log(Rewritten).size(After),
+        Row::new("move", k::move_),
+        // The hosted service's Read Only token names KEYS and the scan family as refused.
+        Row::new("keys", k::keys).read_only_token(false),
+        Row::new("scan", k::scan).read_only_token(false),
+        Row::new("randomkey", k::randomkey),
+        Row::new("object|encoding", k::object_encoding),
+        Row::new("object|freq", k::object_freq),
+        Row::new("object|idletime", k::object_idletime),
+        Row::new("object|refcount", k::object_refcount),
+        Row::new("object|help", k::object_help),
+        // hashes
+        Row::new("hset", |c, a| h::hset(c, a, false)),
+        Row::new("hmset", |c, a| h::hset(c, a, true)),
+        Row::new("hsetnx", h::hsetnx),
+        Row::new("hget", h::hget),
+        Row::new("hmget", h::hmget),
+        Row::new("hdel", h::hdel),
+        Row::new("hlen", h::hlen),
+        Row::new("hstrlen", h::hstrlen),
+        Row::new("hexists", h::hexists),
+        Row::new("hkeys", h::hkeys),
+        Row::new("hvals", h::hvals),
+        Row::new("hgetall", h::hgetall),
+        Row::new("hincrby", h::hincrby),
+        Row::new("hincrbyfloat", h::hincrbyfloat).log(Rewritten),
+        Row::new("hrandfield", h::hrandfield),
+        Row::new("hscan", h::hscan).read_only_token(false),
+        // Redis 8's hash commands, and 7.4's hash-field expiry.
+        Row::new("hgetdel", h::hgetdel).log(Rewritten).meta(newer(
+            -5,
+            true,
+            "hash",
+            &["RW", "ACCESS", "DELETE"],
+            "Returns the value of a field and deletes it from the hash",
+        )),
+        Row::new("hgetex", hash_ttl::hgetex).log(Rewritten).meta(newer(
+            -5,
+            true,
+            "hash",
+            &[],
+            "Get the value of one or more fields of a given hash key, and optionally set their expiration",
+        )),
+        Row::new("hsetex", hash_ttl::hsetex)
+            .log(Rewritten)
+            .meta(newer(
                 -6,
-                "Acknowledges and deletes one or multiple messages for a stream consumer group.",
-            ),
-            (
-                "xdelex",
-                -5,
-                "Deletes one or multiple entries from the stream.",
-            ),
-        ] {
-            let info = newer_entry(name, arity, true, "stream", (1, 1), summary);
-            map.insert(name.to_string(), info);
-        }
-        // Redis 8.4's compare-and-set and compare-and-delete string commands.
-        for (name, arity, write, summary) in [
-            (
-                "delex",
-                -2,
                 true,
-                "Conditionally removes the specified key based on value or digest comparison.",
-            ),
-            (
-                "digest",
-                2,
-                false,
-                "Returns the XXH3 hash of a string value.",
-            ),
-        ] {
-            let info = newer_entry(name, arity, write, "string", (1, 1), summary);
-            map.insert(name.to_string(), info);
-        }
-        // RedisJSON's commands, with the module's own table entries (name, arity, write,
-        // first key, last key, key step, summary).
-        for (name, arity, write, last_key, step, summary) in [
-            ("json.set", -4, true, 1, 1, "Sets or updates the JSON value at a path"),
-            ("json.get", -2, false, 1, 1, "Gets the value at one or more paths in JSON serialized form"),
-            ("json.mget", -3, false, -2, 1, "Returns the values at a path from one or more keys"),
-            ("json.mset", -4, true, -1, 3, "Sets or updates the JSON value of one or more keys"),
-            ("json.merge", -4, true, 1, 1, "Merges a given JSON value into matching paths"),
-            ("json.del", -2, true, 1, 1, "Deletes a value"),
-            ("json.forget", -2, true, 1, 1, "Deletes a value"),
-            ("json.type", -2, false, 1, 1, "Returns the type of the JSON value at path"),
-            ("json.numincrby", 4, true, 1, 1, "Increments the numeric value at path by a value"),
-            ("json.nummultby", 4, true, 1, 1, "Multiplies the numeric value at path by a value"),
-            ("json.toggle", 3, true, 1, 1, "Toggles a boolean value"),
-            ("json.strappend", -3, true, 1, 1, "Appends a string to a JSON string value at path"),
-            ("json.strlen", -2, false, 1, 1, "Returns the length of the JSON String at path in key"),
-            ("json.arrappend", -3, true, 1, 1, "Append one or more JSON values into the array at path after the last element in it"),
-            ("json.arrinsert", -5, true, 1, 1, "Inserts the JSON scalar(s) value at the specified index in the array at path"),
-            ("json.arrpop", -2, true, 1, 1, "Removes and returns the element at the specified index in the array at path"),
-            ("json.arrtrim", 5, true, 1, 1, "Trims the array at path to contain only the specified inclusive range of indices from start to stop"),
-            ("json.arrindex", -4, false, 1, 1, "Returns the index of the first occurrence of a JSON scalar value in the array at path"),
-            ("json.arrlen", -2, false, 1, 1, "Returns the length of the array at path"),
-            ("json.objkeys", -2, false, 1, 1, "Returns the JSON keys of the object at path"),
-            ("json.objlen", -2, false, 1, 1, "Returns the number of keys of the object at path"),
-            ("json.clear", -2, true, 1, 1, "Clears all values from an array or an object and sets numeric values to `0`"),
-            ("json.resp", -2, false, 1, 1, "Returns the JSON value at path in Redis Serialization Protocol (RESP)"),
-        ] {
-            let info = newer_entry(name, arity, write, "json", (last_key, step), summary);
-            map.insert(name.to_string(), info);
-        }
-        // Upstash's extension: a REST token for an ACL user.
-        map.insert(
-            "acl|resttoken".to_string(),
-            CommandInfo {
-                name: "acl|resttoken".into(),
-                arity: 4,
-                write: false,
-                readonly_flag: false,
-                blocking: false,
-                movable_keys: false,
-                category_read: false,
-                category_dangerous: true,
-                group: "server".into(),
-                has_subcommands: false,
-                categories: vec!["@admin".into(), "@slow".into(), "@dangerous".into()],
-                first_key: 0,
-                last_key: 0,
-                step: 0,
-                flags: vec![
-                    "admin".into(),
-                    "noscript".into(),
-                    "loading".into(),
-                    "stale".into(),
-                ],
-                summary: "Upstash: a REST token that carries an ACL user's permissions".into(),
-                key_specs: None,
-                id: 0,
-            },
-        );
-        // Redis 7.2's CLIENT SETINFO and NO-TOUCH, and WAITAOF, as Redis 7.2 lists them (the
-        // 7.0 entries of their siblings, renamed).
-        for (from, name, arity, summary) in [
-            ("client|setname", "client|setinfo", 4, "Sets information specific to the client or connection."),
-            ("client|no-evict", "client|no-touch", 3, "Controls whether commands sent by the client affect the LRU/LFU of accessed keys."),
-            ("wait", "waitaof", 4, "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas."),
-        ] {
-            if let Some(mut e) = map.get(from).cloned() {
-                e.name = name.into();
-                e.arity = arity;
-                e.summary = summary.into();
-                map.insert(name.to_string(), e);
-            }
-        }
+                "hash",
+                &["RW", "UPDATE"],
+                "Set the value of one or more fields of a given hash key, and optionally set their expiration",
+            ))
+            .denyoom(),
+        Row::new("hexpire", |c, a| hash_ttl::hexpire(c, a, 1000, false, "hexpire"))
+            .log(Rewritten)
+            .meta(newer(
+                -6,
+                true,
+                "hash",
+                &["RW", "UPDATE"],
+                "Set expiry for hash field using relative time to expire (seconds)",
+            )),
+        Row::new("hpexpire", |c, a| hash_ttl::hexpire(c, a, 1, false, "hpexpire"))
+            .log(Rewritten)
+            .meta(newer(
+                -6,
+                true,
+                "hash",
+                &["RW", "UPDATE"],
+                "Set expiry for hash field using relative time to expire (milliseconds)",
+            )),
+        Row::new("hexpireat", |c, a| hash_ttl::hexpire(c, a, 1000, true, "hexpireat"))
+            .log(Rewritten)
+            .meta(newer(
+                -6,
+                true,
+                "hash",
+                &["RW", "UPDATE"],
+                "Set expiry for hash field using an absolute Unix timestamp (seconds)",
+            )),
+        Row::new("hpexpireat", |c, a| hash_ttl::hexpire(c, a, 1, true, "hpexpireat"))
+            .log(Rewritten)
+            .meta(newer(
+                -6,
+                true,
+                "hash",
+                &["RW", "UPDATE"],
+                "Set expiry for hash field using an absolute Unix timestamp (milliseconds)",
+            )),
+        Row::new("hpersist", hash_ttl::hpersist).meta(newer(
+            -5,
+            true,
+            "hash",
+            &["RW", "UPDATE"],
+            "Removes the expiration time for each specified field",
+        )),
+        Row::new("httl", |c, a| hash_ttl::httl(c, a, TtlKind::Seconds)).meta(newer(
+            -5,
+            false,
+            "hash",
+            &[],
+            "Returns the TTL in seconds of a hash field.",
+        )),
+        Row::new("hpttl", |c, a| hash_ttl::httl(c, a, TtlKind::Millis)).meta(newer(
+            -5,
+            false,
+            "hash",
+            &[],
+            "Returns the TTL in milliseconds of a hash field.",
+        )),
+        Row::new("hexpiretime", |c, a| {
+            hash_ttl::httl(c, a, TtlKind::UnixSeconds)
+        })
+        .meta(newer(
+            -5,
+            false,
+            "hash",
+            &[],
+            "Returns the expiration time of a hash field as a Unix timestamp, in seconds.",
+        )),
+        Row::new("hpexpiretime", |c, a| {
+            hash_ttl::httl(c, a, TtlKind::UnixMillis)
+        })
+        .meta(newer(
+            -5,
+            false,
+            "hash",
+            &[],
+            "Returns the expiration time of a hash field as a Unix timestamp, in msec.",
+        )),
+        // lists
+        Row::new("lpush", |c, a| lists::push(c, a, true, false)),
+        Row::new("rpush", |c, a| lists::push(c, a, false, false)),
+        Row::new("lpushx", |c, a| lists::push(c, a, true, true)),
+        Row::new("rpushx", |c, a| lists::push(c, a, false, true)),
+        Row::new("lpop", |c, a| lists::pop(c, a, true)),
+        Row::new("rpop", |c, a| lists::pop(c, a, false)),
+        Row::new("llen", lists::llen),
+        Row::new("lrange", lists::lrange),
+        Row::new("lindex", lists::lindex),
+        Row::new("lset", lists::lset),
+        Row::new("linsert", lists::linsert),
+        Row::new("lrem", lists::lrem),
+        Row::new("ltrim", lists::ltrim),
+        Row::new("lpos", lists::lpos),
+        Row::new("lmove", |c, a| lists::lmove(c, a, None)),
+        Row::new("rpoplpush", |c, a| lists::lmove(c, a, Some((false, true)))),
+        Row::new("lmpop", lists::lmpop),
+        // sets
+        Row::new("sadd", sets::sadd),
+        Row::new("srem", sets::srem),
+        Row::new("smembers", sets::smembers),
+        Row::new("sismember", sets::sismember),
+        Row::new("smismember", sets::smismember),
+        Row::new("scard", sets::scard),
+        Row::new("spop", sets::spop).log(Rewritten),
+        Row::new("srandmember", sets::srandmember),
+        Row::new("smove", sets::smove),
+        Row::new("sinter", |c, a| sets::sinter(c, a, false)),
+        Row::new("sinterstore", |c, a| sets::sinter(c, a, true)),
+        Row::new("sunion", |c, a| sets::sunion(c, a, false)),
+        Row::new("sunionstore", |c, a| sets::sunion(c, a, true)),
+        Row::new("sdiff", |c, a| sets::sdiff(c, a, false)),
+        Row::new("sdiffstore", |c, a| sets::sdiff(c, a, true)),
+        Row::new("sintercard", sets::sintercard),
+        Row::new("sscan", sets::sscan).read_only_token(false),
+        // sorted sets
+        Row::new("zadd", |c, a| zsets::zadd(c, a, false)),
+        Row::new("zincrby", |c, a| zsets::zadd(c, a, true)),
+        Row::new("zrem", zsets::zrem),
+        Row::new("zcard", zsets::zcard),
+        Row::new("zscore", zsets::zscore),
+        Row::new("zmscore", zsets::zmscore),
+        Row::new("zrank", |c, a| zsets::zrank(c, a, false)),
+        Row::new("zrevrank", |c, a| zsets::zrank(c, a, true)),
+        Row::new("zrange", |c, a| {
+            zsets::zrange(c, a, 1, false, Rt::Auto, Dir::Auto)
+        }),
+        Row::new("zrangestore", |c, a| {
+            zsets::zrange(c, a, 2, true, Rt::Auto, Dir::Auto)
+        })
+        .size(After),
+        Row::new("zrevrange", |c, a| {
+            zsets::zrange(c, a, 1, false, Rt::Rank, Dir::Reverse)
+        }),
+        Row::new("zrangebyscore", |c, a| {
+            zsets::zrange(c, a, 1, false, Rt::Score, Dir::Forward)
+        }),
+        Row::new("zrevrangebyscore", |c, a| {
+            zsets::zrange(c, a, 1, false, Rt::Score, Dir::Reverse)
+        }),
+        Row::new("zrangebylex", |c, a| {
+            zsets::zrange(c, a, 1, false, Rt::Lex, Dir::Forward)
+        }),
+        Row::new("zrevrangebylex", |c, a| {
+            zsets::zrange(c, a, 1, false, Rt::Lex, Dir::Reverse)
+        }),
+        Row::new("zcount", zsets::zcount),
+        Row::new("zlexcount", zsets::zlexcount),
+        Row::new("zremrangebyrank", |c, a| zsets::zremrange(c, a, Rt::Rank)),
+        Row::new("zremrangebyscore", |c, a| zsets::zremrange(c, a, Rt::Score)),
+        Row::new("zremrangebylex", |c, a| zsets::zremrange(c, a, Rt::Lex)),
+        Row::new("zpopmin", |c, a| zsets::zpop(c, a, true)),
+        Row::new("zpopmax", |c, a| zsets::zpop(c, a, false)),
+        Row::new("zmpop", zsets::zmpop),
+        Row::new("zrandmember", zsets::zrandmember),
+        Row::new("zscan", zsets::zscan).read_only_token(false),
+        Row::new("zunion", |c, a| {
+            zsets::zsetop(c, a, 1, Op::Union, false, false)
+        }),
+        Row::new("zinter", |c, a| {
+            zsets::zsetop(c, a, 1, Op::Inter, false, false)
+        }),
+        Row::new("zdiff", |c, a| zsets::zsetop(c, a, 1, Op::Diff, false, false)),
+        // A sorted set built from sets adds a score to each member: measured after.
+        Row::new("zunionstore", |c, a| {
+            zsets::zsetop(c, a, 2, Op::Union, true, false)
+        })
+        .size(After),
+        Row::new("zinterstore", |c, a| {
+            zsets::zsetop(c, a, 2, Op::Inter, true, false)
+        })
+        .size(After),
+        Row::new("zdiffstore", |c, a| {
+            zsets::zsetop(c, a, 2, Op::Diff, true, false)
+        })
+        .size(After),
+        Row::new("zintercard", |c, a| {
+            zsets::zsetop(c, a, 1, Op::Inter, false, true)
+        }),
+        // SORT's BY and GET read keys its key specifications do not name.
+        Row::new("sort", |c, a| sort::sort(c, a, false))
+            .size(After)
+            .own_keys(sort::sort_keys),
+        Row::new("sort_ro", |c, a| sort::sort(c, a, true)).own_keys(sort::sort_ro_keys),
+        // streams
+        Row::new("xadd", streams::xadd).log(Rewritten),
+        Row::new("xlen", streams::xlen),
+        Row::new("xrange", |c, a| streams::xrange(c, a, false)),
+        Row::new("xrevrange", |c, a| streams::xrange(c, a, true)),
+        Row::new("xdel", streams::xdel),
+        Row::new("xtrim", streams::xtrim).log(Rewritten),
+        Row::new("xread", streams::xread).rest(Rest::NotWith("block", BLOCK)),
+        Row::new("xsetid", streams::xsetid),
+        Row::new("xinfo|stream", streams::xinfo_stream),
+        Row::new("xinfo|groups", stream_groups::xinfo_groups),
+        Row::new("xinfo|consumers", stream_groups::xinfo_consumers),
+        Row::new("xgroup|create", |c, a| {
+            stream_groups::xgroup(c, a, stream_groups::XGroup::Create)
+        }),
+        Row::new("xgroup|setid", |c, a| {
+            stream_groups::xgroup(c, a, stream_groups::XGroup::SetId)
+        }),
+        Row::new("xgroup|destroy", |c, a| {
+            stream_groups::xgroup(c, a, stream_groups::XGroup::Destroy)
+        }),
+        Row::new("xgroup|createconsumer", |c, a| {
+            stream_groups::xgroup(c, a, stream_groups::XGroup::CreateConsumer)
+        }),
+        Row::new("xgroup|delconsumer", |c, a| {
+            stream_groups::xgroup(c, a, stream_groups::XGroup::DelConsumer)
+        }),
+        Row::new("xreadgroup", stream_groups::xreadgroup)
+            .log(Rewritten)
+            .rest(Rest::NotWith("block", BLOCK)),
+        Row::new("xack", stream_groups::xack),
+        Row::new("xpending", stream_groups::xpending),
+        Row::new("xclaim", stream_groups::xclaim),
+        Row::new("xautoclaim", stream_groups::xautoclaim),
+        // Redis 8.2's stream deletion commands the SDKs send.
+        Row::new("xackdel", stream_groups::xackdel)
+            .log(Rewritten)
+            .meta(newer(
+                -6,
+                true,
+                "stream",
+                &["RW", "DELETE"],
+                "Acknowledges and deletes one or multiple messages for a stream consumer group.",
+            )),
+        Row::new("xdelex", stream_groups::xdelex).meta(newer(
+            -5,
+            true,
+            "stream",
+            &["RW", "DELETE"],
+            "Deletes one or multiple entries from the stream.",
+        )),
+        // JSON documents (RedisJSON's commands and table entries)
+        json_row("json.set", json::set, -4, true, "Sets or updates the JSON value at a path")
+            .log(Rewritten)
+            .denyoom(),
+        json_row("json.get", json::get, -2, false, "Gets the value at one or more paths in JSON serialized form"),
+        json_row("json.mget", json::mget, -3, false, "Returns the values at a path from one or more keys")
+            .keys(-2, 1),
+        json_row("json.mset", json::mset, -4, true, "Sets or updates the JSON value of one or more keys")
+            .log(Rewritten)
+            .denyoom()
+            .keys(-1, 3),
+        json_row("json.merge", json::merge, -4, true, "Merges a given JSON value into matching paths")
+            .log(Rewritten)
+            .denyoom(),
+        json_row("json.del", json::del, -2, true, "Deletes a value").key_flags(&["RW", "ACCESS", "DELETE"]),
+        json_row("json.forget", json::del, -2, true, "Deletes a value").key_flags(&["RW", "ACCESS", "DELETE"]),
+        json_row("json.type", json::type_, -2, false, "Returns the type of the JSON value at path"),
+        json_row("json.numincrby", |c, a| json::num_op(c, a, json::NumOp::Incr), 4, true, "Increments the numeric value at path by a value"),
+        json_row("json.nummultby", |c, a| json::num_op(c, a, json::NumOp::Mult), 4, true, "Multiplies the numeric value at path by a value"),
+        json_row("json.toggle", json::toggle, 3, true, "Toggles a boolean value"),
+        json_row("json.strappend", json::strappend, -3, true, "Appends a string to a JSON string value at path").denyoom(),
+        json_row("json.strlen", json::strlen, -2, false, "Returns the length of the JSON String at path in key"),
+        json_row("json.arrappend", json::arrappend, -3, true, "Append one or more JSON values into the array at path after the last element in it").denyoom(),
+        json_row("json.arrinsert", json::arrinsert, -5, true, "Inserts the JSON scalar(s) value at the specified index in the array at path").denyoom(),
+        json_row("json.arrpop", json::arrpop, -2, true, "Removes and returns the element at the specified index in the array at path"),
+        json_row("json.arrtrim", json::arrtrim, 5, true, "Trims the array at path to contain only the specified inclusive range of indices from start to stop"),
+        json_row("json.arrindex", json::arrindex, -4, false, "Returns the index of the first occurrence of a JSON scalar value in the array at path"),
+        json_row("json.arrlen", json::arrlen, -2, false, "Returns the length of the array at path"),
+        json_row("json.objkeys", json::objkeys, -2, false, "Returns the JSON keys of the object at path"),
+        json_row("json.objlen", json::objlen, -2, false, "Returns the number of keys of the object at path"),
+        json_row("json.clear", json::clear, -2, true, "Clears all values from an array or an object and sets numeric values to `0`"),
+        json_row("json.resp", json::resp, -2, false, "Returns the JSON value at path in Redis Serialization Protocol (RESP)"),
         // RedisJSON's JSON.DEBUG (MEMORY key [path], HELP): its key is the third argument.
-        if let Some(mut e) = map.get("json.resp").cloned() {
-            e.name = "json.debug".into();
-            e.arity = -2;
-            e.first_key = 2;
-            e.last_key = 2;
-            e.key_specs = Some(vec![KeySpec::fixed(2, 2, 1, &["RO", "ACCESS"])]);
-            e.summary = "Debugging container command".into();
-            map.insert("json.debug".to_string(), e);
-        }
-        // Upstash's extension: a token that is both a password and a REST token.
-        let mut gentoken = map.get("acl|resttoken").cloned();
-        if let Some(g) = gentoken.as_mut() {
-            g.name = "acl|gentoken".into();
-            g.arity = -3;
-            g.summary =
-                "Upstash: a token to set as an ACL user's password, then use as its REST token"
-                    .into();
-        }
-        if let Some(g) = gentoken {
-            map.insert("acl|gentoken".to_string(), g);
-        }
-        let specs: HashMap<String, Vec<RawKeySpec>> =
-            serde_json::from_str(REDIS_7_0_KEY_SPECS).unwrap_or_default();
-        for (name, raw) in specs {
-            if let Some(info) = map.get_mut(&name) {
-                info.key_specs = Some(raw.iter().map(KeySpec::from_raw).collect());
-            }
-        }
-        let mut names: Vec<String> = map.keys().cloned().collect();
-        names.sort();
-        for (id, name) in names.iter().enumerate() {
-            if let Some(info) = map.get_mut(name) {
-                info.id = id;
-            }
-        }
-        CommandTable {
-            map,
-            top_level,
-            names,
-        }
-    }
-
-    /// How many entries (commands and subcommands) the table holds: ids are below it.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
-    }
-
-    /// The name of the entry numbered `id`.
-    pub fn name_of(&self, id: usize) -> Option<&str> {
-        self.names.get(id).map(String::as_str)
-    }
-
-    pub fn len_top_level(&self) -> usize {
-        self.top_level
-    }
-
-    pub fn get(&self, lowercase_name: &str) -> Option<&CommandInfo> {
-        self.map.get(lowercase_name)
-    }
-
-    /// Every command (and subcommand) entry.
-    pub fn all(&self) -> impl Iterator<Item = &CommandInfo> {
-        self.map.values()
-    }
-
-    /// Looks up the command `args` names. For a container with a subcommand argument, returns
-    /// the subcommand's entry; `Err(container)` when that subcommand does not exist.
-    pub fn lookup(&self, args: &[Vec<u8>]) -> Lookup<'_> {
-        let Some(first) = args.first() else {
-            return Lookup::Unknown;
-        };
-        // Command names are short: lowercase them on the stack.
-        let mut buf = [0u8; 32];
-        if first.len() > buf.len() {
-            return Lookup::Unknown;
-        }
-        let lower_bytes = &mut buf[..first.len()];
-        lower_bytes.copy_from_slice(first);
-        lower_bytes.make_ascii_lowercase();
-        let Ok(lower) = std::str::from_utf8(lower_bytes) else {
-            return Lookup::Unknown;
-        };
-        let Some(info) = self.map.get(lower) else {
-            return Lookup::Unknown;
-        };
-        if !info.has_subcommands || args.len() < 2 {
-            return Lookup::Found(info);
-        }
-        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-        match self.map.get(&format!("{lower}|{sub}")) {
-            Some(s) => Lookup::Found(s),
-            None => Lookup::UnknownSubcommand(info),
-        }
-    }
+        Row::new("json.debug", json::debug).meta(Meta::Like {
+            from: "json.resp",
+            arity: -2,
+            summary: "Debugging container command",
+            key_at: Some(2),
+        }),
+        // server
+        Row::new("ping", |_, a| sv::ping(a)).read_only_token(true),
+        Row::new("echo", |_, a| sv::echo(a)).read_only_token(true),
+        Row::new("time", |c, _| sv::time(c)).read_only_token(true),
+        Row::new("dbsize", |c, _| sv::dbsize(c)),
+        Row::new("flushdb", sv::flush).log(Rewritten),
+        Row::new("flushall", sv::flush).log(Rewritten),
+        Row::new("lastsave", |c, _| sv::lastsave(c)),
+        Row::new("save", |c, a| sv::snapshot(c, SnapshotAsk::Save, a)),
+        Row::new("bgsave", |c, a| {
+            sv::snapshot(c, SnapshotAsk::Background { schedule: false }, a)
+        }),
+        Row::new("bgrewriteaof", |c, a| sv::snapshot(c, SnapshotAsk::Rewrite, a)),
+        Row::new("wait", |_, a| sv::wait(a)),
+        Row::new("waitaof", sv::waitaof).meta(Meta::Like {
+            from: "wait",
+            arity: 4,
+            summary: "Blocks until all of the preceding write commands sent by the connection are written to the append-only file of the master and/or replicas.",
+            key_at: None,
+        }),
+        Row::new("info", sv::info),
+        Row::new("config|get", sv::config_get),
+        Row::refused("config|set", CONFIGURED),
+        Row::refused("config|rewrite", CONFIGURED),
+        Row::refused("config|resetstat", CONFIGURED),
+        Row::new("command", |_, _| introspect::command(global())),
+        Row::new("command|count", |_, _| {
+            Reply::Int(global().len_top_level() as i64)
+        }),
+        Row::new("command|info", |_, a| introspect::command_info(global(), a)),
+        Row::new("command|docs", |_, a| introspect::command_docs(global(), a)),
+        Row::new("command|list", |_, a| introspect::command_list(global(), a)),
+        Row::new("command|getkeys", |_, a| {
+            introspect::command_getkeys(global(), a)
+        }),
+        Row::new("command|getkeysandflags", |_, a| {
+            introspect::command_getkeysandflags(global(), a)
+        }),
+        Row::new("memory|usage", introspect::memory_usage),
+        Row::new("memory|stats", introspect::memory_stats),
+        Row::new("memory|doctor", introspect::memory_doctor),
+        Row::refused("shutdown", NOT_REDIS),
+        Row::refused("debug", NOT_REDIS),
+        Row::refused("sync", NOT_REDIS),
+        Row::refused("psync", NOT_REDIS),
+        Row::refused("replicaof", NOT_REDIS),
+        Row::refused("slaveof", NOT_REDIS),
+        Row::refused("failover", NOT_REDIS),
+        Row::refused("migrate", "tidepool has no TCP peers to migrate keys to"),
+        // connection: what a request without a connection can answer (`server::client`);
+        // the other connection commands are refused (`info::default_rest`).
+        Row::new("client|setinfo", |c, a| sv::client(c, sv::Client::SetInfo, a)).meta(
+            Meta::Like {
+                from: "client|setname",
+                arity: 4,
+                summary: "Sets information specific to the client or connection.",
+                key_at: None,
+            },
+        ),
+        Row::new("client|setname", |c, a| sv::client(c, sv::Client::SetName, a)),
+        Row::new("client|getname", |c, a| sv::client(c, sv::Client::GetName, a)),
+        Row::new("client|list", |c, a| sv::client(c, sv::Client::List, a)),
+        Row::new("client|no-evict", |c, a| sv::client(c, sv::Client::Switch, a)),
+        Row::new("client|no-touch", |c, a| sv::client(c, sv::Client::Switch, a)).meta(
+            Meta::Like {
+                from: "client|no-evict",
+                arity: 3,
+                summary: "Controls whether commands sent by the client affect the LRU/LFU of accessed keys.",
+                key_at: None,
+            },
+        ),
+        Row::refused("multi", TRANSACTION),
+        Row::refused("exec", TRANSACTION),
+        Row::refused("discard", TRANSACTION),
+        Row::refused("watch", TRANSACTION),
+        Row::refused("unwatch", TRANSACTION),
+        // pub/sub
+        Row::new("publish", sv::publish).publishes(),
+        Row::new("spublish", sv::publish).publishes(),
+        Row::new("pubsub|channels", |c, a| sv::pubsub(c, sv::PubSub::Channels, a)),
+        Row::new("pubsub|numsub", |c, a| sv::pubsub(c, sv::PubSub::NumSub, a)),
+        Row::new("pubsub|numpat", |c, a| sv::pubsub(c, sv::PubSub::NumPat, a)),
+        Row::new("pubsub|shardchannels", |c, a| {
+            sv::pubsub(c, sv::PubSub::ShardChannels, a)
+        }),
+        Row::new("pubsub|shardnumsub", |c, a| {
+            sv::pubsub(c, sv::PubSub::ShardNumSub, a)
+        }),
+        Row::new("pubsub|help", |c, a| sv::pubsub(c, sv::PubSub::Help, a)),
+        Row::refused("monitor", "open the /monitor event stream instead"),
+        Row::refused("subscribe", SUBSCRIBE),
+        Row::refused("psubscribe", SUBSCRIBE),
+        Row::refused("ssubscribe", SUBSCRIBE),
+        Row::refused("unsubscribe", SUBSCRIBE),
+        Row::refused("punsubscribe", SUBSCRIBE),
+        Row::refused("sunsubscribe", SUBSCRIBE),
+        // scripts and functions: logged by their effects; the read-only forms are the SDKs'
+        // read-only helpers, open to the Read Only token (a write inside one is refused).
+        Row::new("eval", |c, a| scripting::eval(c, a, false, false)).log(Effects),
+        Row::new("evalsha", |c, a| scripting::eval(c, a, true, false)).log(Effects),
+        Row::new("eval_ro", |c, a| scripting::eval(c, a, false, true))
+            .log(Effects)
+            .read_only_token(true),
+        Row::new("evalsha_ro", |c, a| scripting::eval(c, a, true, true))
+            .log(Effects)
+            .read_only_token(true),
+        Row::new("fcall", |c, a| scripting::fcall(c, a, false)).log(Effects),
+        Row::new("fcall_ro", |c, a| scripting::fcall(c, a, true))
+            .log(Effects)
+            .read_only_token(true),
+        Row::new("script|load", scripting::script_load),
+        Row::new("script|exists", scripting::script_exists),
+        Row::new("script|flush", scripting::script_flush),
+        Row::new("script|kill", |_, _| scripting::kill()).interrupts(Interrupt::Script),
+        Row::new("function|kill", |_, _| scripting::kill()).interrupts(Interrupt::Function),
+        Row::new("function|list", scripting::function_list),
+        Row::new("function|stats", |c, _| scripting::function_stats(c)),
+        Row::new("function|load", scripting::function_load),
+        Row::new("function|delete", functions::delete),
+        Row::new("function|flush", functions::flush).log(Rewritten),
+        Row::new("function|dump", |c, _| functions::dump(c)),
+        Row::new("function|restore", scripting::function_restore).log(Rewritten),
+        // ACL: SETUSER is logged with its passwords hashed; DELUSER as sent.
+        Row::new("acl|setuser", |c, a| acl::setuser(c, a, global())).log(Rewritten),
+        Row::new("acl|deluser", acl::deluser).log(AsSent),
+        Row::new("acl|getuser", acl::getuser),
+        Row::new("acl|users", |c, _| acl::users(c)),
+        Row::new("acl|list", |c, _| acl::list(c)),
+        Row::new("acl|whoami", |c, _| acl::whoami(c)),
+        Row::new("acl|cat", |_, a| acl::cat(a, global())),
+        Row::new("acl|genpass", |_, a| acl::genpass(a)),
+        // Upstash's extensions: a REST token for an ACL user, and a token that is both a
+        // password and a REST token.
+        Row::new("acl|resttoken", acl::resttoken).meta(Meta::Upstash {
+            arity: 4,
+            summary: "Upstash: a REST token that carries an ACL user's permissions",
+        }),
+        Row::new("acl|gentoken", acl::gentoken).meta(Meta::Like {
+            from: "acl|resttoken",
+            arity: -3,
+            summary: "Upstash: a token to set as an ACL user's password, then use as its REST token",
+            key_at: None,
+        }),
+    ]
 }
 
-pub enum Lookup<'a> {
-    Found(&'a CommandInfo),
-    UnknownSubcommand(&'a CommandInfo),
-    Unknown,
+/// Runs a command the pipeline has checked (or replay has found replayable): its row's
+/// handler, or the error for a command Redis has and tidepool does not run.
+pub fn run(ctx: &mut Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Reply {
+    match info.run {
+        Some(run) => run(ctx, args),
+        None => Reply::Error(format!(
+            "ERR '{}' is known to Redis but not implemented by tidepool yet",
+            info.name.replace('|', " ")
+        )),
+    }
 }
-
 #[cfg(test)]
 mod tests {
     fn refs(args: &[&str]) -> Vec<Want> {
@@ -953,6 +847,67 @@ mod tests {
         for (args, want) in cases {
             assert_eq!(&refs(args), want, "{args:?}");
         }
+    }
+
+    /// Every row names an entry: a row for a misspelt name, or a newer command without its
+    /// entry, would leave its handler unreachable.
+    #[test]
+    fn every_row_lands_on_an_entry() {
+        assert_eq!(super::global().stray(), &[] as &[&str]);
+    }
+
+    /// The rows keep the refusals REST had before they were rows: each names its reason,
+    /// the connection and blocking ones without a row follow from Redis's table.
+    #[test]
+    fn rest_refusals_follow_the_rows_and_the_table() {
+        let refusal = |args: &[&str]| {
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+            match super::global().lookup(&args) {
+                super::Lookup::Found(i) => i.rest_refusal(&args),
+                _ => panic!("unknown command {:?}", args[0]),
+            }
+        };
+        for (args, has) in [
+            (&["MULTI"][..], Some("/multi-exec")),
+            (&["SUBSCRIBE", "c"], Some("/subscribe/")),
+            (&["BLPOP", "l", "0"], Some("blocking commands")),
+            (&["SELECT", "0"], Some("a request has no connection state")),
+            (&["CLUSTER", "INFO"], Some("not a cluster")),
+            (
+                &["XREAD", "BLOCK", "0", "STREAMS", "s", "0"],
+                Some("BLOCK option"),
+            ),
+            (&["XREAD", "STREAMS", "s", "0"], None),
+            (&["PING"], None),
+            (&["CLIENT", "SETNAME", "x"], None),
+            (&["CONFIG", "SET", "a", "b"], Some("command-line flags")),
+        ] {
+            let got = refusal(args);
+            match has {
+                None => assert_eq!(got, None, "{args:?}"),
+                Some(h) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(h)),
+                    "{args:?}: {got:?}"
+                ),
+            }
+        }
+    }
+
+    /// SCRIPT KILL and FUNCTION KILL are found by their rows, in any case, and nothing else
+    /// is: they are answered while a script holds the executor.
+    #[test]
+    fn the_kill_commands_are_found_without_a_lookup() {
+        use crate::lua::Interrupt;
+        let t = super::global();
+        let of = |a: &[&str]| {
+            let a: Vec<Vec<u8>> = a.iter().map(|x| x.as_bytes().to_vec()).collect();
+            t.interrupt_of(&a)
+        };
+        assert_eq!(of(&["SCRIPT", "KILL"]), Some(Interrupt::Script));
+        assert_eq!(of(&["function", "kill"]), Some(Interrupt::Function));
+        assert_eq!(of(&["SCRIPT", "FLUSH"]), None);
+        assert_eq!(of(&["GET", "kill"]), None);
+        assert_eq!(of(&["SCRIPT", "KILL", "x"]), None);
     }
 
     #[test]

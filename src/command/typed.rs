@@ -2,7 +2,7 @@
 //! WRONGTYPE check, creation of an empty value on first write, and removal of a key whose
 //! value a write left empty (Redis never keeps empty aggregates).
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::reply::{errors, Reply};
 use crate::state::hash::Hash;
 use crate::state::list::List;

@@ -3,9 +3,9 @@
 
 use super::args::tri;
 use super::args::{int_arg, is, scan_opts, Scanning};
+use super::ctx::Ctx;
 use super::lists::{positive, ranged};
 use super::typed;
-use super::Ctx;
 use crate::num::{fmt_g17, parse_double, strtod_full};
 use crate::reply::{errors, Reply};
 use crate::rng::Rng;

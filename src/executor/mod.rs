@@ -20,9 +20,10 @@ pub mod snapshots;
 pub mod tenants;
 
 use crate::clock;
-use crate::command::pipeline::{self, Facts, Server};
+use crate::command::ctx::{Facts, Server};
+use crate::command::pipeline;
 pub use crate::command::ExecMode;
-use crate::command::{CommandInfo, Ctx, Perm};
+use crate::command::{Ctx, Perm};
 use crate::config::{self, FsyncMode};
 use crate::delivery::ops::{self, AttemptResult, Op, OpReply, Tx};
 use crate::delivery::sign::SigningKeys;
@@ -167,7 +168,7 @@ pub struct Executor {
     frozen_ms: Option<u64>,
     snapshots: snapshots::Snapshots,
     /// The hosted service's limits, as configured (`commands_left` unused here).
-    limits: pipeline::Limits,
+    limits: crate::command::ctx::Limits,
     /// Commands a database may run per day (`--max-requests-per-day`).
     commands_per_day: Option<u64>,
     /// The script time limit of the default and named databases (`--script-time-limit-ms`).
@@ -211,7 +212,7 @@ pub struct Setup {
     /// When snapshots are taken, and how much log is kept behind them.
     pub snapshots: config::SnapshotPolicy,
     /// The hosted service's limits (`--max-key-bytes`, `--max-value-bytes`).
-    pub limits: pipeline::Limits,
+    pub limits: crate::command::ctx::Limits,
     /// Commands a database may run per day (`--max-requests-per-day`); None: no limit.
     pub commands_per_day: Option<u64>,
     /// How often the usage counts are logged (`USAGE_LOG_INTERVAL_MS`).
@@ -960,7 +961,7 @@ impl Executor {
             Some(scripts),
             &mut logged,
         );
-        ctx.limits = pipeline::Limits {
+        ctx.limits = crate::command::ctx::Limits {
             commands_left,
             data_bytes_max,
             memory_full,
@@ -1167,7 +1168,7 @@ impl Executor {
     }
 }
 
-/// The server around the state, as commands see it (`command::pipeline::Server`): the
+/// The server around the state, as commands see it (`command::ctx::Server`): the
 /// executor's pub/sub, log and counters, borrowed for one request.
 struct Around<'a> {
     pubsub: &'a mut PubSub,
@@ -1219,13 +1220,7 @@ impl Server for Around<'_> {
     fn writes_refused(&self) -> Option<String> {
         self.refusal.clone()
     }
-    fn command_starts(
-        &mut self,
-        client: &str,
-        args: &[Vec<u8>],
-        info: &CommandInfo,
-        top_level: bool,
-    ) {
+    fn command_starts(&mut self, client: &str, args: &[Vec<u8>], id: usize, top_level: bool) {
         *self.commands_processed += 1;
         self.started += 1;
         if top_level {
@@ -1235,10 +1230,10 @@ impl Server for Around<'_> {
                 let now = std::time::Instant::now();
                 self.command_ended(now);
                 if timed {
-                    self.command_started = Some((info.id, now));
+                    self.command_started = Some((id, now));
                 }
             }
-            self.usage.count(info.id);
+            self.usage.count(id);
         }
         self.pubsub.feed_monitors(client, args);
     }
@@ -1280,7 +1275,7 @@ impl Server for Around<'_> {
             },
         }
     }
-    fn snapshot(&mut self, ask: crate::command::server::SnapshotAsk) -> Reply {
+    fn snapshot(&mut self, ask: crate::command::ctx::SnapshotAsk) -> Reply {
         if self.db != DEFAULT_DB {
             // Snapshots are the server's, taken by its operator: one database may not take
             // them, as a hosted database may not.

@@ -12,8 +12,7 @@
 //! runtime, no logging (only what is async-signal-tolerant with glibc's fork handlers: memory
 //! allocation and plain system calls), and it leaves with `_exit`.
 
-use crate::command::pipeline::SnapshotFacts;
-use crate::command::server::SnapshotAsk;
+use crate::command::ctx::{SnapshotAsk, SnapshotFacts};
 use crate::config::SnapshotPolicy;
 use crate::machine::Machine;
 use crate::reply::Reply;

@@ -313,18 +313,19 @@ async fn execute(
 ) -> Result<Answer, Response<Body>> {
     // SCRIPT KILL / FUNCTION KILL cannot wait behind the script they stop. Only the Standard
     // token (Redis's default user may run them); others queue as usual.
+    // The table's row says whether the command interrupts Lua (SCRIPT KILL, FUNCTION KILL).
     let kill = match (&access, cmds.as_slice()) {
-        (Access::Full, [one]) if crate::lua::kill_command(one).is_some() => Some(one.clone()),
+        (Access::Full, [one]) => crate::command::table::global().interrupt_of(one),
         _ => None,
     };
-    let killed = |app: &App, one: &[Vec<u8>]| {
-        app.shared.scripts.kill(one, db).map(|r| Answer {
+    let killed = |app: &App, what| {
+        app.shared.scripts.kill(what, db).map(|r| Answer {
             replies: Ok(vec![r]),
             sync_token: app.shared.log.last_seq.load(Ordering::Acquire),
             unauthorized: false,
         })
     };
-    if let Some(answer) = kill.as_deref().and_then(|one| killed(app, one)) {
+    if let Some(answer) = kill.and_then(|what| killed(app, what)) {
         return Ok(answer);
     }
     let gone = || {
@@ -356,7 +357,7 @@ async fn execute(
                 tokio::select! {
                     a = &mut rx => break a.map_err(|_| gone())?,
                     _ = tokio::time::sleep(std::time::Duration::from_millis(config::SCRIPT_KILL_POLL_MS)) => {
-                        if let Some(answer) = killed(app, &one) {
+                        if let Some(answer) = killed(app, one) {
                             break answer;
                         }
                     }

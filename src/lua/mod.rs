@@ -61,21 +61,12 @@ pub struct ScriptControl {
     limit_ms: std::sync::atomic::AtomicU64,
 }
 
-/// SCRIPT KILL (`Some(false)`) or FUNCTION KILL (`Some(true)`), in any case.
-pub fn kill_command(args: &[Vec<u8>]) -> Option<bool> {
-    let [name, sub] = args else {
-        return None;
-    };
-    if !sub.eq_ignore_ascii_case(b"kill") {
-        return None;
-    }
-    if name.eq_ignore_ascii_case(b"function") {
-        Some(true)
-    } else if name.eq_ignore_ascii_case(b"script") {
-        Some(false)
-    } else {
-        None
-    }
+/// What a kill command stops: SCRIPT KILL a script, FUNCTION KILL a function (the command
+/// table's rows say which command is which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    Script,
+    Function,
 }
 
 const IDLE: u8 = 0;
@@ -87,12 +78,12 @@ const KILLED: u8 = 1;
 const TIMED_OUT: u8 = 2;
 
 impl ScriptControl {
-    /// `args` as SCRIPT KILL or FUNCTION KILL, arriving while the executor may be busy:
-    /// `Some(reply)` when a script or function is running (told to stop, when it is of the
-    /// kind named), `None` for any other command or when nothing runs (the executor answers
+    /// SCRIPT KILL or FUNCTION KILL (`what`), arriving while the executor may be busy:
+    /// `Some(reply)` when a script or function of database `db` is running (told to stop,
+    /// when it is of the kind named), `None` when nothing of it runs (the executor answers
     /// then, as usual).
-    pub fn kill(&self, args: &[Vec<u8>], db: DbId) -> Option<Reply> {
-        let function = kill_command(args)?;
+    pub fn kill(&self, what: Interrupt, db: DbId) -> Option<Reply> {
+        let function = what == Interrupt::Function;
         if self.db.load(Ordering::Acquire) != db {
             // Another database's script: this one's request waits its turn like any other.
             return None;

@@ -1,0 +1,168 @@
+//! Instructions a request: what the server spends on one `GET /get/k` and one `POST /`
+//! `["SET","k","v"]`, counted by `valgrind --tool=callgrind` (instructions, not seconds: the
+//! same binary and inputs give the same count whatever else the machine does). Each figure is
+//! the difference between a run of 2N and a run of N keep-alive requests, divided by N, so
+//! start-up and shutdown cancel out. With `--against OTHER`, the other binary is counted in
+//! the same way beside it, for an A/B (the main before a change).
+//!
+//!     target/release/tidepool-bench --instructions [--requests N] [--against PATH]
+//!
+//! Needs valgrind (`apt-get install -y valgrind`). The servers run with `--fsync never`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The requests counted: a name, the request's bytes.
+fn requests() -> [(&'static str, String); 2] {
+    let auth = "Authorization: Bearer bench\r\n";
+    let set = r#"["SET","k","v"]"#;
+    [
+        (
+            "`GET /get/k`",
+            format!("GET /get/k HTTP/1.1\r\nHost: x\r\n{auth}\r\n"),
+        ),
+        (
+            "`POST /` `[\"SET\",\"k\",\"v\"]`",
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{set}",
+                set.len()
+            ),
+        ),
+    ]
+}
+
+/// Sends `request` `n` times on one keep-alive connection, each after the last answer.
+fn send(port: u16, request: &str, n: u64) -> Result<(), String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..n {
+        s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+        // One small response: its head and a body that fits one read of this size.
+        let mut got = Vec::new();
+        loop {
+            let k = s.read(&mut buf).map_err(|e| e.to_string())?;
+            if k == 0 {
+                return Err("the server closed the connection".into());
+            }
+            got.extend_from_slice(&buf[..k]);
+            if let Some(head) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let text = String::from_utf8_lossy(&got[..head]).to_ascii_lowercase();
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if got.len() >= head + 4 + len {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The total instructions of one server run under callgrind that answers `request` `n` times.
+fn count(bin: &Path, tmp: &Path, request: &str, n: u64) -> Result<u64, String> {
+    let dir = tmp.join(format!("callgrind-{}", super::free_port()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let out = dir.join("callgrind.out");
+    let port = super::free_port();
+    let mut child = Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(bin)
+        .args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--token",
+            "bench",
+            "--read-only-token",
+            "bench-ro",
+            "--fsync",
+            "never",
+            "--data",
+        ])
+        .arg(dir.join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start valgrind (apt-get install -y valgrind): {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("{} did not listen under valgrind", bin.display()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let sent = send(port, request, n);
+    // A clean stop (SIGTERM, through kill(1)), so callgrind writes its counts.
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    sent?;
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let total = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or("callgrind wrote no totals")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(total)
+}
+
+/// Instructions a request of each kind, for `bin`.
+fn per_request(bin: &Path, tmp: &Path, n: u64) -> Result<Vec<u64>, String> {
+    let mut out = Vec::new();
+    for (_, req) in requests() {
+        let one = count(bin, tmp, &req, n)?;
+        let two = count(bin, tmp, &req, 2 * n)?;
+        out.push(two.saturating_sub(one) / n);
+    }
+    Ok(out)
+}
+
+pub fn run(bin: &Path, tmp: &Path, n: u64, against: Option<PathBuf>) -> Result<(), String> {
+    let n = n.max(1);
+    let ours = per_request(bin, tmp, n)?;
+    let theirs = match &against {
+        Some(other) => Some(per_request(other, tmp, n)?),
+        None => None,
+    };
+    println!(
+        "Instructions a request (callgrind; the difference of {} and {n} keep-alive requests, \
+         divided by {n}; `--fsync never`):\n",
+        2 * n
+    );
+    match (&against, theirs) {
+        (Some(other), Some(theirs)) => {
+            println!(
+                "| request | {} | {} | change |",
+                bin.display(),
+                other.display()
+            );
+            println!("|---|---|---|---|");
+            for (((name, _), a), b) in requests().iter().zip(&ours).zip(&theirs) {
+                let change = (*a as f64 - *b as f64) / (*b).max(1) as f64 * 100.0;
+                println!("| {name} | {a} | {b} | {change:+.1} % |");
+            }
+        }
+        _ => {
+            println!("| request | {} |", bin.display());
+            println!("|---|---|");
+            for ((name, _), a) in requests().iter().zip(&ours) {
+                println!("| {name} | {a} |");
+            }
+        }
+    }
+    Ok(())
+}
