@@ -100,9 +100,88 @@ fn pct(v: &[u64], p: f64) -> f64 {
     v[i] as f64 / 1000.0
 }
 
+/// Makes a scratch database (`POST /start`); its token.
+fn scratch(port: u16) -> Result<String, String> {
+    let (status, text) = Conn::open(port, "")?.send("POST", "/start", "")?;
+    if status != 201 {
+        return Err(format!("POST /start answered {status}: {text}"));
+    }
+    text.split("UPSTASH_REDIS_REST_TOKEN=\"")
+        .nth(1)
+        .and_then(|t| t.split('"').next())
+        .map(str::to_string)
+        .ok_or_else(|| "no token in the quickstart".to_string())
+}
+
+/// One noisy neighbour: `dbs` scratch databases, each set up with `setup` (JSON command
+/// bodies) and then sent `cmd` by `clients` clients without pause, while the victim's GETs
+/// are timed. The GET latencies, and how the noise was answered: (ran, stopped at the time
+/// limit, refused while cooling down).
+fn noisy(
+    port: u16,
+    victim: &str,
+    seconds: u64,
+    dbs: usize,
+    clients: usize,
+    setup: &[String],
+    cmd: &str,
+) -> Result<(Vec<u64>, [u64; 3]), String> {
+    let mut tokens = Vec::new();
+    for _ in 0..dbs {
+        let token = scratch(port)?;
+        let mut c = Conn::open(port, &token)?;
+        for body in setup {
+            // Scratch requests may still be refused after the last phase: wait them out.
+            loop {
+                let (status, text) = c.send("POST", "/", body)?;
+                if status == 200 {
+                    break;
+                }
+                if !text.contains("are refused for") {
+                    return Err(format!("setup answered {status}: {text}"));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        tokens.push(token);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let mut noise = Vec::new();
+    for token in &tokens {
+        for _ in 0..clients {
+            let (stop, counts) = (stop.clone(), counts.clone());
+            let mut c = Conn::open(port, token)?;
+            let cmd = cmd.to_string();
+            noise.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = match c.send("POST", "/", &cmd) {
+                        Ok((_, b)) if b.contains("are refused for") => 2,
+                        Ok((_, b)) if b.contains("script time limit") => 1,
+                        Ok(_) => 0,
+                        Err(_) => return,
+                    };
+                    counts[i].fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+    }
+    let got = gets(port, victim, seconds)?;
+    stop.store(true, Ordering::Relaxed);
+    for t in noise {
+        let _ = t.join();
+    }
+    let c = [0, 1, 2].map(|i| counts[i].load(Ordering::Relaxed));
+    Ok((got, c))
+}
+
 pub fn run(bin: &Path, tmp: &Path, seconds: u64) -> Result<(), String> {
-    let (_tp, port): (Proc, u16) =
-        tidepool_with(bin, &tmp.join("noisy"), "never", &["--admin-token", ADMIN])?;
+    let (_tp, port): (Proc, u16) = tidepool_with(
+        bin,
+        &tmp.join("noisy"),
+        "never",
+        &["--admin-token", ADMIN, "--start-per-hour", "1000"],
+    )?;
     let mut admin = Conn::open(port, ADMIN)?;
     let (status, body) = admin.send("POST", "/_admin/databases", r#"{"name":"victim"}"#)?;
     if status != 201 {
@@ -113,70 +192,59 @@ pub fn run(bin: &Path, tmp: &Path, seconds: u64) -> Result<(), String> {
     Conn::open(port, &victim)?.send("POST", "/set/k/v", "")?;
 
     let idle = gets(port, &victim, seconds)?;
-
-    // Three scratch databases, three clients each, sending busy scripts without pause.
-    let mut tokens = Vec::new();
-    for _ in 0..3 {
-        let (status, text) = Conn::open(port, "")?.send("POST", "/start", "")?;
-        if status != 201 {
-            return Err(format!("POST /start answered {status}: {text}"));
-        }
-        let token = text
-            .split("UPSTASH_REDIS_REST_TOKEN=\"")
-            .nth(1)
-            .and_then(|t| t.split('"').next())
-            .ok_or("no token in the quickstart")?
-            .to_string();
-        tokens.push(token);
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let (stopped, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let mut noise = Vec::new();
-    for token in &tokens {
-        for _ in 0..3 {
-            let (stop, stopped, refused) = (stop.clone(), stopped.clone(), refused.clone());
-            let mut c = Conn::open(port, token)?;
-            noise.push(std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    match c.send("POST", "/", r#"["EVAL","while true do end","0"]"#) {
-                        Ok((_, b)) if b.contains("time limit of") => {
-                            refused.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok((_, b)) if b.contains("script time limit") => {
-                            stopped.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Ok(_) => {}
-                        Err(_) => return,
-                    }
-                }
-            }));
-        }
-    }
-    let noisy = gets(port, &victim, seconds)?;
-    stop.store(true, Ordering::Relaxed);
-    for t in noise {
-        let _ = t.join();
-    }
-
-    println!("| another database's GET | requests | p50 ms | p99 ms | max ms |");
-    println!("|---|---|---|---|---|");
-    for (name, v) in [
-        ("idle server", &idle),
-        ("three scratch databases running busy scripts", &noisy),
-    ] {
+    // A list of 1,000,000 items, in pushes of 10,000.
+    let list: Vec<String> = (0..100)
+        .map(|chunk| {
+            let items: Vec<String> = (0..10_000)
+                .map(|i| format!("\"i{}\"", chunk * 10_000 + i))
+                .collect();
+            format!("[\"RPUSH\",\"big\",{}]", items.join(","))
+        })
+        .collect();
+    let scenarios: [(&str, usize, usize, Vec<String>, &str); 3] = [
+        (
+            "three scratch databases, three clients each, `EVAL \"while true do end\" 0`",
+            3,
+            3,
+            vec![],
+            r#"["EVAL","while true do end","0"]"#,
+        ),
+        (
+            "ten scratch databases, one client each, a script of about 40 ms",
+            10,
+            1,
+            vec![],
+            r#"["EVAL","for i=1,4000000 do end return 1","0"]"#,
+        ),
+        (
+            "one scratch database, three clients, `SORT big ALPHA LIMIT 0 1` on a list of 1,000,000",
+            1,
+            3,
+            list,
+            r#"["SORT","big","ALPHA","LIMIT","0","1"]"#,
+        ),
+    ];
+    println!("| another database's GET | requests | p50 ms | p99 ms | max ms | the noise: ran / stopped at the limit / refused while cooling |");
+    println!("|---|---|---|---|---|---|");
+    let row = |name: &str, v: &[u64], c: Option<[u64; 3]>| {
         println!(
-            "| {name} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {} |",
             v.len(),
             pct(v, 0.5),
             pct(v, 0.99),
-            pct(v, 1.0)
+            pct(v, 1.0),
+            c.map_or("".to_string(), |c| format!(
+                "{} / {} / {}",
+                c[0], c[1], c[2]
+            ))
         );
+    };
+    row("idle server", &idle, None);
+    for (name, dbs, clients, setup, cmd) in scenarios {
+        let (v, c) = noisy(port, &victim, seconds, dbs, clients, &setup, cmd)?;
+        row(name, &v, Some(c));
     }
     println!();
-    println!(
-        "busy scripts: {} stopped at the 50 ms limit, {} refused while their database cooled down ({seconds} s each phase, one GET client)",
-        stopped.load(Ordering::Relaxed),
-        refused.load(Ordering::Relaxed)
-    );
+    println!("({seconds} s each phase, one GET client on a named database, `--fsync never`)");
     Ok(())
 }

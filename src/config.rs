@@ -165,17 +165,28 @@ pub const SCRIPT_TIME_LIMIT_MS_MAX: u64 = 60_000;
 /// further one, up to [`SCRIPT_COOLING_MAX_MS`]. A run past the limit more than
 /// [`SCRIPT_COOLING_FORGET_MS`] after the last one starts the count again.
 pub const SCRIPT_COOLING_MS: u64 = 1_000;
-/// A database's Lua code (scripts, functions, library loads), each run within its limit, may
-/// use at most this share of the executor over a window of `SCRIPT_WINDOW_LIMITS` times the
-/// database's script time limit; past it the database cools down as after a run past the
-/// limit. One request's Lua code together is held to the limit too.
-pub const SCRIPT_SHARE_PERCENT: u32 = 25;
-pub const SCRIPT_WINDOW_LIMITS: u32 = 20;
+/// A scratch database's requests (its scripts, and every command: a SORT of a large list
+/// holds the executor as a script does) may use at most this share of the executor over a
+/// window of [`SCRATCH_WINDOW_MS`]; all scratch databases together at most
+/// [`SCRATCH_ALL_SHARE_PERCENT`]. Past either, the database cools down as after a script run
+/// past its limit: its requests are refused (`executor::shares`).
+pub const SCRATCH_SHARE_PERCENT: u32 = 25;
+pub const SCRATCH_ALL_SHARE_PERCENT: u32 = 50;
+pub const SCRATCH_WINDOW_MS: u64 = 1_000;
+/// A scratch database's request runs in a batch of its own, after the other jobs waiting (so
+/// another database's reply never waits for it), unless this many batches have run while
+/// scratch requests waited: then one joins the next batch, so busy named databases cannot
+/// starve them.
+pub const SCRATCH_DEFERRED_BATCHES_MAX: u32 = 8;
 pub const SCRIPT_COOLING_MAX_MS: u64 = 60_000;
 pub const SCRIPT_COOLING_FORGET_MS: u64 = 300_000;
 /// `/readyz` answers 503 while the executor has been on one job for longer than this (a
 /// script at a named database's limit, a large SAVE): requests of every database wait then.
 pub const EXECUTOR_STALL_MS: u64 = 1_000;
+/// What the log writer's buffers keep of their capacity after a record: a large one (a
+/// pipeline of large values) would otherwise hold its size in memory for good, and a server
+/// past `--max-memory` with no data in it would refuse every write.
+pub const LOG_BUFFER_KEEP_BYTES: usize = 1 << 20;
 /// The data a scratch database may hold, unless set at its creation (the hosted free plan's
 /// data-size limit is 256 MB).
 pub const SCRATCH_DATA_BYTES_MAX: u64 = 64 * 1024 * 1024;

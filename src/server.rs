@@ -271,6 +271,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 commands_left: None,
                 data_bytes_max: None,
                 memory_full: false,
+                memory_cap_data_bytes: None,
             },
             commands_per_day: cfg.requests_per_day,
             usage_log_interval_ms: cfg.usage_log_interval_ms,

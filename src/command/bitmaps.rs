@@ -59,6 +59,7 @@ fn string_for_bits<'a>(
         Some(Value::Str(s)) => {
             let grew = s.len() < need;
             if grew {
+                super::strings::make_room(s, need - s.len());
                 s.resize(need, 0);
             }
             grew

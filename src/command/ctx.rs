@@ -233,6 +233,10 @@ pub struct Limits {
     pub data_bytes_max: Option<u64>,
     /// The server's memory is past `--max-memory`: writes that may grow it are refused.
     pub memory_full: bool,
+    /// The database's data size at which the server's memory would reach `--max-memory`
+    /// (its data size when the request began, plus what memory was left then): a write that
+    /// grows the data past it is refused, as one past `memory_full` would be.
+    pub memory_cap_data_bytes: Option<u64>,
 }
 
 /// Which command asks for a snapshot.

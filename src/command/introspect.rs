@@ -342,11 +342,13 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
         Value::Set(s) => s.keys().map(|m| bytes(m) + SLOT).sum(),
         // Each member is held twice: by name and in score order.
         Value::ZSet(z) => z.iter().map(|(m, _)| 2 * bytes(m) + 8 + 2 * SLOT).sum(),
-        Value::Stream(s) => s
-            .entries
-            .values()
-            .map(|f| 16 + 24 + f.iter().map(|x| bytes(x)).sum::<usize>())
-            .sum(),
+        Value::Stream(s) => {
+            s.entries
+                .values()
+                .map(|f| 16 + 24 + f.iter().map(|x| bytes(x)).sum::<usize>())
+                .sum::<usize>()
+                + s.groups_bytes()
+        }
         Value::Json(j) => j.mem_bytes(),
     };
     ENTRY + bytes(key) + value + if e.expire_at_ms.is_some() { 40 } else { 0 }

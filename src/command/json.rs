@@ -495,20 +495,34 @@ pub fn mset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let mut all = true;
     let mut nested = false;
     let keys: Vec<Vec<u8>> = triplets.iter().map(|(k, _, _)| k.to_vec()).collect();
+    // Atomic, as RedisJSON's MSET: every triplet applies to a copy of its document first, and
+    // a triplet that fails (a path under a missing parent) leaves every key as it was.
+    let mut docs: Vec<(&Vec<u8>, Option<Json>)> = Vec::new();
     for (key, path, value) in triplets {
+        let at = match docs.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let current = tri!(doc(ctx, key)).cloned();
+                docs.push((key, current));
+                docs.len() - 1
+            }
+        };
+        let slot = &mut docs[at].1;
+        match slot {
+            Some(d) if !path.is_root() => {
+                let (_, done, n) = tri!(set_in(d, &path, value, false, false, replaying));
+                all &= done;
+                nested |= n;
+            }
+            _ => *slot = Some(value),
+        }
+    }
+    for (key, d) in docs {
+        let Some(d) = d else { continue };
         ctx.dirty = true;
         match doc_mut(ctx, key) {
-            Ok(Some(d)) if !path.is_root() => {
-                match set_in(d, &path, value, false, false, replaying) {
-                    Ok((_, done, n)) => {
-                        all &= done;
-                        nested |= n;
-                    }
-                    Err(_) => all = false,
-                }
-            }
-            Ok(Some(d)) => *d = value,
-            _ => ctx.db.insert(key, Value::Json(Box::new(value)), None, now),
+            Ok(Some(old)) => *old = d,
+            _ => ctx.db.insert(key, Value::Json(Box::new(d)), None, now),
         }
     }
     // Matches inside one another: every document this MSET set is logged whole (see

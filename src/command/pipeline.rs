@@ -260,22 +260,37 @@ fn over_limits(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<Reply>
     (stored > max).then(|| Reply::err(errors::RECORD_SIZE))
 }
 
-/// A write that may take a value past `--max-value-bytes`: what the keys it writes held
-/// before it ran, to check what the values it stores hold after and put the keys back if one
-/// went past. Taken only when a cheap bound (what the command reads, its arguments, what an
-/// offset may add) cannot rule that out, so most writes pay nothing; its cost, a copy of the
-/// keys written, falls on writes to values near the limit.
+/// A write that may take a value past `--max-value-bytes`, or the database's data past its
+/// quota or the server's memory past `--max-memory`: what the keys it writes held before it
+/// ran, to check what it stored after and put the keys back if it went past a limit. Taken
+/// only when a cheap bound (what the command reads, its arguments, what an offset may add)
+/// cannot rule that out, so most writes pay nothing; its cost, a copy of the keys written,
+/// falls on writes near a limit.
 struct SizeGuard {
     /// The keys the command writes, with their entries before it ran.
     before: Vec<(Vec<u8>, Option<crate::state::Entry>)>,
     /// The keys it stores values at, with their values' bytes before.
     stored: Vec<(Vec<u8>, u64)>,
-    value_max: u64,
+    value_max: Option<u64>,
+    /// The database's data size before, and the level it may not grow past, with the refusal.
+    data_before: u64,
+    cap: Option<(u64, &'static str)>,
 }
 
 impl SizeGuard {
     fn before(ctx: &Ctx, info: &CommandInfo, args: &[Vec<u8>]) -> Option<SizeGuard> {
-        let value_max = ctx.limits.value_bytes_max? as u64;
+        let value_max = ctx.limits.value_bytes_max.map(|m| m as u64);
+        // The lower of the data quota and what memory has left, with its refusal.
+        let cap = [
+            ctx.limits.data_bytes_max.map(|c| (c, errors::DB_CAPACITY)),
+            ctx.limits.memory_cap_data_bytes.map(|c| (c, errors::OOM)),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(c, _)| *c);
+        if value_max.is_none() && cap.is_none() {
+            return None;
+        }
         let refs = info.key_refs_with(args, true);
         // What the command can add at most: its arguments (each may become an element, with a
         // score and an overhead), what it reads (every key it reads but stores nothing at:
@@ -295,19 +310,17 @@ impl SizeGuard {
             .saturating_add(arguments)
             .saturating_add(offset_growth(info, args))
             .saturating_add(64);
-        // SORT's BY and GET read keys its key specifications do not name; RESTORE's payload is
-        // compressed; a sorted set built from sets adds a score to each member; a HyperLogLog
-        // may turn dense (12 KB); a JSON write may copy a value into every match of a path:
-        // those are checked after, whatever the bound says.
+        // What the row says no bound holds for is checked after, whatever the bound says.
         let unbounded = info.size == Size::After;
         let stored: Vec<(Vec<u8>, u64)> = refs
             .iter()
             .filter(|r| r.stores)
             .map(|r| (r.key.to_vec(), ctx.db.value_bytes_of(r.key)))
             .collect();
-        let risk = stored
-            .iter()
-            .any(|(_, b)| b.saturating_add(grows) > value_max);
+        let data_before = ctx.db.data_bytes();
+        let risk = value_max
+            .is_some_and(|max| stored.iter().any(|(_, b)| b.saturating_add(grows) > max))
+            || cap.is_some_and(|(c, _)| data_before.saturating_add(grows) > c);
         if !(unbounded || risk) || stored.is_empty() {
             return None;
         }
@@ -323,18 +336,27 @@ impl SizeGuard {
             before,
             stored,
             value_max,
+            data_before,
+            cap,
         })
     }
 
-    /// After the command: None when the values it stored stayed within the limit (or did not
-    /// grow), else the refusal, with every key it wrote put back as it was (nothing of it is
-    /// logged).
+    /// After the command: None when the values it stored stayed within the limits (or did
+    /// not grow), else the refusal, with every key it wrote put back as it was (nothing of it
+    /// is logged).
     fn after(self, ctx: &mut Ctx) -> Option<Reply> {
-        let over = self.stored.iter().any(|(k, before)| {
-            let now = ctx.db.value_bytes_of(k);
-            now > *before && now > self.value_max
+        let value_over = self.value_max.is_some_and(|max| {
+            self.stored.iter().any(|(k, before)| {
+                let now = ctx.db.value_bytes_of(k);
+                now > *before && now > max
+            })
         });
-        if !over {
+        let data_now = ctx.db.data_bytes();
+        let cap_over = self
+            .cap
+            .filter(|(c, _)| data_now > self.data_before && data_now > *c)
+            .map(|(_, why)| why);
+        if !value_over && cap_over.is_none() {
             return None;
         }
         for (k, old) in self.before {
@@ -347,7 +369,11 @@ impl SizeGuard {
         }
         ctx.dirty = false;
         ctx.rewrite = None;
-        Some(Reply::err(errors::RECORD_SIZE))
+        Some(Reply::err(if value_over {
+            errors::RECORD_SIZE
+        } else {
+            cap_over.unwrap_or(errors::OOM)
+        }))
     }
 }
 

@@ -434,6 +434,7 @@ pub fn append(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         Some(e) => match &mut e.value {
             Value::Str(s) => {
                 tri!(check_len(s.len() + a[2].len()));
+                make_room(s, a[2].len());
                 s.extend_from_slice(&a[2]);
                 e.access_ms = now;
                 ctx.dirty = true;
@@ -545,7 +546,10 @@ pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                 return Reply::Int(0);
             }
             tri!(check_len(offset.saturating_add(val.len())));
-            let mut s = vec![0u8; offset];
+            // Allocated once at its final length: `vec![0; offset]` then an append would
+            // double the allocation, holding twice the string's bytes.
+            let mut s = Vec::with_capacity(offset + val.len());
+            s.resize(offset, 0);
             s.extend_from_slice(val);
             let n = s.len();
             ctx.db.insert(&a[1], Value::Str(s), None, now);
@@ -559,6 +563,7 @@ pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                 }
                 tri!(check_len(offset.saturating_add(val.len())));
                 if s.len() < offset + val.len() {
+                    make_room(s, offset + val.len() - s.len());
                     s.resize(offset + val.len(), 0);
                 }
                 s[offset..offset + val.len()].copy_from_slice(val);
@@ -708,4 +713,21 @@ pub fn set_keys(args: &[Vec<u8>]) -> Vec<(usize, &'static [&'static str])> {
         &["OW", "update"]
     };
     vec![(1, flags)]
+}
+
+/// Makes room in a string for `more` bytes as Redis's `sdsMakeRoomFor` does: twice the new
+/// length while it is under 1 MiB, 1 MiB more than it past that. A Vec's own growth doubles
+/// whatever the size, so a 300 MB string grown by a byte would hold 600 MB.
+pub fn make_room(s: &mut Vec<u8>, more: usize) {
+    const GREEDY_MAX: usize = 1 << 20;
+    let need = s.len().saturating_add(more);
+    if need <= s.capacity() {
+        return;
+    }
+    let target = if need < GREEDY_MAX {
+        need.saturating_mul(2)
+    } else {
+        need.saturating_add(GREEDY_MAX)
+    };
+    s.reserve_exact(target - s.len());
 }

@@ -368,6 +368,17 @@ pub fn default_pairs(headers: &[(String, String)]) -> Vec<(String, String)> {
 }
 
 /// Names that are valid for queues and schedule ids: letters, digits, `-`, `_`, `.`.
+/// The error for a name `valid_name` refused (`what`: "queue", "URL group"), showing at most
+/// 64 characters of it: a request may send a name of any length.
+pub fn invalid_name(what: &str, name: &str) -> String {
+    let shown: String = name.chars().take(64).collect();
+    let more = if shown.len() < name.len() { "..." } else { "" };
+    format!(
+        "invalid {what} name '{shown}{more}': use letters, digits, '-', '_' and '.', at most {} bytes",
+        crate::config::DELIVERY_NAME_BYTES_MAX
+    )
+}
+
 pub fn valid_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= crate::config::DELIVERY_NAME_BYTES_MAX

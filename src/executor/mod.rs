@@ -16,6 +16,7 @@
 pub mod admin;
 mod flusher;
 pub mod pubsub;
+mod shares;
 pub mod snapshots;
 pub mod tenants;
 
@@ -162,6 +163,10 @@ pub struct Executor {
     workers: Workers,
     backoff_unit_ms: u64,
     scripts: Scripts,
+    /// The scratch databases' use of the executor, and which of them cool down.
+    shares: shares::Shares,
+    /// How many scratch databases exist: while none does, no job is looked at for one.
+    scratch_dbs: usize,
     /// Why writes are refused when the server shows a past point of its log (`--at`).
     read_only: Option<String>,
     /// The time of that point: every job runs at it.
@@ -379,6 +384,8 @@ pub fn start(
         workers,
         backoff_unit_ms: setup.backoff_unit_ms,
         scripts: Scripts::new(shared.scripts.clone())?,
+        shares: shares::Shares::default(),
+        scratch_dbs: 0,
         snapshots: snapshots::Snapshots::new(
             data_dir.to_path_buf(),
             dir.to_path_buf(),
@@ -459,6 +466,16 @@ impl Executor {
             .or_else(|| self.shared.log.fsync_failed.get().cloned())
     }
 
+    /// Whether `job` is a request of a scratch database, which waits its turn (`run`).
+    fn is_scratch_request(&self, job: &Job) -> bool {
+        match job {
+            Job::Exec { db, .. } if self.scratch_dbs > 0 => {
+                self.machine.dbs().meta(*db).is_some_and(|m| m.scratch)
+            }
+            _ => false,
+        }
+    }
+
     async fn run(
         &mut self,
         mut rx: mpsc::Receiver<Job>,
@@ -467,6 +484,16 @@ impl Executor {
         let attempted = |r: AttemptResult| Job::Attempted(Box::new(r));
         let mut batch = Vec::with_capacity(config::EXECUTOR_BATCH_JOBS_MAX);
         let mut shutdown: Option<oneshot::Sender<()>> = None;
+        // Requests of scratch databases, in arrival order, each waiting for a batch of its own
+        // turn: a batch runs every other job it has and at most one of these, so a request of
+        // a named database waits behind at most one scratch request (which `shares` bounds),
+        // however many scratch clients keep the queue full.
+        let mut deferred: std::collections::VecDeque<Job> = std::collections::VecDeque::new();
+        // Batches run while scratch requests waited: past `SCRATCH_DEFERRED_BATCHES_MAX`, one
+        // joins the next batch whatever else it holds, so busy named databases cannot starve
+        // them.
+        let mut skipped = 0u32;
+        self.scratch_dbs = self.machine.dbs().metas().filter(|m| m.scratch).count();
         while shutdown.is_none() {
             let wake = if self.poisoned().is_some() {
                 None
@@ -477,7 +504,18 @@ impl Executor {
             // No attempt in flight means no result can arrive: then the job queue alone is
             // awaited, as cheaply as before the workers had a channel of their own (the
             // key-value hot path). Jobs are polled first; results wait at most one batch.
+            // Whether this batch begins with the oldest deferred request.
+            let mut from_deferred = false;
             let first = match (wake, self.machine.delivery().in_flight) {
+                // Deferred requests wait: the queue is only looked at, not awaited.
+                _ if !deferred.is_empty() => match rx.try_recv() {
+                    Ok(j) => Some(j),
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        from_deferred = true;
+                        deferred.pop_front()
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                },
                 (None, 0) => rx.recv().await,
                 (None, _) => tokio::select! {
                     biased;
@@ -510,6 +548,41 @@ impl Executor {
             }
             while let Ok(r) = results.try_recv() {
                 batch.push(attempted(r));
+            }
+            if self.scratch_dbs > 0 || !deferred.is_empty() {
+                let mut jobs = std::mem::take(&mut batch).into_iter();
+                let mut turn = if from_deferred { jobs.next() } else { None };
+                for job in jobs {
+                    if self.is_scratch_request(&job) {
+                        deferred.push_back(job);
+                    } else {
+                        batch.push(job);
+                    }
+                }
+                // A scratch request runs in a batch of its own (the others' replies would
+                // wait for it), unless they have kept it waiting for several batches.
+                if turn.is_none()
+                    && (batch.is_empty() || skipped >= config::SCRATCH_DEFERRED_BATCHES_MAX)
+                {
+                    turn = deferred.pop_front();
+                }
+                match turn {
+                    Some(job)
+                        if batch.is_empty() || skipped >= config::SCRATCH_DEFERRED_BATCHES_MAX =>
+                    {
+                        batch.push(job);
+                        skipped = 0;
+                    }
+                    Some(job) => {
+                        deferred.push_front(job);
+                        skipped += 1;
+                    }
+                    None if !deferred.is_empty() => skipped += 1,
+                    None => {}
+                }
+                if batch.is_empty() {
+                    continue;
+                }
             }
             let mut pending: Vec<Pending> = Vec::with_capacity(batch.len());
             self.shared.in_batch.store(true, Ordering::Relaxed);
@@ -561,6 +634,16 @@ impl Executor {
                                 let _ = o.send(Some(errors::DAILY_LIMIT.to_string()));
                             }
                             continue;
+                        }
+                        // After a failed log write nothing is served from memory: a monitor
+                        // or subscriber would see commands that are all refused.
+                        if self.read_only.is_none() {
+                            if let Some(why) = self.poisoned() {
+                                if let Some(o) = handle.opened.take() {
+                                    let _ = o.send(Some(errors::log_failed(&why)));
+                                }
+                                continue;
+                            }
                         }
                         self.pubsubs.entry(handle.db).or_default().add(handle);
                     }
@@ -895,6 +978,15 @@ impl Executor {
                 return Err(errors::log_failed(&why));
             }
         }
+        // A scratch database is held to a share of the executor (`shares`): refused while it
+        // cools down, and its request timed.
+        let scratch = self.machine.dbs().meta(db_id).is_some_and(|m| m.scratch);
+        if scratch {
+            if let Some(refusal) = self.shares.refusal(db_id) {
+                return Err(refusal);
+            }
+        }
+        let began = scratch.then(std::time::Instant::now);
         let ts = self.now();
         self.count_request(db_id, ts);
         let commands_left = self.commands_left(db_id);
@@ -922,15 +1014,15 @@ impl Executor {
             m.script_limit_ms(self.script_time_limit_ms)
         });
         let data_bytes_max = dbs.meta(db_id).and_then(|m| m.data_limit_bytes());
-        // A scratch database's Lua time is also held to a share of the executor.
-        let share_limited = dbs.meta(db_id).is_some_and(|m| m.scratch);
-        let memory_full = self
-            .memory_bytes_max
-            .is_some_and(|max| crate::alloc::in_use() > max);
+        let in_use = crate::alloc::in_use();
+        let memory_full = self.memory_bytes_max.is_some_and(|max| in_use > max);
         let Some((db, kept)) = dbs.split_mut(db_id) else {
             return Err("WRONGPASS invalid or missing auth token".into());
         };
-        scripts.enter(db_id, script_ms, share_limited);
+        let memory_cap_data_bytes = self
+            .memory_bytes_max
+            .map(|max| db.data_bytes().saturating_add(max.saturating_sub(in_use)));
+        scripts.enter(db_id, script_ms);
         let mut around = Around {
             pubsub: pubsubs.entry(db_id).or_default(),
             command_started: None,
@@ -965,10 +1057,15 @@ impl Executor {
             commands_left,
             data_bytes_max,
             memory_full,
+            memory_cap_data_bytes,
             ..*limits
         };
         let mut replies = pipeline::run_request(&mut ctx, cmds, mode);
-        around.command_ended(std::time::Instant::now());
+        let ended = std::time::Instant::now();
+        around.command_ended(ended);
+        if let Some(began) = began {
+            self.shares.ran(db_id, ended.duration_since(began));
+        }
         let asked = around.snapshot_asked;
         // At a past point only reads run; what they change (hash fields whose time has passed
         // leave before a read sees them) is a view of that moment, not a record.
@@ -1113,12 +1210,14 @@ impl Executor {
                     // Dropping its streams' senders ends them.
                     self.pubsubs.remove(id);
                     self.scripts.forget(*id);
+                    self.shares.forget(*id);
                     self.usage.remove(id);
                     self.command_totals.remove(id);
                 }
                 DbEvent::Claim { .. } | DbEvent::Usage { .. } => {}
             }
         }
+        self.scratch_dbs = self.machine.dbs().metas().filter(|m| m.scratch).count();
         if let Ok(mut t) = self.shared.tokens.write() {
             // Only the databases these events name: a change costs the same with 10 databases
             // as with 100,000.

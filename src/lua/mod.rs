@@ -13,8 +13,7 @@ mod packing;
 
 use crate::config::{
     LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_COOLING_FORGET_MS,
-    SCRIPT_COOLING_MAX_MS, SCRIPT_COOLING_MS, SCRIPT_SHARE_PERCENT, SCRIPT_TIME_LIMIT_MS,
-    SCRIPT_WINDOW_LIMITS,
+    SCRIPT_COOLING_MAX_MS, SCRIPT_COOLING_MS, SCRIPT_TIME_LIMIT_MS,
 };
 use crate::reply::Reply;
 use crate::state::databases::{DbId, DEFAULT_DB};
@@ -299,12 +298,8 @@ pub struct Scripts {
     /// Databases whose scripts ran past their time limit lately, and until when their
     /// scripts are refused.
     cooling: RefCell<HashMap<DbId, Cooling>>,
-    /// Lua time per database in its current window.
-    usage: RefCell<HashMap<DbId, Usage>>,
     /// When the Lua code running now started.
     run_started: std::cell::Cell<Instant>,
-    /// This database's Lua time is held to a share of the executor (a scratch database's).
-    share_limited: bool,
     /// Library functions by name, loaded from the libraries in the database.
     functions: HashMap<String, FnDef>,
     /// Library name to its code and its functions' names, in registration order.
@@ -320,17 +315,6 @@ struct Cooling {
     hits: u32,
     last: Instant,
     until: Instant,
-    /// Why: a run past the limit, or too much Lua time over the window.
-    over_share: bool,
-}
-
-/// The Lua time a database used lately: since `since`, `used`. A database may use at most
-/// `SCRIPT_SHARE_PERCENT` of a window `SCRIPT_WINDOW_LIMITS` times its limit long: scripts
-/// that each stay under the limit cannot keep the executor to themselves either.
-#[derive(Debug, Clone, Copy)]
-struct Usage {
-    since: Instant,
-    used: Duration,
 }
 
 /// A function a library registered.
@@ -472,9 +456,7 @@ impl Scripts {
             limit_ms: SCRIPT_TIME_LIMIT_MS,
             job_started: Instant::now(),
             cooling: RefCell::new(HashMap::new()),
-            usage: RefCell::new(HashMap::new()),
             run_started: std::cell::Cell::new(Instant::now()),
-            share_limited: false,
             functions: HashMap::new(),
             libraries: BTreeMap::new(),
             loaded_version: None,
@@ -514,9 +496,7 @@ impl Scripts {
     fn disarm(&self) {
         self.lua.remove_hook();
         if self.control.stop.load(Ordering::Acquire) == TIMED_OUT {
-            self.timed_out(false);
-        } else if self.share_limited && self.over_share() {
-            self.timed_out(true);
+            self.timed_out();
         }
         self.control.running.store(IDLE, Ordering::Release);
         self.control.stop.store(GO_ON, Ordering::Release);
@@ -527,17 +507,16 @@ impl Scripts {
 
     /// Scripts and functions from now on are those of database `db`, each call held to
     /// `limit_ms`.
-    pub fn enter(&mut self, db: DbId, limit_ms: u64, share_limited: bool) {
+    pub fn enter(&mut self, db: DbId, limit_ms: u64) {
         self.db = db;
         self.limit_ms = limit_ms;
-        self.share_limited = share_limited;
         self.job_started = Instant::now();
         self.control.db.store(db, Ordering::Release);
     }
 
     /// A run of this database's Lua code went past its time limit: its scripts are refused
     /// for SCRIPT_COOLING_MS, doubled for each such run in a row, up to SCRIPT_COOLING_MAX_MS.
-    fn timed_out(&self, over_share: bool) {
+    fn timed_out(&self) {
         let now = Instant::now();
         let mut cooling = self.cooling.borrow_mut();
         let hits = match cooling.get(&self.db) {
@@ -557,7 +536,6 @@ impl Scripts {
                 hits,
                 last: now,
                 until: now + Duration::from_millis(ms),
-                over_share,
             },
         );
         // Forget databases whose cooling has long ended, so the map stays small.
@@ -567,49 +545,12 @@ impl Scripts {
         }
     }
 
-    /// Adds the run that just ended to this database's Lua time; whether the database went
-    /// past its share of the executor in the current window.
-    fn over_share(&self) -> bool {
-        let now = Instant::now();
-        let ran = now.duration_since(self.run_started.get());
-        let limit = Duration::from_millis(self.limit_ms);
-        let window = limit * SCRIPT_WINDOW_LIMITS;
-        let mut usage = self.usage.borrow_mut();
-        let u = usage.entry(self.db).or_insert(Usage {
-            since: now,
-            used: Duration::ZERO,
-        });
-        if now.duration_since(u.since) > window {
-            *u = Usage {
-                since: now,
-                used: Duration::ZERO,
-            };
-        }
-        u.used += ran;
-        let over = u.used > window * SCRIPT_SHARE_PERCENT / 100;
-        if over {
-            u.used = Duration::ZERO;
-            u.since = now;
-        }
-        if usage.len() > 4096 {
-            usage.retain(|_, u| now.duration_since(u.since) <= window);
-        }
-        over
-    }
-
     /// The refusal of a script or function while this database cools down, or None.
     pub fn cooling_refusal(&self) -> Option<Reply> {
         let cooling = self.cooling.borrow();
         let c = cooling.get(&self.db)?;
         let left = c.until.checked_duration_since(Instant::now())?;
-        let why = if c.over_share {
-            format!(
-                "its scripts used more than {SCRIPT_SHARE_PERCENT}% of the server over the last {} ms",
-                self.limit_ms * u64::from(SCRIPT_WINDOW_LIMITS)
-            )
-        } else {
-            format!("a script ran past its time limit of {} ms", self.limit_ms)
-        };
+        let why = format!("a script ran past its time limit of {} ms", self.limit_ms);
         Some(Reply::Error(format!(
             "ERR this database's scripts are refused for {} ms more: {why} ({} time{} in a row)",
             left.as_millis().max(1),

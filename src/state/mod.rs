@@ -33,7 +33,8 @@ pub enum Value {
 impl Value {
     /// The bytes the value holds: its strings, members, fields and values, each element with
     /// `ELEMENT_OVERHEAD_BYTES` more (so a million empty list items are not free), 8 a score,
-    /// 16 a stream ID, and a JSON document's estimate (`Json::mem_bytes`). What the value-size
+    /// 16 a stream ID, a stream's consumer groups (`Stream::groups_bytes`), and a JSON
+    /// document's estimate (`Json::mem_bytes`). What the value-size
     /// and data-size limits count, and `INFO memory`'s dataset. Kept by each type as it
     /// changes, so this is O(1), but for a JSON document, which is walked.
     pub fn data_bytes(&self) -> usize {
@@ -44,7 +45,7 @@ impl Value {
             Value::List(l) => l.data_bytes() + E * l.len(),
             Value::Set(s) => s.key_bytes() + E * s.len(),
             Value::ZSet(z) => z.data_bytes() + E * z.len(),
-            Value::Stream(s) => s.data_bytes(),
+            Value::Stream(s) => s.data_bytes() + s.groups_bytes(),
             Value::Json(j) => j.mem_bytes(),
         }
     }

@@ -154,6 +154,25 @@ impl Stream {
         self.data_bytes
     }
 
+    /// The bytes of the consumer groups: each group's name and position (24), each pending
+    /// entry (an ID, a delivery count and time: 32), each consumer's name and times (16) and
+    /// its pending IDs (16 each). Walked, not kept: a stream has few groups and consumers, and
+    /// the pending entries are counted by their maps' lengths.
+    pub fn groups_bytes(&self) -> usize {
+        self.groups
+            .iter()
+            .map(|(name, g)| {
+                name.len()
+                    + 24
+                    + 32 * g.pel.len()
+                    + g.consumers
+                        .iter()
+                        .map(|(c, consumer)| c.len() + 16 + 16 * consumer.pel.len())
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+
     /// Counts the entries' bytes again (after a loader filled `entries` directly).
     pub fn recount(&mut self) {
         self.data_bytes = self.entries.values().map(|f| data_bytes_of(f)).sum();

@@ -138,6 +138,9 @@ impl WalWriter {
             &self.payload,
         );
         self.next_seq += 1;
+        // A large record's encoding gives its memory back: kept, it would count against
+        // `--max-memory` after the data it held is gone.
+        self.payload.shrink_to(crate::config::LOG_BUFFER_KEEP_BYTES);
         seq
     }
 
@@ -171,6 +174,7 @@ impl WalWriter {
         self.segment_bytes = end;
         self.written_bytes += self.buf.len() as u64;
         self.buf.clear();
+        self.buf.shrink_to(crate::config::LOG_BUFFER_KEEP_BYTES);
         if let Err(e) = result {
             self.poison(format!("write to the log failed: {e}"));
             return Err(e);

@@ -145,6 +145,51 @@ fn defect_1_a_scratch_databases_busy_script_stops_at_its_limit_and_cools_down() 
     );
 }
 
+/// Defect 1, found in review: the script limits held, but a scratch database's slow
+/// commands did not count (three parallel `SORT big ALPHA LIMIT 0 1` on a list of 1,000,000,
+/// 815 ms each, held another database's GET for 2.4 s), and each scratch database had a share
+/// of its own (ten of them, each within it, held a GET for 334 ms). Now every request of a
+/// scratch database is timed, and one that keeps the executor past its share of it (or all
+/// of them together past theirs) is refused for a cooling period, whatever it runs.
+#[test]
+fn defect_1_a_scratch_databases_slow_commands_count_against_its_share() {
+    let dir = TempDir::new("tenant-slowcmd");
+    let server = start(&dir.path().join("data"), &[]);
+    let (_, token) = scratch(&server);
+    let victim = create_with(&server, "victim", json!({}));
+    let mut v = client_of(&server, &victim);
+    v.cmd_str(&["SET", "k", "v"]);
+    let mut s = Http::connect(&server.addr, &token);
+    for chunk in 0..20 {
+        let mut push = vec!["RPUSH".to_string(), "big".to_string()];
+        push.extend((0..5_000).map(|i| format!("item:{chunk}:{i}")));
+        let push: Vec<&str> = push.iter().map(String::as_str).collect();
+        assert!(matches!(s.cmd_str(&push), Canon::Int(_)));
+    }
+    let mut refusal = None;
+    for _ in 0..200 {
+        match s.cmd_str(&["SORT", "big", "ALPHA", "LIMIT", "0", "1"]) {
+            Canon::Err(e) => {
+                refusal = Some(e);
+                break;
+            }
+            other => assert!(matches!(other, Canon::Arr(_)), "{other:?}"),
+        }
+    }
+    let refusal = refusal.expect("a scratch database's slow commands were never refused");
+    assert!(
+        refusal.starts_with("ERR this scratch database's requests are refused for"),
+        "{refusal}"
+    );
+    assert!(refusal.contains("of the server over the last"), "{refusal}");
+    // Everything of that database is refused while it cools down; other databases go on.
+    assert!(matches!(s.cmd_str(&["GET", "x"]), Canon::Err(_)));
+    assert_eq!(v.cmd_str(&["GET", "k"]), Canon::s("v"));
+    wait_until(10, "the cooling period ends", || {
+        s.cmd_str(&["LLEN", "big"]) == Canon::Int(100_000)
+    });
+}
+
 /// Defect 1: a database created with a script time limit of its own holds to it, through the
 /// admin API and `tidepool db create`; the limit is kept across a restart; and `/readyz`
 /// answers 503 while one job holds the executor longer than `EXECUTOR_STALL_MS` (it stayed
@@ -860,8 +905,6 @@ const CANNOT_GROW_PAST_THE_LIMIT: &[(&str, &str)] = &[
     ("xsetid", "stream metadata"),
     ("xclaim", "stream metadata"),
     ("xack", "stream metadata"),
-    ("xgroup|create", "stream metadata"),
-    ("xgroup|createconsumer", "stream metadata"),
     ("xgroup|setid", "stream metadata"),
     ("rename", "moves a value"),
     ("renamenx", "moves a value"),
@@ -1085,6 +1128,22 @@ fn defect_5_no_command_grows_a_value_past_the_value_size_limit() {
             vec![s(&["XADD", "k", "1-1", "f", &v900])],
             s(&["XADD", "k", "*", "f", &v200]),
         ),
+        // A stream's consumer groups and consumers count with its entries: names of any
+        // length, as many as asked (the review of issue 25 made 100 groups with 404-byte
+        // names on a stream under a 1,000-byte limit).
+        (
+            "xgroup|create",
+            vec![s(&["XADD", "k", "1-1", "f", &v900])],
+            s(&["XGROUP", "CREATE", "k", &v200, "0"]),
+        ),
+        (
+            "xgroup|createconsumer",
+            vec![
+                s(&["XADD", "k", "1-1", "f", &v900]),
+                s(&["XGROUP", "CREATE", "k", "g", "0"]),
+            ],
+            s(&["XGROUP", "CREATECONSUMER", "k", "g", &v200]),
+        ),
         (
             "geoadd",
             vec![s(&["GEOADD", "k", "0", "0", &v900])],
@@ -1282,13 +1341,18 @@ fn defect_8_a_databases_data_size_limit_refuses_writes_past_it() {
     );
     // Growth in place is refused too, and changes nothing; so is a store.
     assert_eq!(c.cmd_str(&["APPEND", "key:0", &value]), refusal);
+    // One write cannot pass the limit by what it adds (the review of issue 25: SETBIT at
+    // the last offset made 512 MiB in a scratch database of 64 MiB), nor consumer groups,
+    // which count with their stream (20,000 groups of 4 KB names counted 54 bytes).
+    assert_eq!(c.cmd_str(&["SETBIT", "bits", "4294967295", "1"]), refusal);
+    assert_eq!(c.cmd_str(&["SETRANGE", "range", "100000", "x"]), refusal);
+    assert_eq!(c.cmd_str(&["EXISTS", "bits", "range"]), Canon::Int(0));
     assert_eq!(c.cmd_str(&["STRLEN", "key:0"]), Canon::Int(1000));
     assert_eq!(c.cmd_str(&["COPY", "key:0", "copy"]), refusal);
-    // The size is reported, within the limit.
-    // The quota is the hosted service's kind: the write that reaches it runs, the next ones
-    // are refused; so the database holds at most one value more than the limit.
+    // The size is reported, within the limit: a write that would take the data past it is
+    // refused, so the database holds at most the limit.
     let used = info_field(&mut c, "memory", "tidepool_db_data_bytes");
-    assert!((20_000..=20_000 + 1100).contains(&used), "{used}");
+    assert!((20_000 - 1100..=20_000).contains(&used), "{used}");
     assert!(used >= (stored as u64) * 1000, "{used}");
     assert_eq!(
         info_field(&mut c, "memory", "tidepool_db_max_data_bytes"),
@@ -1300,6 +1364,25 @@ fn defect_8_a_databases_data_size_limit_refuses_writes_past_it() {
     assert_eq!(c.cmd_str(&["GET", "key:1"]), Canon::s(&value));
     assert_eq!(c.cmd_str(&["DEL", "key:1", "key:2"]), Canon::Int(2));
     assert_eq!(c.cmd_str(&["SET", "again", &value]), Canon::s("OK"));
+    let name = "g".repeat(600);
+    let mut groups = 0;
+    loop {
+        match c.cmd_str(&[
+            "XGROUP",
+            "CREATE",
+            "xs",
+            &format!("{name}{groups}"),
+            "$",
+            "MKSTREAM",
+        ]) {
+            Canon::Str(_) => groups += 1,
+            e => {
+                assert_eq!(e, refusal, "after {groups} groups");
+                break;
+            }
+        }
+        assert!(groups < 100, "consumer groups are not counted");
+    }
     // Another database is not held to this one's limit.
     let mut d = server.client();
     assert_eq!(
@@ -1347,6 +1430,23 @@ fn defect_8_max_memory_refuses_writes_past_it() {
         assert!(stored < 200, "never refused");
     }
     assert!(stored > 10, "refused after only {stored} MiB");
+    // One write cannot pass the limit by what it adds, nor a script by its writes together
+    // (the review of issue 25: SETBIT at the last offset, a 512 MiB string, and an EVAL of
+    // 300 SETs of 1 MiB, all accepted).
+    assert_eq!(c.cmd_str(&["SETBIT", "bits", "4294967295", "1"]), oom);
+    match c.cmd_str(&[
+        "EVAL",
+        "for i=1,300 do redis.call('SET','e'..i,string.rep('x',1048576)) end return 1",
+        "0",
+    ]) {
+        Canon::Err(e) => assert!(e.starts_with("OOM command not allowed"), "{e}"),
+        other => panic!("a script wrote 300 MiB past --max-memory: {other:?}"),
+    }
+    c.cmd_str(&[
+        "EVAL",
+        "for i=1,300 do redis.call('DEL','e'..i) end return 1",
+        "0",
+    ]);
     // The newer commands that may grow memory are refused too (Redis 8's and RedisJSON's
     // deny-oom flags), and so is a value built from others.
     for cmd in [
@@ -1366,6 +1466,24 @@ fn defect_8_max_memory_refuses_writes_past_it() {
     wait_until(20, "writes are let in again once memory is freed", || {
         c.cmd_str(&["SET", "after", "1"]) == Canon::s("OK")
     });
+    // A server with no data is never locked in OOM by memory it kept: the log's buffers
+    // held a 40 MiB pipeline's record after FLUSHALL, and every write was refused until a
+    // restart (the review of issue 25).
+    let big: Vec<Vec<Vec<u8>>> = (0..40)
+        .map(|i| {
+            vec![
+                b"SET".to_vec(),
+                format!("p{i}").into_bytes(),
+                value.clone().into_bytes(),
+            ]
+        })
+        .collect();
+    c.pipeline(&big);
+    assert_eq!(c.cmd_str(&["FLUSHALL"]), Canon::s("OK"));
+    wait_until(20, "memory comes back after FLUSHALL", || {
+        info_field(&mut c, "memory", "used_memory") < 16 << 20
+    });
+    assert_eq!(c.cmd_str(&["SET", "after", "1"]), Canon::s("OK"));
 }
 
 /// Defect 5, found in review: a JSON write copies its value into every match of a path, so

@@ -1001,3 +1001,44 @@ fn set_under_a_missing_parent_is_an_error() {
         Canon::s(r#"[{"a":1,"b":2}]"#)
     );
 }
+
+/// JSON.MSET is atomic, as RedisJSON documents it: a triplet under a missing parent failed
+/// while the triplets before it stayed applied (the review of issue 25:
+/// `JSON.MSET m $.a 1 m $.x.y 2` answered null and left `{"int":1,"a":1}`). Now the error of
+/// the failing triplet is the answer and no key changes, through every door and from Lua.
+#[test]
+fn mset_under_a_missing_parent_changes_nothing() {
+    let dir = TempDir::new("json-mset-atomic");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    let setup: &[&[&str]] = &[&["JSON.SET", "m", "$", r#"{"int":1}"#], &["DEL", "n"]];
+    let missing = Canon::Err("ERR missing key at non-terminal path level".into());
+    every_door_and_lua(
+        &mut c,
+        setup,
+        &[
+            "JSON.MSET",
+            "m",
+            "$.a",
+            "1",
+            "n",
+            "$",
+            "2",
+            "m",
+            "$.x.y",
+            "2",
+        ],
+        &missing,
+    );
+    assert_eq!(c.cmd_str(&["JSON.GET", "m"]), Canon::s(r#"{"int":1}"#));
+    assert_eq!(c.cmd_str(&["EXISTS", "n"]), Canon::Int(0));
+    // All triplets applying: all are set, a later one seeing an earlier one's change.
+    assert_eq!(
+        c.cmd_str(&["JSON.MSET", "m", "$.a", "{}", "m", "$.a.b", "2"]),
+        Canon::s("OK")
+    );
+    assert_eq!(
+        c.cmd_str(&["JSON.GET", "m"]),
+        Canon::s(r#"{"int":1,"a":{"b":2}}"#)
+    );
+}

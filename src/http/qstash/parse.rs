@@ -117,15 +117,15 @@ pub(super) fn publish_req(
     if is_url(&dest) {
         check_url(&dest)?;
     } else if !valid_name(&dest) {
+        let shown: String = dest.chars().take(64).collect();
+        let more = if shown.len() < dest.len() { "..." } else { "" };
         return Err(format!(
-            "invalid destination '{dest}': use a URL (http:// or https://) or a URL group name"
+            "invalid destination '{shown}{more}': use a URL (http:// or https://) or a URL group name"
         ));
     }
     if let Some(q) = &queue {
         if !valid_name(q) {
-            return Err(format!(
-                "invalid queue name '{q}': use letters, digits, '-', '_' and '.'"
-            ));
+            return Err(crate::delivery::conf::invalid_name("queue", q));
         }
         if c.delay_ms.is_some() || c.not_before_ms.is_some() {
             return Err("delay and not-before are not supported for queues".into());
@@ -454,9 +454,7 @@ pub(super) fn queue_upsert(body: &[u8]) -> Result<QueueConf, String> {
         .and_then(Value::as_str)
         .ok_or("expected {\"queueName\": ..., \"parallelism\": n}")?;
     if !valid_name(name) {
-        return Err(format!(
-            "invalid queue name '{name}': use letters, digits, '-', '_' and '.'"
-        ));
+        return Err(crate::delivery::conf::invalid_name("queue", name));
     }
     let parallelism = match v.get("parallelism") {
         None | Some(Value::Null) => 1,

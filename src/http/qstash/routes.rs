@@ -212,9 +212,7 @@ pub(super) fn topics(r: &Req) -> Routed {
             if !valid_name(&topic) {
                 return Err(refuse(
                     400,
-                    format!(
-                        "invalid URL group name '{topic}': use letters, digits, '-', '_' and '.'"
-                    ),
+                    crate::delivery::conf::invalid_name("URL group", &topic),
                 ));
             }
             let eps = endpoints(&r.body).map_err(|e| refuse(400, e))?;
@@ -427,7 +425,7 @@ pub(super) fn schedules(r: &Req) -> Routed {
         }
         if let Some(q) = &extra.queue_name {
             if !valid_name(q) {
-                return Err(refuse(400, format!("invalid queue name '{q}'")));
+                return Err(refuse(400, crate::delivery::conf::invalid_name("queue", q)));
             }
         }
         return Ok(Op::ScheduleCreate(ScheduleReq {
