@@ -980,7 +980,16 @@ impl Executor {
         }
         // A scratch database is held to a share of the executor (`shares`): refused while it
         // cools down, and its request timed.
-        let scratch = self.machine.dbs().meta(db_id).is_some_and(|m| m.scratch);
+        // One look at the database's settings: whether it is a scratch one, its script time
+        // limit and its data quota.
+        let (scratch, script_ms, data_bytes_max) = match self.machine.dbs().meta(db_id) {
+            Some(m) => (
+                m.scratch,
+                m.script_limit_ms(self.script_time_limit_ms),
+                m.data_limit_bytes(),
+            ),
+            None => (false, self.script_time_limit_ms, None),
+        };
         if scratch {
             if let Some(refusal) = self.shares.refusal(db_id) {
                 return Err(refusal);
@@ -1010,10 +1019,6 @@ impl Executor {
             ..
         } = self;
         let machine::Parts { dbs, rng, .. } = machine.parts();
-        let script_ms = dbs.meta(db_id).map_or(self.script_time_limit_ms, |m| {
-            m.script_limit_ms(self.script_time_limit_ms)
-        });
-        let data_bytes_max = dbs.meta(db_id).and_then(|m| m.data_limit_bytes());
         let in_use = crate::alloc::in_use();
         let memory_full = self.memory_bytes_max.is_some_and(|max| in_use > max);
         let Some((db, kept)) = dbs.split_mut(db_id) else {
