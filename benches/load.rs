@@ -13,6 +13,8 @@
 //!
 //!     target/release/tidepool-bench --instructions [--requests N] [--against PATH]
 //!
+//!     target/release/tidepool-bench --memory [--only NAME]
+//!
 //!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
 //!
 //! That form writes N SETs over K keys (pipelines of 100) twice, once with snapshots off and
@@ -34,6 +36,7 @@
 
 mod delivery;
 mod instructions;
+mod memory;
 mod noisy;
 
 use std::io::{BufRead, BufReader, Write};
@@ -657,6 +660,12 @@ struct Cli {
     /// Instructions a GET and a SET cost, counted by valgrind's callgrind
     #[arg(long, group = "form")]
     instructions: bool,
+    /// What a key costs: resident memory against redis-server, per data set
+    #[arg(long, group = "form")]
+    memory: bool,
+    /// --memory: only the data sets whose name contains this
+    #[arg(long, value_name = "NAME")]
+    only: Option<String>,
     /// --instructions: keep-alive requests counted (the run of twice as many is subtracted)
     #[arg(long, value_name = "N", default_value_t = 2_000)]
     requests: u64,
@@ -731,6 +740,11 @@ fn run() -> Result<(), String> {
     }
     if cli.replay {
         let r = replay(&bin, &tmp, cli.commands, cli.singles);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if cli.memory {
+        let r = memory::run(&bin, &tmp, cli.only.as_deref());
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }

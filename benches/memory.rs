@@ -1,0 +1,376 @@
+//! What a key costs: resident memory of tidepool and of redis-server 7.0 (no persistence while
+//! loading) holding the same data, loaded the same way, in the same run. For each data set,
+//! each server starts empty, is measured (its base), loaded, measured, restarted (tidepool from
+//! its snapshot and log, after a BGSAVE; Redis from the RDB file a SAVE wrote) and measured
+//! again. The table gives the resident memory after the load and after the restart, and what
+//! the data added over the empty server, with tidepool's ratio to Redis for both.
+//!
+//!     target/release/tidepool-bench --memory [--only NAME]
+//!
+//! Needs redis-server (`apt-get install -y redis-server`). Resident memory is `VmRSS` from
+//! `/proc/PID/status`, read once the server has been quiet for a moment.
+
+use super::{free_port, tidepool_with, wait_port, Proc};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One data set: its name, and the commands that load it (in batches of about `BATCH`).
+struct DataSet {
+    name: &'static str,
+    commands: fn() -> Vec<Vec<String>>,
+}
+
+fn sets() -> Vec<DataSet> {
+    vec![
+        DataSet {
+            name: "1,000,000 strings (11-byte names, 13-byte values)",
+            commands: || {
+                (0..1_000_000)
+                    .map(|i| {
+                        vec![
+                            "SET".into(),
+                            format!("key:{i:07}"),
+                            format!("value:{i:07}"),
+                        ]
+                    })
+                    .collect()
+            },
+        },
+        DataSet {
+            name: "1,000 hashes of 100 small fields",
+            commands: || {
+                (0..1_000)
+                    .map(|h| {
+                        let mut c = vec!["HSET".to_string(), format!("hash:{h:04}")];
+                        for f in 0..100 {
+                            c.push(format!("field:{f:03}"));
+                            c.push(format!("v{}", h * 100 + f));
+                        }
+                        c
+                    })
+                    .collect()
+            },
+        },
+        DataSet {
+            name: "1,000 sorted sets of 1,000 members",
+            commands: || {
+                (0..1_000)
+                    .map(|z| {
+                        let mut c = vec!["ZADD".to_string(), format!("zset:{z:04}")];
+                        for m in 0..1_000 {
+                            c.push(format!("{}", (m * 7919) % 100_003));
+                            c.push(format!("member:{m:04}"));
+                        }
+                        c
+                    })
+                    .collect()
+            },
+        },
+        DataSet {
+            name: "1,000 sets of 1,000 integers",
+            commands: || {
+                (0..1_000)
+                    .map(|s| {
+                        let mut c = vec!["SADD".to_string(), format!("set:{s:04}")];
+                        c.extend((0..1_000).map(|i| format!("{}", s * 1_000 + i)));
+                        c
+                    })
+                    .collect()
+            },
+        },
+        DataSet {
+            name: "1,000 lists of 1,000 items",
+            commands: || {
+                (0..1_000)
+                    .map(|l| {
+                        let mut c = vec!["RPUSH".to_string(), format!("list:{l:04}")];
+                        c.extend((0..1_000).map(|i| format!("item:{i:04}")));
+                        c
+                    })
+                    .collect()
+            },
+        },
+        DataSet {
+            name: "100 streams of 10,000 entries",
+            commands: || {
+                let mut out = Vec::new();
+                for s in 0..100 {
+                    for e in 0..10_000 {
+                        out.push(vec![
+                            "XADD".to_string(),
+                            format!("stream:{s:03}"),
+                            format!("{}-0", e + 1),
+                            "sensor".into(),
+                            format!("{}", e % 97),
+                            "value".into(),
+                            format!("{}", e * 3),
+                        ]);
+                    }
+                }
+                out
+            },
+        },
+    ]
+}
+
+/// Arguments sent per round trip while loading.
+const BATCH_ARGS: usize = 30_000;
+
+fn rss_kib(pid: u32) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "no VmRSS".to_string())
+}
+
+/// RSS once it stops moving (a restart's replay, or the allocator settling).
+fn settled_rss(pid: u32) -> Result<u64, String> {
+    let mut last = rss_kib(pid)?;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = rss_kib(pid)?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
+/// A keep-alive HTTP client for tidepool.
+struct Http(TcpStream);
+
+impl Http {
+    fn post(&mut self, path: &str, body: &str) -> Result<String, String> {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        self.0
+            .write_all(req.as_bytes())
+            .and_then(|_| self.0.write_all(body.as_bytes()))
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 1 << 16];
+        loop {
+            let n = self.0.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("tidepool closed the connection".into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if buf.len() >= h + 4 + len {
+                    if !head.starts_with("http/1.1 200") {
+                        return Err(format!(
+                            "{path} answered {}",
+                            String::from_utf8_lossy(&buf[..(h + 4 + len).min(300)])
+                        ));
+                    }
+                    return Ok(String::from_utf8_lossy(&buf[h + 4..h + 4 + len]).into_owned());
+                }
+            }
+        }
+    }
+}
+
+fn json_commands(cmds: &[Vec<String>]) -> String {
+    let all: Vec<String> = cmds
+        .iter()
+        .map(|c| serde_json::to_string(c).unwrap_or_default())
+        .collect();
+    format!("[{}]", all.join(","))
+}
+
+/// Batches of commands of about `BATCH_ARGS` arguments.
+fn batches(cmds: &[Vec<String>]) -> Vec<&[Vec<String>]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut args = 0;
+    for (i, c) in cmds.iter().enumerate() {
+        args += c.len();
+        if args >= BATCH_ARGS {
+            out.push(&cmds[start..=i]);
+            start = i + 1;
+            args = 0;
+        }
+    }
+    if start < cmds.len() {
+        out.push(&cmds[start..]);
+    }
+    out
+}
+
+/// Loads `cmds` into tidepool through `/pipeline`.
+fn load_tidepool(port: u16, cmds: &[Vec<String>]) -> Result<(), String> {
+    let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let mut c = Http(s);
+    for b in batches(cmds) {
+        let r = c.post("/pipeline", &json_commands(b))?;
+        if r.contains("\"error\"") {
+            return Err(format!("loading answered {}", &r[..r.len().min(300)]));
+        }
+    }
+    Ok(())
+}
+
+/// A RESP connection to redis-server.
+struct Resp {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Resp {
+    fn connect(port: u16) -> Result<Resp, String> {
+        let w = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        let r = BufReader::new(w.try_clone().map_err(|e| e.to_string())?);
+        Ok(Resp { w, r })
+    }
+
+    fn send(&mut self, cmds: &[Vec<String>]) -> Result<(), String> {
+        let mut out = Vec::new();
+        for c in cmds {
+            out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
+            for a in c {
+                out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+            }
+        }
+        self.w.write_all(&out).map_err(|e| e.to_string())?;
+        for _ in cmds {
+            self.reply()?;
+        }
+        Ok(())
+    }
+
+    /// Reads one reply (flat: the loaders get integers, statuses and bulk strings).
+    fn reply(&mut self) -> Result<String, String> {
+        let mut line = String::new();
+        self.r.read_line(&mut line).map_err(|e| e.to_string())?;
+        match line.as_bytes().first() {
+            Some(b'-') => Err(format!("redis: {}", line.trim())),
+            Some(b'$') => {
+                let n: i64 = line[1..].trim().parse().map_err(|_| "bad bulk length")?;
+                if n < 0 {
+                    return Ok(String::new());
+                }
+                let mut b = vec![0u8; n as usize + 2];
+                self.r.read_exact(&mut b).map_err(|e| e.to_string())?;
+                Ok(String::from_utf8_lossy(&b[..n as usize]).into_owned())
+            }
+            Some(_) => Ok(line.trim().to_string()),
+            None => Err("redis closed the connection".into()),
+        }
+    }
+}
+
+fn redis(dir: &Path, port: u16) -> Result<Proc, String> {
+    let p = Proc(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("redis-server (apt-get install -y redis-server): {e}"))?,
+    );
+    wait_port(port)?;
+    // A restart loads the RDB file: the port opens before the load is done.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let mut c = Resp::connect(port)?;
+        match c.send(&[vec!["PING".into()]]) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.contains("LOADING") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Base, after load, after restart, in KiB: tidepool's.
+fn measure_tidepool(bin: &Path, dir: &Path, cmds: &[Vec<String>]) -> Result<[u64; 3], String> {
+    let data = dir.join("tidepool");
+    let (p, port) = tidepool_with(bin, &data, "never", &[])?;
+    let base = settled_rss(p.0.id())?;
+    load_tidepool(port, cmds)?;
+    let loaded = settled_rss(p.0.id())?;
+    // A snapshot, so the restart loads it (and the log after it), as a server restarted
+    // after a while does.
+    let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    Http(s).post("/", r#"["SAVE"]"#)?;
+    drop(p);
+    let (p, _) = tidepool_with(bin, &data, "never", &[])?;
+    let restarted = settled_rss(p.0.id())?;
+    drop(p);
+    let _ = std::fs::remove_dir_all(&data);
+    Ok([base, loaded, restarted])
+}
+
+/// Base, after load, after restart, in KiB: redis-server's.
+fn measure_redis(dir: &Path, cmds: &[Vec<String>]) -> Result<[u64; 3], String> {
+    let data = dir.join("redis");
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    let port = free_port();
+    let p = redis(&data, port)?;
+    let base = settled_rss(p.0.id())?;
+    let mut c = Resp::connect(port)?;
+    for b in batches(cmds) {
+        c.send(b)?;
+    }
+    let loaded = settled_rss(p.0.id())?;
+    c.send(&[vec!["SAVE".into()]])?;
+    drop(p);
+    let p = redis(&data, port)?;
+    let restarted = settled_rss(p.0.id())?;
+    drop(p);
+    let _ = std::fs::remove_dir_all(&data);
+    Ok([base, loaded, restarted])
+}
+
+pub fn run(bin: &Path, tmp: &Path, only: Option<&str>) -> Result<(), String> {
+    println!("| data set | tidepool after load / restart | redis-server after load / restart | ratio | data alone (over the empty server): tidepool / redis | ratio |");
+    println!("|---|---|---|---|---|---|");
+    for set in sets() {
+        if only.is_some_and(|o| !set.name.contains(o)) {
+            continue;
+        }
+        let cmds = (set.commands)();
+        let t = measure_tidepool(bin, tmp, &cmds)?;
+        let r = measure_redis(tmp, &cmds)?;
+        let mb = |k: u64| k as f64 / 1024.0;
+        let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+        let (t_data, r_data) = (
+            t[1].max(t[2]).saturating_sub(t[0]),
+            r[1].max(r[2]).saturating_sub(r[0]),
+        );
+        println!(
+            "| {} | {:.1} / {:.1} MB | {:.1} / {:.1} MB | {:.2}x / {:.2}x | {:.1} / {:.1} MB | {:.2}x |",
+            set.name,
+            mb(t[1]),
+            mb(t[2]),
+            mb(r[1]),
+            mb(r[2]),
+            ratio(t[1], r[1]),
+            ratio(t[2], r[2]),
+            mb(t_data),
+            mb(r_data),
+            ratio(t_data, r_data)
+        );
+    }
+    println!();
+    println!("(resident memory, VmRSS; the empty servers: tidepool's base includes its runtime's threads and buffers, Redis's a few MB)");
+    Ok(())
+}
