@@ -29,13 +29,7 @@ fn sets() -> Vec<DataSet> {
             name: "1,000,000 strings (11-byte names, 13-byte values)",
             commands: || {
                 (0..1_000_000)
-                    .map(|i| {
-                        vec![
-                            "SET".into(),
-                            format!("key:{i:07}"),
-                            format!("value:{i:07}"),
-                        ]
-                    })
+                    .map(|i| vec!["SET".into(), format!("key:{i:07}"), format!("value:{i:07}")])
                     .collect()
             },
         },

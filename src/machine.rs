@@ -265,9 +265,8 @@ impl Machine {
     /// Bulk mode for a long replay: values change in place without their bytes counted, and
     /// are counted once at the end.
     fn bulk(&mut self, on: bool) {
-        for (_, db) in self.dbs.iter_mut() {
-            db.set_bulk(on);
-            if !on {
+        if !on {
+            for (_, db) in self.dbs.iter_mut() {
                 db.recount();
             }
         }

@@ -59,6 +59,7 @@ fn string_for_bits<'a>(
         Some(Value::Str(s)) => {
             let grew = s.len() < need;
             if grew {
+                let s = s.make_mut();
                 super::strings::make_room(s, need - s.len());
                 s.resize(need, 0);
             }
@@ -66,12 +67,13 @@ fn string_for_bits<'a>(
         }
         Some(_) => return Err(Reply::err(errors::WRONGTYPE)),
         None => {
-            ctx.db.insert(key, Value::Str(vec![0; need]), None, now);
+            ctx.db
+                .insert(key, Value::Str(vec![0u8; need].into()), None, now);
             true
         }
     };
     match ctx.db.get_mut(key, now).map(|e| &mut e.value) {
-        Some(Value::Str(s)) => Ok((s, grew)),
+        Some(Value::Str(s)) => Ok((s.make_mut(), grew)),
         _ => Err(Reply::err(errors::WRONGTYPE)),
     }
 }
@@ -279,7 +281,10 @@ pub fn bitop(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             }
         };
     }
-    ctx.store_or_delete(&a[2], (maxlen > 0).then_some(Value::Str(out)));
+    ctx.store_or_delete(
+        &a[2],
+        (maxlen > 0).then_some(Value::Str(crate::state::Str::from(out))),
+    );
     Reply::Int(maxlen as i64)
 }
 

@@ -437,7 +437,7 @@ pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], form: Form) -> Reply {
         }
         let out = out.into_stored();
         let n = out.len();
-        ctx.store_or_delete(&dst, (n > 0).then_some(Value::ZSet(out)));
+        ctx.store_or_delete(&dst, (n > 0).then_some(Value::ZSet(Box::new(out))));
         return Reply::Int(n as i64);
     }
     Reply::Array(

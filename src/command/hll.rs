@@ -408,7 +408,7 @@ fn read(ctx: &Ctx, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
 /// The HLL string at `key` to edit in place (None when absent).
 fn string_mut<'a>(ctx: &'a mut Ctx, key: &[u8]) -> Option<&'a mut Vec<u8>> {
     match ctx.db.get_mut(key, ctx.now_ms).map(|e| &mut e.value) {
-        Some(Value::Str(s)) => Some(s),
+        Some(Value::Str(s)) => Some(crate::state::Str::make_mut(s)),
         _ => None,
     }
 }
@@ -418,7 +418,12 @@ pub fn pfadd(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let created = !tri!(exists(ctx, &a[1]));
     if created {
         let now = ctx.now_ms;
-        ctx.db.insert(&a[1], Value::Str(create()), None, now);
+        ctx.db.insert(
+            &a[1],
+            Value::Str(crate::state::Str::from(create())),
+            None,
+            now,
+        );
     }
     let Some(s) = string_mut(ctx, &a[1]) else {
         return Reply::err(NOT_HLL);
@@ -495,7 +500,12 @@ pub fn pfmerge(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     if ctx.db.get(&a[1], ctx.now_ms).is_none() {
         let now = ctx.now_ms;
-        ctx.db.insert(&a[1], Value::Str(create()), None, now);
+        ctx.db.insert(
+            &a[1],
+            Value::Str(crate::state::Str::from(create())),
+            None,
+            now,
+        );
     }
     let Some(s) = string_mut(ctx, &a[1]) else {
         return Reply::err(NOT_HLL);

@@ -351,5 +351,5 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
         }
         Value::Json(j) => j.mem_bytes(),
     };
-    ENTRY + bytes(key) + value + if e.expire_at_ms.is_some() { 40 } else { 0 }
+    ENTRY + bytes(key) + value + if e.expire_at_ms().is_some() { 40 } else { 0 }
 }

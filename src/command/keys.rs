@@ -101,7 +101,7 @@ pub fn expire(ctx: &mut Ctx, a: &[Vec<u8>], unit: i64, relative: bool) -> Reply 
     let Some(entry) = ctx.db.get_mut(key, ctx.now_ms) else {
         return Reply::Int(0);
     };
-    let current = entry.expire_at_ms.map(|t| t as i64);
+    let current = entry.expire_at_ms().map(|t| t as i64);
     if (nx && current.is_some())
         || (xx && current.is_none())
         || (gt && current.is_none_or(|c| when <= c))
@@ -129,7 +129,7 @@ pub fn ttl(ctx: &mut Ctx, a: &[Vec<u8>], ms: bool, absolute: bool) -> Reply {
     let Some(e) = ctx.db.get(&a[1], ctx.now_ms) else {
         return Reply::Int(-2);
     };
-    let Some(at) = e.expire_at_ms else {
+    let Some(at) = e.expire_at_ms() else {
         return Reply::Int(-1);
     };
     let v = if absolute {
@@ -142,7 +142,7 @@ pub fn ttl(ctx: &mut Ctx, a: &[Vec<u8>], ms: bool, absolute: bool) -> Reply {
 
 pub fn persist(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     match ctx.db.get_mut(&a[1], ctx.now_ms) {
-        Some(e) if e.expire_at_ms.is_some() => {
+        Some(e) if e.expire_at_ms().is_some() => {
             ctx.db.set_expire(&a[1], None);
             ctx.dirty = true;
             Reply::Int(1)
@@ -166,7 +166,8 @@ pub fn rename(ctx: &mut Ctx, a: &[Vec<u8>], nx: bool) -> Reply {
     let Some(e) = ctx.db.remove(src) else {
         return Reply::err(errors::NO_SUCH_KEY);
     };
-    ctx.db.insert(dst, e.value, e.expire_at_ms, now);
+    let expire = e.expire_at_ms();
+    ctx.db.insert(dst, e.value, expire, now);
     ctx.dirty = true;
     if nx {
         Reply::Int(1)
@@ -216,7 +217,8 @@ pub fn copy(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         }
         ctx.db.remove(dst);
     }
-    ctx.db.insert(dst, e.value, e.expire_at_ms, now);
+    let expire = e.expire_at_ms();
+    ctx.db.insert(dst, e.value, expire, now);
     ctx.dirty = true;
     Reply::Int(1)
 }
@@ -299,7 +301,7 @@ pub fn restore(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     ctx.db.insert(key, value, at, now);
     if let (Some(idle), Some(e)) = (idle, ctx.db.get_mut(key, now)) {
-        e.access_ms = now.saturating_sub(idle.saturating_mul(1000));
+        e.set_access_ms(now.saturating_sub(idle.saturating_mul(1000)));
     }
     ctx.dirty = true;
     ctx.log_as(vec![
@@ -438,7 +440,7 @@ pub fn object_freq(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 pub fn object_idletime(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     match ctx.db.get(&a[2], ctx.now_ms) {
         None => Reply::Nil,
-        Some(e) => Reply::Int((ctx.now_ms.saturating_sub(e.access_ms) / 1000) as i64),
+        Some(e) => Reply::Int((ctx.now_ms.saturating_sub(e.access_ms()) / 1000) as i64),
     }
 }
 

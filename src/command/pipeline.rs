@@ -362,8 +362,8 @@ impl SizeGuard {
         for (k, old) in self.before {
             ctx.db.remove(&k);
             if let Some(e) = old {
-                let access = e.access_ms;
-                ctx.db.insert(&k, e.value, e.expire_at_ms, access);
+                let (access, expire) = (e.access_ms(), e.expire_at_ms());
+                ctx.db.insert(&k, e.value, expire, access);
                 ctx.db.index_field_ttls(&k);
             }
         }

@@ -264,7 +264,7 @@ fn algebra(ctx: &mut Ctx, a: &[Vec<u8>], op: Op, store: bool) -> Reply {
     for m in &result {
         s.insert(m, ());
     }
-    ctx.store_or_delete(&a[1], (n > 0).then_some(Value::Set(s)));
+    ctx.store_or_delete(&a[1], (n > 0).then_some(Value::Set(Box::new(s))));
     Reply::Int(n as i64)
 }
 

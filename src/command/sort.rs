@@ -27,7 +27,7 @@ fn lookup(db: &Db, now: u64, pattern: &[u8], elem: &[u8]) -> Option<Vec<u8>> {
     match (&db.get(&key, now)?.value, field) {
         // A field whose time has passed is gone, even before the expiry cycle removes it.
         (Value::Hash(h), Some(f)) if h.ttl(f).is_none_or(|t| t > now) => h.get(f).cloned(),
-        (Value::Str(s), None) => Some(s.clone()),
+        (Value::Str(s), None) => Some(crate::state::Str::into_vec(s.clone())),
         _ => None,
     }
 }

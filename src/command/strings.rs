@@ -75,7 +75,7 @@ fn cond_holds(cond: &Cond, current: Option<&Value>) -> Result<bool, Reply> {
         (Cond::Nx, c) => return Ok(c.is_none()),
         (Cond::Xx, c) => return Ok(c.is_some()),
         (_, None) => None,
-        (_, Some(Value::Str(s))) => Some(s.as_slice()),
+        (_, Some(Value::Str(s))) => Some(&**s),
         (_, Some(_)) => return Err(Reply::err(errors::WRONGTYPE)),
     };
     Ok(match cond {
@@ -235,7 +235,7 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         };
     }
     let keep_expire = if ttl == Ttl::Keep {
-        existing.and_then(|e| e.expire_at_ms)
+        existing.and_then(|e| e.expire_at_ms())
     } else {
         None
     };
@@ -243,8 +243,12 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         Ttl::At(t) => to_expire(t),
         _ => keep_expire,
     };
-    ctx.db
-        .insert(key, Value::Str(a[2].clone()), expire, ctx.now_ms);
+    ctx.db.insert(
+        key,
+        Value::Str(crate::state::Str::from(a[2].clone())),
+        expire,
+        ctx.now_ms,
+    );
     ctx.dirty = true;
     if !ctx.replaying {
         let mut logged = vec![b"SET".to_vec(), key.clone(), a[2].clone()];
@@ -267,8 +271,12 @@ pub fn setnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if ctx.db.get_mut(&a[1], ctx.now_ms).is_some() {
         return Reply::Int(0);
     }
-    ctx.db
-        .insert(&a[1], Value::Str(a[2].clone()), None, ctx.now_ms);
+    ctx.db.insert(
+        &a[1],
+        Value::Str(crate::state::Str::from(a[2].clone())),
+        None,
+        ctx.now_ms,
+    );
     ctx.dirty = true;
     Reply::Int(1)
 }
@@ -280,8 +288,12 @@ pub fn setex(ctx: &mut Ctx, a: &[Vec<u8>], unit: i64) -> Reply {
     let Some(at) = expire_at(t, unit, true, ctx.now_ms) else {
         return Reply::err(errors::invalid_expire(&name));
     };
-    ctx.db
-        .insert(&a[1], Value::Str(a[3].clone()), to_expire(at), ctx.now_ms);
+    ctx.db.insert(
+        &a[1],
+        Value::Str(crate::state::Str::from(a[3].clone())),
+        to_expire(at),
+        ctx.now_ms,
+    );
     ctx.dirty = true;
     ctx.log_as(vec![
         b"SET".to_vec(),
@@ -295,8 +307,12 @@ pub fn setex(ctx: &mut Ctx, a: &[Vec<u8>], unit: i64) -> Reply {
 
 pub fn getset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let old = tri!(read_str(ctx.db, &a[1], ctx.now_ms)).map(|v| v.to_vec());
-    ctx.db
-        .insert(&a[1], Value::Str(a[2].clone()), None, ctx.now_ms);
+    ctx.db.insert(
+        &a[1],
+        Value::Str(crate::state::Str::from(a[2].clone())),
+        None,
+        ctx.now_ms,
+    );
     ctx.dirty = true;
     ctx.log_as(vec![b"SET".to_vec(), a[1].clone(), a[2].clone()]);
     Reply::opt_bulk(old.as_deref())
@@ -364,7 +380,7 @@ pub fn getex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             if ctx
                 .db
                 .get(key, ctx.now_ms)
-                .and_then(|e| e.expire_at_ms)
+                .and_then(|e| e.expire_at_ms())
                 .is_some()
             {
                 ctx.db.set_expire(key, None);
@@ -384,7 +400,7 @@ pub fn mget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         a[1..]
             .iter()
             .map(|k| match ctx.db.get(k, now).map(|e| &e.value) {
-                Some(Value::Str(s)) => Reply::Bulk(s.clone()),
+                Some(Value::Str(s)) => Reply::Bulk(crate::state::Str::into_vec(s.clone())),
                 _ => Reply::Nil,
             })
             .collect(),
@@ -396,8 +412,12 @@ pub fn mset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         return Reply::err(errors::wrong_arity("mset"));
     }
     for kv in a[1..].chunks(2) {
-        ctx.db
-            .insert(&kv[0], Value::Str(kv[1].clone()), None, ctx.now_ms);
+        ctx.db.insert(
+            &kv[0],
+            Value::Str(crate::state::Str::from(kv[1].clone())),
+            None,
+            ctx.now_ms,
+        );
     }
     ctx.dirty = true;
     Reply::ok()
@@ -427,18 +447,21 @@ pub fn append(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
     match ctx.db.get_mut(&a[1], now) {
         None => {
-            ctx.db.insert(&a[1], Value::Str(a[2].clone()), None, now);
+            ctx.db
+                .insert(&a[1], Value::Str(a[2].as_slice().into()), None, now);
             ctx.dirty = true;
             Reply::Int(a[2].len() as i64)
         }
         Some(e) => match &mut e.value {
             Value::Str(s) => {
                 tri!(check_len(s.len() + a[2].len()));
+                let s = s.make_mut();
                 make_room(s, a[2].len());
                 s.extend_from_slice(&a[2]);
-                e.access_ms = now;
+                let n = s.len();
+                e.set_access_ms(now);
                 ctx.dirty = true;
-                Reply::Int(s.len() as i64)
+                Reply::Int(n as i64)
             }
             _ => Reply::err(errors::WRONGTYPE),
         },
@@ -474,7 +497,7 @@ fn incr_generic(ctx: &mut Ctx, key: &[u8], by: i64) -> Reply {
         None => (0, None),
         Some(e) => match &e.value {
             Value::Str(s) => match parse_i64(s) {
-                Some(v) => (v, e.expire_at_ms),
+                Some(v) => (v, e.expire_at_ms()),
                 None => return Reply::err(errors::NOT_INTEGER),
             },
             _ => return Reply::err(errors::WRONGTYPE),
@@ -483,8 +506,12 @@ fn incr_generic(ctx: &mut Ctx, key: &[u8], by: i64) -> Reply {
     let Some(n) = cur.checked_add(by) else {
         return Reply::err(errors::OVERFLOW);
     };
-    ctx.db
-        .insert(key, Value::Str(n.to_string().into_bytes()), expire, now);
+    ctx.db.insert(
+        key,
+        Value::Str(crate::state::Str::from(n.to_string().into_bytes())),
+        expire,
+        now,
+    );
     ctx.dirty = true;
     Reply::Int(n)
 }
@@ -495,7 +522,7 @@ pub fn incrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let (cur, expire) = match ctx.db.get_mut(key, now) {
         None => (longdouble::parse(b"0"), None),
         Some(e) => match &e.value {
-            Value::Str(s) => (longdouble::parse(s), e.expire_at_ms),
+            Value::Str(s) => (longdouble::parse(s), e.expire_at_ms()),
             _ => return Reply::err(errors::WRONGTYPE),
         },
     };
@@ -507,7 +534,12 @@ pub fn incrbyfloat(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         _ => return Reply::err(errors::NAN_OR_INF),
     };
     let s = longdouble::format_human(n).into_bytes();
-    ctx.db.insert(key, Value::Str(s.clone()), expire, now);
+    ctx.db.insert(
+        key,
+        Value::Str(crate::state::Str::from(s.clone())),
+        expire,
+        now,
+    );
     ctx.dirty = true;
     ctx.log_as(vec![
         b"SET".to_vec(),
@@ -552,7 +584,8 @@ pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             s.resize(offset, 0);
             s.extend_from_slice(val);
             let n = s.len();
-            ctx.db.insert(&a[1], Value::Str(s), None, now);
+            ctx.db
+                .insert(&a[1], Value::Str(crate::state::Str::from(s)), None, now);
             ctx.dirty = true;
             Reply::Int(n as i64)
         }
@@ -562,6 +595,7 @@ pub fn setrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                     return Reply::Int(s.len() as i64);
                 }
                 tri!(check_len(offset.saturating_add(val.len())));
+                let s = s.make_mut();
                 if s.len() < offset + val.len() {
                     make_room(s, offset + val.len() - s.len());
                     s.resize(offset + val.len(), 0);
@@ -583,7 +617,7 @@ pub fn lcs(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
     let strval = |k: &[u8]| match ctx.db.get(k, now).map(|e| &e.value) {
         None => Ok(&[][..]),
-        Some(Value::Str(s)) => Ok(s.as_slice()),
+        Some(Value::Str(s)) => Ok(&**s),
         Some(_) => Err(Reply::err(
             "ERR The specified keys must contain string values",
         )),

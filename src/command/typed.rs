@@ -24,18 +24,18 @@ macro_rules! aggregate {
         impl Aggregate for $t {
             fn of(v: &Value) -> Option<&Self> {
                 match v {
-                    Value::$variant(x) => Some(x),
+                    Value::$variant(x) => Some(&**x),
                     _ => None,
                 }
             }
             fn of_mut(v: &mut Value) -> Option<&mut Self> {
                 match v {
-                    Value::$variant(x) => Some(x),
+                    Value::$variant(x) => Some(&mut **x),
                     _ => None,
                 }
             }
             fn empty() -> Value {
-                Value::$variant($new)
+                Value::$variant(Box::new($new))
             }
             fn is_empty(&self) -> bool {
                 <$t>::is_empty(self)

@@ -20,7 +20,7 @@ fn score_reply(s: f64) -> Reply {
 fn store(ctx: &mut Ctx, dst: &[u8], z: ZSet) -> Reply {
     let z = z.into_stored();
     let n = z.len();
-    ctx.store_or_delete(dst, (n > 0).then_some(Value::ZSet(z)));
+    ctx.store_or_delete(dst, (n > 0).then_some(Value::ZSet(Box::new(z))));
     Reply::Int(n as i64)
 }
 
@@ -77,7 +77,8 @@ pub fn zadd(ctx: &mut Ctx, a: &[Vec<u8>], zincrby: bool) -> Reply {
         if xx {
             return if incr { Reply::Nil } else { Reply::Int(0) };
         }
-        ctx.db.insert(key, Value::ZSet(ZSet::new()), None, now);
+        ctx.db
+            .insert(key, Value::ZSet(Box::new(ZSet::new())), None, now);
     }
     let Some(z) = tri!(typed::existing::<ZSet>(ctx, key)) else {
         return Reply::Int(0);

@@ -568,7 +568,7 @@ impl<'a> Reader<'a> {
     fn value(&mut self) -> Option<Value> {
         let t = self.byte()?;
         let v = match t {
-            TYPE_STRING => Value::Str(self.string()?),
+            TYPE_STRING => Value::Str(crate::state::Str::from(self.string()?)),
             TYPE_LIST => {
                 let n = self.count()?;
                 let mut l = VecDeque::with_capacity(n);
@@ -586,14 +586,14 @@ impl<'a> Reader<'a> {
                         return None;
                     }
                 }
-                Value::Set(s)
+                Value::Set(Box::new(s))
             }
             TYPE_SET_INTSET => {
                 let mut s = ScanMap::new();
                 for v in listpack::read_intset(&self.string()?)? {
                     s.insert(v.to_string().as_bytes(), ());
                 }
-                Value::Set(s)
+                Value::Set(Box::new(s))
             }
             TYPE_SET_LISTPACK => {
                 let mut s = ScanMap::new();
@@ -602,7 +602,7 @@ impl<'a> Reader<'a> {
                         return None;
                     }
                 }
-                Value::Set(s)
+                Value::Set(Box::new(s))
             }
             TYPE_ZSET | TYPE_ZSET_2 => {
                 let n = self.count()?;
@@ -624,7 +624,7 @@ impl<'a> Reader<'a> {
                         return None;
                     }
                 }
-                Value::ZSet(z.into_stored())
+                Value::ZSet(Box::new(z.into_stored()))
             }
             TYPE_ZSET_LISTPACK => {
                 let mut z = ZSet::new();
@@ -637,7 +637,7 @@ impl<'a> Reader<'a> {
                         return None;
                     }
                 }
-                Value::ZSet(z)
+                Value::ZSet(Box::new(z))
             }
             TYPE_HASH => {
                 let n = self.count()?;
@@ -648,7 +648,7 @@ impl<'a> Reader<'a> {
                         return None;
                     }
                 }
-                Value::Hash(h)
+                Value::Hash(Box::new(h))
             }
             TYPE_HASH_LISTPACK => {
                 let mut h = Hash::new();
@@ -657,7 +657,7 @@ impl<'a> Reader<'a> {
                         return None;
                     }
                 }
-                Value::Hash(h)
+                Value::Hash(Box::new(h))
             }
             TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 | TYPE_STREAM_LISTPACKS_3 => {
                 Value::Stream(Box::new(self.stream(t)?))
@@ -868,14 +868,20 @@ mod tests {
     fn string_payload_is_redis_bytes() {
         // Redis 7.0: SET k hello; DUMP k
         let want = b"\x00\x05hello\x0a\x00".to_vec();
-        let got = dump(&Value::Str(b"hello".to_vec())).expect("dumpable");
+        let got = dump(&Value::Str(crate::state::Str::from(b"hello".to_vec()))).expect("dumpable");
         assert_eq!(&got[..want.len()], &want[..]);
-        assert_eq!(restore(&got), Ok(Value::Str(b"hello".to_vec())));
+        assert_eq!(
+            restore(&got),
+            Ok(Value::Str(crate::state::Str::from(b"hello".to_vec())))
+        );
     }
 
     #[test]
     fn refuses_damage() {
-        let good = dump(&Value::Str(b"hello world, hello world, hello".to_vec())).expect("ok");
+        let good = dump(&Value::Str(crate::state::Str::from(
+            b"hello world, hello world, hello".to_vec(),
+        )))
+        .expect("ok");
         let mut bad = good.clone();
         bad[3] ^= 1;
         assert_eq!(restore(&bad), Err(LoadError::VersionOrChecksum));
@@ -891,8 +897,10 @@ mod tests {
     /// One value of every type and encoding, with a consumer group holding pending entries.
     fn samples() -> Vec<Value> {
         let mut out = vec![
-            Value::Str(b"123".to_vec()),
-            Value::Str(b"abcabcabcabcabcabcabcabcabcabc".to_vec()),
+            Value::Str(crate::state::Str::from(b"123".to_vec())),
+            Value::Str(crate::state::Str::from(
+                b"abcabcabcabcabcabcabcabcabcabc".to_vec(),
+            )),
         ];
         let list: VecDeque<Vec<u8>> = (0..300)
             .map(|i| format!("item{}", i % 7).into_bytes())
@@ -903,19 +911,19 @@ mod tests {
             for m in members {
                 s.insert(m.as_bytes(), ());
             }
-            out.push(Value::Set(s));
+            out.push(Value::Set(Box::new(s)));
         }
         for n in [3, 200] {
             let mut z = ZSet::new();
             for i in 0..n {
                 z.insert(format!("m{i}").as_bytes(), i as f64 / 3.0);
             }
-            out.push(Value::ZSet(z));
+            out.push(Value::ZSet(Box::new(z)));
         }
         let mut h = Hash::new();
         h.insert(b"f", b"v".to_vec());
         h.insert(b"n", b"12".to_vec());
-        out.push(Value::Hash(h));
+        out.push(Value::Hash(Box::new(h)));
         let mut st = Stream::new();
         for i in 1..40u64 {
             st.append(

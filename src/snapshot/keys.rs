@@ -37,21 +37,21 @@ pub fn put_entry(out: &mut Vec<u8>, key: &[u8], e: &Entry) -> Result<(), String>
         Value::Json(_) => TYPE_JSON,
     };
     out.push(ty);
-    out.push(if e.expire_at_ms.is_some() {
+    out.push(if e.expire_at_ms().is_some() {
         FLAG_EXPIRES
     } else {
         0
     });
     put_bytes(out, key);
-    put_uint(out, e.access_ms);
-    if let Some(t) = e.expire_at_ms {
+    put_uint(out, e.access_ms());
+    if let Some(t) = e.expire_at_ms() {
         put_u64(out, t);
     }
     match &e.value {
         Value::Str(s) => put_bytes(out, s),
         Value::List(l) => {
             put_uint(out, l.len() as u64);
-            for item in l {
+            for item in l.iter() {
                 put_bytes(out, item);
             }
         }
@@ -217,7 +217,7 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
         None
     };
     let value = match ty {
-        TYPE_STRING => Value::Str(c.bytes()?.to_vec()),
+        TYPE_STRING => Value::Str(crate::state::Str::from(c.bytes()?.to_vec())),
         TYPE_LIST => {
             let n = c.count()?;
             let mut l = VecDeque::with_capacity(n);
@@ -235,7 +235,7 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
                     return Err(format!("the set member {} twice", shown(m)));
                 }
             }
-            Value::Set(s)
+            Value::Set(Box::new(s))
         }
         TYPE_ZSET => {
             let skiplist = read_bool(c)?;
@@ -251,7 +251,7 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
                     return Err(format!("the sorted-set member {} twice", shown(m)));
                 }
             }
-            Value::ZSet(z)
+            Value::ZSet(Box::new(z))
         }
         TYPE_HASH => {
             let n = c.count()?;
@@ -266,21 +266,13 @@ pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
                     h.set_ttl(f, c.u64()?);
                 }
             }
-            Value::Hash(h)
+            Value::Hash(Box::new(h))
         }
         TYPE_STREAM => Value::Stream(Box::new(read_stream(c)?)),
         TYPE_JSON => Value::Json(Box::new(read_json(c, 0)?)),
         other => return Err(format!("unknown value type {other}")),
     };
-    Ok((
-        key,
-        Entry {
-            value,
-            expire_at_ms,
-            access_ms,
-            bytes: 0,
-        },
-    ))
+    Ok((key, Entry::new(value, expire_at_ms, access_ms)))
 }
 
 fn read_bool(c: &mut Cursor<'_>) -> Result<bool, String> {

@@ -193,8 +193,7 @@ struct Filling {
 
 impl Filling {
     fn new() -> Filling {
-        let mut db = Db::new();
-        db.set_bulk(true);
+        let db = Db::new();
         Filling {
             dbs: Databases::default(),
             current: DEFAULT_DB,
@@ -230,10 +229,8 @@ impl Filling {
     }
 
     fn finish_current(&mut self) -> Result<(), String> {
-        let mut db = std::mem::take(&mut self.db);
-        db.set_bulk(false);
+        let db = std::mem::take(&mut self.db);
         self.dbs.put(self.current, db)?;
-        self.db.set_bulk(true);
         Ok(())
     }
 
@@ -278,7 +275,8 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
                             String::from_utf8_lossy(&k)
                         )));
                     }
-                    fill.db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
+                    let (expire, access) = (e.expire_at_ms(), e.access_ms());
+                    fill.db.insert(&k, e.value, expire, access);
                 }
                 keys_total += n as u64;
                 progress(keys_total);
@@ -407,7 +405,8 @@ pub fn salvage(path: &Path, data: &[u8]) -> Result<(Loaded, Vec<Damage>), Damage
                 let n = c.count()?;
                 for _ in 0..n {
                     let (k, e) = keys::read_entry(&mut c)?;
-                    fill.db.insert(&k, e.value, e.expire_at_ms, e.access_ms);
+                    let (expire, access) = (e.expire_at_ms(), e.access_ms());
+                    fill.db.insert(&k, e.value, expire, access);
                     keys_total += 1;
                 }
                 Ok(())

@@ -8,23 +8,33 @@ pub mod acl;
 pub mod databases;
 pub mod hash;
 pub mod json;
+pub mod keyspace;
 pub mod list;
 pub mod ranked;
 pub mod scanmap;
 pub mod stream;
+pub mod string;
 pub mod zset;
 
-use scanmap::{IndexedScanMap, ScanMap};
+use keyspace::Keyspace;
+use scanmap::ScanMap;
+pub use string::Str;
+
+impl From<std::collections::VecDeque<Vec<u8>>> for Box<list::List> {
+    fn from(items: std::collections::VecDeque<Vec<u8>>) -> Box<list::List> {
+        Box::new(list::List::from(items))
+    }
+}
 use std::collections::BTreeSet;
 
 /// A stored value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
-    Str(Vec<u8>),
-    Hash(hash::Hash),
-    List(list::List),
-    Set(ScanMap<()>),
-    ZSet(zset::ZSet),
+    Str(Str),
+    Hash(Box<hash::Hash>),
+    List(Box<list::List>),
+    Set(Box<ScanMap<()>>),
+    ZSet(Box<zset::ZSet>),
     Stream(Box<stream::Stream>),
     /// A JSON document (JSON.* commands).
     Json(Box<json::Json>),
@@ -65,22 +75,89 @@ impl Value {
     }
 }
 
-/// A key's value with its expiry and last access.
+/// A key's value with its expiry and last access: 40 bytes, so that with its key it fills one
+/// 64-byte allocation (see `keyspace`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub value: Value,
+    /// Absolute expiry, Unix milliseconds; 0 for none.
+    expire: u64,
+    /// Last time a command touched the key, Unix seconds (for OBJECT IDLETIME, whose answer
+    /// is in seconds). Not logged: reads update it.
+    access_s: u32,
+    /// The key's and value's bytes as last counted into the database's total
+    /// (`Db::refresh`); `u32::MAX` for more, the count then kept in `Db::huge`.
+    bytes: u32,
+}
+
+impl Entry {
+    /// An entry of `value`, expiring at `expire_at_ms`, last touched at `access_ms`.
+    pub fn new(value: Value, expire_at_ms: Option<u64>, access_ms: u64) -> Entry {
+        let mut e = Entry {
+            value,
+            expire: 0,
+            access_s: 0,
+            bytes: 0,
+        };
+        e.set_expire_at_ms(expire_at_ms);
+        e.set_access_ms(access_ms);
+        e
+    }
+
     /// Absolute expiry, Unix milliseconds.
-    pub expire_at_ms: Option<u64>,
-    /// Last time a command touched the key (for OBJECT IDLETIME). Not logged: reads update it.
-    pub access_ms: u64,
-    /// The key's and value's bytes as last counted into the database's total (`Db::refresh`).
-    pub bytes: u64,
+    pub fn expire_at_ms(&self) -> Option<u64> {
+        (self.expire != 0).then_some(self.expire)
+    }
+
+    fn set_expire_at_ms(&mut self, at: Option<u64>) {
+        // An expiry at 0 is kept as 1: long past either way, and 0 means none.
+        self.expire = at.map_or(0, |t| t.max(1));
+    }
+
+    /// The last access, Unix milliseconds (to the second).
+    pub fn access_ms(&self) -> u64 {
+        u64::from(self.access_s) * 1000
+    }
+
+    pub fn set_access_ms(&mut self, ms: u64) {
+        self.access_s = u32::try_from(ms / 1000).unwrap_or(u32::MAX);
+    }
 }
 
 /// What each element of a collection counts beyond its bytes (a length, as a listpack keeps).
 pub const ELEMENT_OVERHEAD_BYTES: usize = 1;
 /// What each key counts beyond its name and value (its entry).
 pub const KEY_OVERHEAD_BYTES: usize = 16;
+
+/// An entry's byte count as last counted (see `Entry::bytes`).
+fn counted(huge: &std::collections::HashMap<Box<[u8]>, u64>, key: &[u8], e: &Entry) -> u64 {
+    if e.bytes == u32::MAX {
+        huge.get(key).copied().unwrap_or(u64::from(u32::MAX))
+    } else {
+        u64::from(e.bytes)
+    }
+}
+
+/// Keeps `bytes` as `e`'s count (in `huge` when it does not fit the entry's).
+fn count(
+    huge: &mut std::collections::HashMap<Box<[u8]>, u64>,
+    key: &[u8],
+    e: &mut Entry,
+    bytes: u64,
+) {
+    match u32::try_from(bytes) {
+        Ok(b) if b < u32::MAX => {
+            if e.bytes == u32::MAX {
+                huge.remove(key);
+            }
+            e.bytes = b;
+        }
+        _ => {
+            e.bytes = u32::MAX;
+            huge.insert(key.into(), bytes);
+        }
+    }
+}
 
 /// What a key costs against the data-size limits: its name, its value's bytes, and the
 /// entry's overhead.
@@ -93,7 +170,10 @@ fn entry_bytes(key: &[u8], value: &Value) -> u64 {
 /// next write that touches them or by a logged expiry record.
 #[derive(Debug, Default)]
 pub struct Db {
-    keys: IndexedScanMap<Entry>,
+    keys: Keyspace<Entry>,
+    /// The byte counts of the entries that hold 4 GiB or more (whose own count says
+    /// `u32::MAX`).
+    huge: std::collections::HashMap<Box<[u8]>, u64>,
     /// (expiry, key) for every key with a TTL, to find expired keys without a full scan.
     expires: BTreeSet<(u64, Box<[u8]>)>,
     /// (time, key) for hashes with field TTLs: each such hash has an entry at or before its
@@ -137,8 +217,9 @@ impl Db {
     pub fn refresh(&mut self, key: &[u8]) {
         if let Some(e) = self.keys.get_mut(key) {
             let now = entry_bytes(key, &e.value);
-            self.data_bytes = self.data_bytes.saturating_sub(e.bytes) + now;
-            e.bytes = now;
+            let before = counted(&self.huge, key, e);
+            self.data_bytes = self.data_bytes.saturating_sub(before) + now;
+            count(&mut self.huge, key, e, now);
         }
     }
 
@@ -158,9 +239,11 @@ impl Db {
     /// `refresh`).
     pub fn recount(&mut self) {
         let mut total = 0;
+        self.huge.clear();
         for (k, e) in self.keys.iter_mut() {
-            e.bytes = entry_bytes(k, &e.value);
-            total += e.bytes;
+            let b = entry_bytes(k, &e.value);
+            count(&mut self.huge, k, e, b);
+            total += b;
         }
         self.data_bytes = total;
     }
@@ -170,7 +253,7 @@ impl Db {
     }
 
     pub fn is_expired(entry: &Entry, now_ms: u64) -> bool {
-        matches!(entry.expire_at_ms, Some(t) if t <= now_ms)
+        entry.expire != 0 && entry.expire <= now_ms
     }
 
     /// The live entry for `key`, or None when absent or expired.
@@ -195,7 +278,7 @@ impl Db {
     /// Notes a read or write of `key` at `now_ms`.
     pub fn touch(&mut self, key: &[u8], now_ms: u64) {
         if let Some(e) = self.keys.get_mut(key) {
-            e.access_ms = now_ms;
+            e.set_access_ms(now_ms);
         }
     }
 
@@ -210,19 +293,21 @@ impl Db {
             _ => false,
         };
         let bytes = entry_bytes(key, &value);
-        let entry = Entry {
-            value,
-            expire_at_ms,
-            access_ms: now_ms,
-            bytes,
-        };
-        self.data_bytes += bytes;
+        let mut entry = Entry::new(value, expire_at_ms, now_ms);
+        entry.bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
         if let Some(old) = self.keys.insert(key, entry) {
-            self.data_bytes = self.data_bytes.saturating_sub(old.bytes);
-            if let Some(t) = old.expire_at_ms {
+            let before = counted(&self.huge, key, &old);
+            self.data_bytes = self.data_bytes.saturating_sub(before);
+            if let Some(t) = old.expire_at_ms() {
                 self.expires.remove(&(t, key.into()));
             }
         }
+        if bytes >= u64::from(u32::MAX) {
+            self.huge.insert(key.into(), bytes);
+        } else if !self.huge.is_empty() {
+            self.huge.remove(key);
+        }
+        self.data_bytes += bytes;
         if let Some(t) = expire_at_ms {
             self.expires.insert((t, key.into()));
         }
@@ -233,8 +318,12 @@ impl Db {
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
         let old = self.keys.remove(key)?;
-        self.data_bytes = self.data_bytes.saturating_sub(old.bytes);
-        if let Some(t) = old.expire_at_ms {
+        let bytes = counted(&self.huge, key, &old);
+        if old.bytes == u32::MAX {
+            self.huge.remove(key);
+        }
+        self.data_bytes = self.data_bytes.saturating_sub(bytes);
+        if let Some(t) = old.expire_at_ms() {
             self.expires.remove(&(t, key.into()));
         }
         Some(old)
@@ -245,7 +334,8 @@ impl Db {
         let Some(e) = self.keys.get_mut(key) else {
             return false;
         };
-        let old = std::mem::replace(&mut e.expire_at_ms, expire_at_ms);
+        let old = e.expire_at_ms();
+        e.set_expire_at_ms(expire_at_ms);
         if let Some(t) = old {
             self.expires.remove(&(t, key.into()));
         }
@@ -257,6 +347,7 @@ impl Db {
 
     pub fn clear(&mut self) {
         self.keys.clear();
+        self.huge.clear();
         self.expires.clear();
         self.field_expiry.clear();
         self.data_bytes = 0;
@@ -337,13 +428,13 @@ impl Db {
             self.field_expiry.remove(&(at, key.clone()));
             let Some(Entry {
                 value: Value::Hash(h),
-                expire_at_ms,
+                expire,
                 ..
             }) = self.keys.get_mut(&key)
             else {
                 continue;
             };
-            if h.indexed_at() != Some(at) || matches!(expire_at_ms, Some(t) if *t <= now_ms) {
+            if h.indexed_at() != Some(at) || (*expire != 0 && *expire <= now_ms) {
                 // Stale, or the whole key is expiring anyway.
                 continue;
             }
@@ -397,13 +488,8 @@ impl Db {
         std::hint::black_box(self.keys.get(key));
     }
 
-    /// Bulk mode for loading and replay (see `IndexedScanMap`): on before, off after.
-    pub fn set_bulk(&mut self, bulk: bool) {
-        self.keys.set_bulk(bulk);
-    }
-
     /// All entries, including expired ones (callers filter).
-    pub fn raw(&self) -> &IndexedScanMap<Entry> {
+    pub fn raw(&self) -> &Keyspace<Entry> {
         &self.keys
     }
 
@@ -423,7 +509,7 @@ impl Db {
         for (k, e) in self.keys.iter() {
             match other.keys.get(k) {
                 None => return Some(format!("key {:?} is missing", String::from_utf8_lossy(k))),
-                Some(o) if o.value != e.value || o.expire_at_ms != e.expire_at_ms => {
+                Some(o) if o.value != e.value || o.expire != e.expire => {
                     return Some(format!(
                         "key {:?} differs:\n{e:?}\n{o:?}",
                         String::from_utf8_lossy(k)

@@ -286,21 +286,15 @@ fn snapshot_bytes_match_the_document() {
     for (key, entry) in [
         (
             &b"k"[..],
-            Entry {
-                value: Value::Str(b"v".to_vec()),
-                expire_at_ms: Some(1_767_225_700_000),
-                access_ms: 1_767_225_600_123,
-                bytes: 0,
-            },
+            Entry::new(
+                Value::Str(b"v"[..].into()),
+                Some(1_767_225_700_000),
+                1_767_225_600_123,
+            ),
         ),
         (
             &b"h"[..],
-            Entry {
-                value: Value::Hash(hash),
-                expire_at_ms: None,
-                access_ms: 1_767_225_600_123,
-                bytes: 0,
-            },
+            Entry::new(Value::Hash(Box::new(hash)), None, 1_767_225_600_123),
         ),
     ] {
         keys::put_entry(&mut body, key, &entry).expect("entry");
@@ -317,7 +311,7 @@ fn snapshot_bytes_match_the_document() {
     assert_eq!(c.count(), Ok(2));
     let (k, e) = keys::read_entry(&mut c).expect("entry");
     assert_eq!(
-        (k.as_slice(), e.expire_at_ms),
+        (k.as_slice(), e.expire_at_ms()),
         (&b"k"[..], Some(1_767_225_700_000))
     );
 

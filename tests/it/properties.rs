@@ -158,7 +158,7 @@ proptest! {
         value in prop::collection::vec(any::<u8>(), 0..300),
         flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..8),
     ) {
-        let Ok(mut payload) = rdb::dump(&Value::Str(value)) else {
+        let Ok(mut payload) = rdb::dump(&Value::Str(value.into())) else {
             return Ok(());
         };
         let body = payload.len() - 8;
