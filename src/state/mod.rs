@@ -8,17 +8,17 @@ pub mod acl;
 pub mod databases;
 pub mod hash;
 pub mod json;
-pub mod keyspace;
 pub mod list;
 pub mod ranked;
 pub mod scanmap;
 pub mod stream;
 pub mod string;
+pub mod table;
 pub mod zset;
 
-use keyspace::Keyspace;
 use scanmap::ScanMap;
 pub use string::Str;
+use table::Keyspace;
 
 impl From<std::collections::VecDeque<Vec<u8>>> for Box<list::List> {
     fn from(items: std::collections::VecDeque<Vec<u8>>) -> Box<list::List> {
@@ -76,7 +76,7 @@ impl Value {
 }
 
 /// A key's value with its expiry and last access: 40 bytes, so that with its key it fills one
-/// 64-byte allocation (see `keyspace`).
+/// 64-byte allocation (see `table::Keyspace`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub value: Value,

@@ -2,10 +2,10 @@
 //!
 //! Ordering by hash gives SCAN what Redis's reverse-binary cursor gives it: the cursor is the
 //! hash to resume from, so every element present for the whole iteration is returned, and the
-//! cursor stays valid while the map changes. Lookups are one B-tree descent on a `u64` plus a
-//! comparison of the (almost always single) key in the bucket.
+//! cursor stays valid while the map changes. The map is a `table::SortedTable` whose slots hold
+//! the members themselves: a lookup is one probe near the key's home position.
 
-use std::collections::BTreeMap;
+use super::table::SortedTable;
 
 /// FNV-1a with a final avalanche; stable across runs and platforms. Never 0, so that cursor 0
 /// can mean both "start" and "done", as in Redis.
@@ -23,12 +23,21 @@ pub fn stable_hash(key: &[u8]) -> u64 {
     h.max(1)
 }
 
-type Bucket<V> = Vec<(Box<[u8]>, V)>;
+/// A member of a collection and its value, kept in the table's slot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member<V>(Key, V);
 
+impl<V> super::table::Element for Member<V> {
+    fn key(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+/// A map from byte strings to values, in the order of their stable hashes (see `table`):
+/// a set's members, a hash's fields, a sorted set's scores.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScanMap<V> {
-    tree: BTreeMap<u64, Bucket<V>>,
-    len: usize,
+    table: SortedTable<Member<V>>,
     /// The bytes of the keys together (a value's size, for the limits).
     key_bytes: usize,
 }
@@ -36,8 +45,7 @@ pub struct ScanMap<V> {
 impl<V> Default for ScanMap<V> {
     fn default() -> Self {
         ScanMap {
-            tree: BTreeMap::new(),
-            len: 0,
+            table: SortedTable::default(),
             key_bytes: 0,
         }
     }
@@ -48,117 +56,70 @@ impl<V> ScanMap<V> {
         Self::default()
     }
     pub fn len(&self) -> usize {
-        self.len
+        self.table.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.table.is_empty()
     }
     /// The bytes of the keys together.
     pub fn key_bytes(&self) -> usize {
         self.key_bytes
     }
     pub fn clear(&mut self) {
-        self.tree.clear();
-        self.len = 0;
+        self.table.clear();
         self.key_bytes = 0;
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&V> {
-        let bucket = self.tree.get(&stable_hash(key))?;
-        bucket.iter().find(|(k, _)| &**k == key).map(|(_, v)| v)
+        self.table.get(key).map(|m| &m.1)
     }
 
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut V> {
-        let bucket = self.tree.get_mut(&stable_hash(key))?;
-        bucket.iter_mut().find(|(k, _)| &**k == key).map(|(_, v)| v)
+        self.table.get_mut(key).map(|m| &mut m.1)
     }
 
     pub fn contains_key(&self, key: &[u8]) -> bool {
-        self.get(key).is_some()
+        self.table.get(key).is_some()
     }
 
     /// Inserts or replaces; returns the previous value.
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
-        let bucket = self.tree.entry(stable_hash(key)).or_default();
-        if let Some((_, v)) = bucket.iter_mut().find(|(k, _)| &**k == key) {
-            return Some(std::mem::replace(v, value));
+        if let Some(m) = self.table.get_mut(key) {
+            return Some(std::mem::replace(&mut m.1, value));
         }
-        bucket.push((key.into(), value));
-        self.len += 1;
+        self.table.insert(key, Member(Key::new(key), value));
         self.key_bytes += key.len();
         None
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
-        let h = stable_hash(key);
-        let bucket = self.tree.get_mut(&h)?;
-        let pos = bucket.iter().position(|(k, _)| &**k == key)?;
-        let (_, v) = bucket.swap_remove(pos);
-        if bucket.is_empty() {
-            self.tree.remove(&h);
-        }
-        self.len -= 1;
+        let m = self.table.remove(key)?;
         self.key_bytes -= key.len();
-        Some(v)
-    }
-
-    /// The value for `key`, inserting `make()` first when absent.
-    pub fn get_or_insert_with(&mut self, key: &[u8], make: impl FnOnce() -> V) -> &mut V {
-        let bucket = self.tree.entry(stable_hash(key)).or_default();
-        let pos = match bucket.iter().position(|(k, _)| &**k == key) {
-            Some(p) => p,
-            None => {
-                bucket.push((key.into(), make()));
-                self.len += 1;
-                self.key_bytes += key.len();
-                bucket.len() - 1
-            }
-        };
-        &mut bucket[pos].1
+        Some(m.1)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &V)> {
-        self.tree
-            .values()
-            .flat_map(|b| b.iter().map(|(k, v)| (&**k, v)))
+        self.table.iter().map(|m| (m.0.bytes(), &m.1))
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.iter().map(|(k, _)| k)
+        self.table.iter().map(|m| m.0.bytes())
     }
 
-    /// Visits buckets from `cursor` on until at least `count` elements were visited, and returns
-    /// the cursor to continue from (0 when the end was reached).
+    /// Visits elements from `cursor` on until at least `count` were visited, and returns the
+    /// cursor to continue from (0 when the end was reached).
     pub fn scan(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8], &V)) -> u64 {
-        let mut seen = 0usize;
-        let mut range = self.tree.range(cursor..);
-        for (_, bucket) in range.by_ref() {
-            for (k, v) in bucket {
-                visit(k, v);
-            }
-            seen += bucket.len();
-            if seen >= count {
-                break;
-            }
-        }
-        range.next().map(|(h, _)| *h).unwrap_or(0)
+        self.table.scan(cursor, count, |m| visit(m.0.bytes(), &m.1))
     }
 
-    /// The element at or after a random point of the hash space (wrapping), for RANDOMKEY and
-    /// friends. Not uniform over elements when hashes cluster, which is fine for its users.
+    /// The element at or after a random point of the hash space (wrapping), for the random
+    /// picks of collections.
     pub fn random(&self, r: u64) -> Option<(&[u8], &V)> {
-        let bucket = self
-            .tree
-            .range(r..)
-            .next()
-            .or_else(|| self.tree.iter().next())?
-            .1;
-        let (k, v) = bucket.get((r as usize) % bucket.len())?;
-        Some((k, v))
+        self.table.random(r).map(|m| (m.0.bytes(), &m.1))
     }
 }
 
-/// A key as the keyspace (`keyspace::Keyspace`) keeps it: up to 22 bytes in place, in the
+/// A key as the tables keep it (`table::Keyspace`, `ScanMap`): up to 22 bytes in place, in the
 /// key's node (most keys: one allocation a key), longer ones on the heap.
 #[derive(Clone)]
 pub(super) enum Key {

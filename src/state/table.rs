@@ -1,0 +1,601 @@
+//! The hash tables of the state: the keyspace's (`Keyspace`) and every collection's whose
+//! members are looked up by name (`ScanMap`: sets, hashes, sorted sets' scores).
+//!
+//! Both are one `SortedTable`: an open-addressed array of slots, each an element's 64-bit
+//! stable hash and the element, with linear probing and no wrap-around, whose home positions
+//! grow with the hash (`home` scales the hash to the table's size). Every element sits at or
+//! after its home, and the slots hold the elements in hash order: an insert shifts the run after
+//! its place one slot on, a removal shifts the displaced elements after it one slot back. So the
+//! table is its own SCAN order: a cursor is the hash to resume from, and every element present
+//! for a whole iteration is returned however the table grows or shrinks meanwhile, as Redis's
+//! reverse-binary cursor promises. There is no second index.
+//!
+//! The table may hold up to 7/8 of its home positions; it grows by half again (by a quarter when
+//! large), and shrinks when a quarter is used. The keyspace keeps a pointer to a node holding the key and its entry in
+//! each slot (16 bytes a slot, one allocation a key); a collection keeps its members in the
+//! slots themselves (a member up to 22 bytes costs no allocation of its own). No `unsafe`: a
+//! slot is an `Option<(u64, T)>`, which the compiler lays out without a tag.
+
+use super::scanmap::{stable_hash, Key};
+
+/// What a table holds in a slot: something with a key.
+pub trait Element {
+    fn key(&self) -> &[u8];
+}
+
+type Slot<T> = Option<(u64, T)>;
+
+/// Slots past the last home position, for the elements displaced from the last homes: a
+/// table whose elements would run past them grows.
+fn slack(homes: usize) -> usize {
+    (homes / 8 + 4).min(1024)
+}
+
+/// The smallest table with any home position.
+const MIN_HOMES: usize = 4;
+
+#[derive(Debug, Clone)]
+pub struct SortedTable<T> {
+    slots: Vec<Slot<T>>,
+    /// Home positions (the slots before the slack).
+    homes: usize,
+    len: usize,
+}
+
+impl<T> Default for SortedTable<T> {
+    fn default() -> Self {
+        SortedTable {
+            slots: Vec::new(),
+            homes: 0,
+            len: 0,
+        }
+    }
+}
+
+impl<T: Element> SortedTable<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn clear(&mut self) {
+        *self = SortedTable::default();
+    }
+
+    /// The first position an element of hash `h` may take.
+    fn home(&self, h: u64) -> usize {
+        ((h as u128 * self.homes as u128) >> 64) as usize
+    }
+
+    /// Where the element of `key` (of hash `h`) is.
+    fn find(&self, key: &[u8], h: u64) -> Option<usize> {
+        if self.homes == 0 {
+            return None;
+        }
+        let mut i = self.home(h);
+        while let Some(Some((sh, e))) = self.slots.get(i) {
+            if *sh > h {
+                return None;
+            }
+            if *sh == h && e.key() == key {
+                return Some(i);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&T> {
+        let i = self.find(key, stable_hash(key))?;
+        self.slots[i].as_ref().map(|(_, e)| e)
+    }
+
+    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut T> {
+        let i = self.find(key, stable_hash(key))?;
+        self.slots[i].as_mut().map(|(_, e)| e)
+    }
+
+    /// Inserts `element` (whose key is `key`), or replaces the one of that key; the previous.
+    pub fn insert(&mut self, key: &[u8], element: T) -> Option<T> {
+        let h = stable_hash(key);
+        if let Some(i) = self.find(key, h) {
+            return self.slots[i]
+                .as_mut()
+                .map(|(_, e)| std::mem::replace(e, element));
+        }
+        self.add(h, element);
+        None
+    }
+
+    /// Adds a new element of hash `h`; its position.
+    fn add(&mut self, h: u64, mut element: T) -> usize {
+        if (self.len + 1) * 8 > self.homes * 7 {
+            self.resize(self.grown());
+        }
+        loop {
+            match self.place(h, element) {
+                Ok(i) => {
+                    self.len += 1;
+                    return i;
+                }
+                Err(back) => {
+                    element = back;
+                    self.resize(self.grown());
+                }
+            }
+        }
+    }
+
+    /// The size a growing table takes: half again while small, a quarter again past 65,536
+    /// homes, where the slots are most of the cost (rebuilding is linear either way).
+    fn grown(&self) -> usize {
+        let more = if self.homes > 1 << 16 {
+            self.homes / 4
+        } else {
+            self.homes / 2
+        };
+        (self.homes + more).max(MIN_HOMES)
+    }
+
+    /// Puts a new element at its place in hash order, shifting the run after it one slot on;
+    /// gives it back when the run reaches the table's end.
+    fn place(&mut self, h: u64, element: T) -> Result<usize, T> {
+        let mut i = self.home(h);
+        while let Some(Some((sh, _))) = self.slots.get(i) {
+            if *sh > h {
+                break;
+            }
+            i += 1;
+        }
+        let mut e = i;
+        while let Some(Some(_)) = self.slots.get(e) {
+            e += 1;
+        }
+        if e >= self.slots.len() {
+            return Err(element);
+        }
+        self.slots[i..=e].rotate_right(1);
+        self.slots[i] = Some((h, element));
+        Ok(i)
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Option<T> {
+        let i = self.find(key, stable_hash(key))?;
+        let (_, element) = self.slots[i].take()?;
+        // The elements after it that sit past their home move one slot back.
+        let mut e = i + 1;
+        while let Some(Some((sh, _))) = self.slots.get(e) {
+            if self.home(*sh) >= e {
+                break;
+            }
+            e += 1;
+        }
+        self.slots[i..e].rotate_left(1);
+        self.len -= 1;
+        if self.len * 4 < self.homes && self.homes > MIN_HOMES {
+            self.resize(self.homes / 2);
+        }
+        Some(element)
+    }
+
+    /// Builds the table again with `homes` home positions (more when the elements need them).
+    fn resize(&mut self, homes: usize) {
+        let old = std::mem::take(&mut self.slots);
+        let mut homes = homes.max(MIN_HOMES).max(self.len + self.len / 7 + 1);
+        loop {
+            self.homes = homes;
+            let size = homes + slack(homes);
+            // The elements come in hash order: each goes to its home or just after the last.
+            let mut next = 0usize;
+            let fits = old.iter().flatten().all(|(h, _)| {
+                let at = self.home(*h).max(next);
+                next = at + 1;
+                at < size
+            });
+            if !fits {
+                homes += homes / 8 + 4;
+                continue;
+            }
+            let mut slots: Vec<Slot<T>> = Vec::with_capacity(size);
+            for (h, element) in old.into_iter().flatten() {
+                let at = self.home(h).max(slots.len());
+                slots.resize_with(at, || None);
+                slots.push(Some((h, element)));
+            }
+            slots.resize_with(size, || None);
+            self.slots = slots;
+            return;
+        }
+    }
+
+    /// Every element, in hash order.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().flatten().map(|(_, e)| e)
+    }
+
+    /// Every element, to change in place (its key must stay).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots.iter_mut().flatten().map(|(_, e)| e)
+    }
+
+    /// The first position whose element's hash is `cursor` or more.
+    fn first_from(&self, cursor: u64) -> usize {
+        if self.homes == 0 {
+            return self.slots.len();
+        }
+        let mut i = self.home(cursor);
+        while let Some(slot) = self.slots.get(i) {
+            match slot {
+                Some((h, _)) if *h >= cursor => return i,
+                _ => i += 1,
+            }
+        }
+        self.slots.len()
+    }
+
+    /// The elements of hash `cursor` or more, in hash order, with their hashes.
+    fn from(&self, cursor: u64) -> impl Iterator<Item = (u64, &T)> {
+        self.slots[self.first_from(cursor).min(self.slots.len())..]
+            .iter()
+            .flatten()
+            .map(|(h, e)| (*h, e))
+    }
+
+    /// Visits elements from `cursor` (a hash) in hash order until `count` were visited, at the
+    /// end of a hash's elements (a cursor cannot point inside them); the next cursor, 0 at the
+    /// end.
+    pub fn scan(&self, cursor: u64, count: usize, mut visit: impl FnMut(&T)) -> u64 {
+        self.scan_until(cursor, usize::MAX, count, |e| {
+            visit(e);
+            false
+        })
+    }
+
+    /// A scan that stops once `visit` has accepted `want` elements or `examine` elements have
+    /// been visited, whichever comes first (at the end of a hash's elements). The next
+    /// cursor, 0 at the end.
+    pub fn scan_until(
+        &self,
+        cursor: u64,
+        want: usize,
+        examine: usize,
+        mut visit: impl FnMut(&T) -> bool,
+    ) -> u64 {
+        let (mut seen, mut taken) = (0usize, 0usize);
+        let mut last: Option<u64> = None;
+        for (h, e) in self.from(cursor) {
+            if last.is_some_and(|l| l != h) && (taken >= want || seen >= examine) {
+                return h;
+            }
+            last = Some(h);
+            taken += usize::from(visit(e));
+            seen += 1;
+        }
+        0
+    }
+
+    /// An element picked by `r`: the first whose hash is `r` or more (the first of all past
+    /// the last), and among elements of one hash the `r`th. Not uniform when hashes cluster,
+    /// which is fine for RANDOMKEY and the random picks of collections.
+    pub fn random(&self, r: u64) -> Option<&T> {
+        let first = self
+            .from(r)
+            .next()
+            .or_else(|| self.from(0).next())
+            .map(|(h, _)| h)?;
+        let group: Vec<&T> = self
+            .from(first)
+            .take_while(|(h, _)| *h == first)
+            .map(|(_, e)| e)
+            .collect();
+        group.get((r as usize) % group.len().max(1)).copied()
+    }
+}
+
+impl<T: Element + PartialEq> PartialEq for SortedTable<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+/// A key and its entry, in one allocation: what a keyspace slot points to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node<V> {
+    key: Key,
+    pub value: V,
+}
+
+impl<V> Element for Box<Node<V>> {
+    fn key(&self) -> &[u8] {
+        self.key.bytes()
+    }
+}
+
+/// The keyspace: keys to their entries, in hash order.
+#[derive(Debug, Clone)]
+pub struct Keyspace<V> {
+    table: SortedTable<Box<Node<V>>>,
+}
+
+impl<V> Default for Keyspace<V> {
+    fn default() -> Self {
+        Keyspace {
+            table: SortedTable::default(),
+        }
+    }
+}
+
+impl<V: PartialEq> PartialEq for Keyspace<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.table == other.table
+    }
+}
+
+impl<V> Keyspace<V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.table.clear();
+    }
+    pub fn get(&self, key: &[u8]) -> Option<&V> {
+        self.table.get(key).map(|n| &n.value)
+    }
+    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut V> {
+        self.table.get_mut(key).map(|n| &mut n.value)
+    }
+    pub fn contains_key(&self, key: &[u8]) -> bool {
+        self.table.get(key).is_some()
+    }
+    /// Inserts or replaces; returns the previous value.
+    pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
+        if let Some(n) = self.table.get_mut(key) {
+            return Some(std::mem::replace(&mut n.value, value));
+        }
+        let node = Box::new(Node {
+            key: Key::new(key),
+            value,
+        });
+        self.table.insert(key, node);
+        None
+    }
+    pub fn remove(&mut self, key: &[u8]) -> Option<V> {
+        self.table.remove(key).map(|n| n.value)
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &V)> {
+        self.table.iter().map(|n| (n.key.bytes(), &n.value))
+    }
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&[u8], &mut V)> {
+        self.table.iter_mut().map(|n| (n.key.bytes(), &mut n.value))
+    }
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.table.iter().map(|n| n.key.bytes())
+    }
+    pub fn scan(&self, cursor: u64, count: usize, mut visit: impl FnMut(&[u8], &V)) -> u64 {
+        self.table
+            .scan(cursor, count, |n| visit(n.key.bytes(), &n.value))
+    }
+    pub fn scan_until(
+        &self,
+        cursor: u64,
+        want: usize,
+        examine: usize,
+        mut visit: impl FnMut(&[u8], &V) -> bool,
+    ) -> u64 {
+        self.table
+            .scan_until(cursor, want, examine, |n| visit(n.key.bytes(), &n.value))
+    }
+    pub fn random(&self, r: u64) -> Option<(&[u8], &V)> {
+        self.table.random(r).map(|n| (n.key.bytes(), &n.value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::scanmap::{stable_hash, ScanMap};
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// What the tables replaced, kept as the model they are held to: a B-tree from each hash
+    /// to the keys of that hash, in insertion order.
+    #[derive(Default)]
+    struct Model {
+        tree: BTreeMap<u64, Vec<(Vec<u8>, u32)>>,
+    }
+
+    impl Model {
+        fn insert(&mut self, k: &[u8], v: u32) -> Option<u32> {
+            let b = self.tree.entry(stable_hash(k)).or_default();
+            if let Some((_, old)) = b.iter_mut().find(|(x, _)| x == k) {
+                return Some(std::mem::replace(old, v));
+            }
+            b.push((k.to_vec(), v));
+            None
+        }
+        fn remove(&mut self, k: &[u8]) -> Option<u32> {
+            let h = stable_hash(k);
+            let b = self.tree.get_mut(&h)?;
+            let at = b.iter().position(|(x, _)| x == k)?;
+            let (_, v) = b.remove(at);
+            if b.is_empty() {
+                self.tree.remove(&h);
+            }
+            Some(v)
+        }
+        fn len(&self) -> usize {
+            self.tree.values().map(Vec::len).sum()
+        }
+        fn items(&self) -> Vec<(Vec<u8>, u32)> {
+            self.tree.values().flatten().cloned().collect()
+        }
+        fn scan(&self, cursor: u64, count: usize) -> (u64, Vec<(Vec<u8>, u32)>) {
+            let mut out = Vec::new();
+            let mut range = self.tree.range(cursor..);
+            for (_, b) in range.by_ref() {
+                out.extend(b.iter().cloned());
+                if out.len() >= count {
+                    break;
+                }
+            }
+            (range.next().map_or(0, |(h, _)| *h), out)
+        }
+        fn random(&self, r: u64) -> Option<(Vec<u8>, u32)> {
+            let b = self
+                .tree
+                .range(r..)
+                .next()
+                .or_else(|| self.tree.iter().next())?
+                .1;
+            b.get((r as usize) % b.len()).cloned()
+        }
+    }
+
+    /// The keyspace and the collections' map answer, iterate, scan and pick exactly as the
+    /// model, through growth, shrinking and removals.
+    #[test]
+    fn the_tables_behave_as_the_model() {
+        let mut m = Model::default();
+        let mut k: Keyspace<u32> = Keyspace::new();
+        let mut s: ScanMap<u32> = ScanMap::new();
+        let mut x = 88172645463325252u64;
+        let owned = |it: &mut dyn Iterator<Item = (&[u8], &u32)>| -> Vec<(Vec<u8>, u32)> {
+            it.map(|(a, b)| (a.to_vec(), *b)).collect()
+        };
+        for round in 0..3u64 {
+            for i in 0..20_000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = format!("k{}", x % (3_000 + 2_000 * round));
+                let key = key.as_bytes();
+                // Early on mostly inserts, later mostly removals: the tables grow and shrink.
+                if x % 10 < 3 + 3 * round {
+                    let want = m.remove(key);
+                    assert_eq!(k.remove(key), want);
+                    assert_eq!(s.remove(key), want);
+                } else {
+                    let want = m.insert(key, i);
+                    assert_eq!(k.insert(key, i), want);
+                    assert_eq!(s.insert(key, i), want);
+                }
+                assert_eq!((k.len(), s.len()), (m.len(), m.len()));
+                if i % 997 == 0 {
+                    assert_eq!(owned(&mut k.iter()), m.items());
+                    assert_eq!(owned(&mut s.iter()), m.items());
+                }
+            }
+            assert_eq!(owned(&mut k.iter()), m.items());
+            assert_eq!(owned(&mut s.iter()), m.items());
+            for (key, v) in m.items() {
+                assert_eq!(k.get(&key), Some(&v));
+                assert_eq!(s.get(&key), Some(&v));
+            }
+            assert_eq!(k.get(b"absent"), None);
+            assert_eq!(
+                s.key_bytes(),
+                m.items().iter().map(|(a, _)| a.len()).sum::<usize>()
+            );
+            let mut cursor = 0;
+            loop {
+                let (want_cursor, want) = m.scan(cursor, 10);
+                let (mut got_k, mut got_s) = (Vec::new(), Vec::new());
+                let ck = k.scan(cursor, 10, |a, b| got_k.push((a.to_vec(), *b)));
+                let cs = s.scan(cursor, 10, |a, b| got_s.push((a.to_vec(), *b)));
+                assert_eq!((ck, &got_k), (want_cursor, &want));
+                assert_eq!((cs, &got_s), (want_cursor, &want));
+                cursor = want_cursor;
+                if cursor == 0 {
+                    break;
+                }
+            }
+            for r in [0, 1, u64::MAX / 3, u64::MAX] {
+                let want = m.random(r);
+                assert_eq!(k.random(r).map(|(a, b)| (a.to_vec(), *b)), want);
+                assert_eq!(s.random(r).map(|(a, b)| (a.to_vec(), *b)), want);
+            }
+        }
+        // Emptied, they shrink back and stay usable.
+        for (key, _) in m.items() {
+            assert!(k.remove(&key).is_some());
+            assert!(s.remove(&key).is_some());
+        }
+        assert!(k.is_empty() && s.is_empty());
+        assert!(k.table.homes <= 2 * MIN_HOMES);
+        assert_eq!(k.insert(b"again", 1), None);
+        assert_eq!(k.get(b"again"), Some(&1));
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Named(&'static str, u32);
+
+    impl Element for Named {
+        fn key(&self) -> &[u8] {
+            self.0.as_bytes()
+        }
+    }
+
+    /// Elements whose 64-bit hashes collide each keep their place, and a scan never stops
+    /// between them.
+    #[test]
+    fn colliding_hashes_are_kept_together() {
+        let names: Vec<&'static str> = (0..100)
+            .map(|i| &*Box::leak(format!("k{i}").into_boxed_str()))
+            .collect();
+        let mut t: SortedTable<Named> = SortedTable::new();
+        for (i, n) in names.iter().enumerate() {
+            t.insert(n.as_bytes(), Named(n, i as u32));
+        }
+        // Three more elements placed by hand with the hash of `k7`.
+        let h = stable_hash(b"k7");
+        for (j, name) in ["x1", "x2", "x3"].into_iter().enumerate() {
+            assert!(t.place(h, Named(name, 1_000 + j as u32)).is_ok());
+            t.len += 1;
+        }
+        for (j, name) in ["x1", "x2", "x3"].into_iter().enumerate() {
+            let at = t.find(name.as_bytes(), h).map(|i| &t.slots[i]);
+            assert_eq!(
+                at.and_then(|s| s.as_ref()).map(|(_, e)| e.1),
+                Some(1_000 + j as u32)
+            );
+        }
+        let mut cursor = 0;
+        loop {
+            let mut got = Vec::new();
+            cursor = t.scan(cursor, 1, |e| got.push(e.0));
+            if got.contains(&"k7") {
+                assert_eq!(got, ["k7", "x1", "x2", "x3"]);
+            }
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+
+    /// A keyspace slot is a hash and a pointer; a set's, a hash and a member of up to 22
+    /// bytes held in place.
+    #[test]
+    fn slots_are_small() {
+        assert_eq!(
+            std::mem::size_of::<Slot<Box<Node<super::super::Entry>>>>(),
+            16
+        );
+        assert_eq!(
+            std::mem::size_of::<Slot<super::super::scanmap::Member<()>>>(),
+            32
+        );
+        assert_eq!(std::mem::size_of::<super::super::Entry>() + 24, 56);
+    }
+}
