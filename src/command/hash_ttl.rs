@@ -246,7 +246,7 @@ pub fn hgetex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             out.push(Reply::Nil);
             continue;
         };
-        out.push(Reply::Bulk(v.clone()));
+        out.push(Reply::Bulk(v.to_vec()));
         match then {
             Then::Nothing => {}
             Then::Persist => changed |= h.clear_ttl(f),

@@ -14,6 +14,8 @@ pub fn hset(ctx: &mut Ctx, a: &[Vec<u8>], hmset: bool) -> Reply {
         return Reply::err(errors::wrong_arity(if hmset { "hmset" } else { "hset" }));
     }
     let h = tri!(typed::create::<Hash>(ctx, &a[1]));
+    // A packed hash grows once for all the pairs, not once a pair.
+    h.reserve(a[2..].iter().map(|x| x.len() + 1).sum());
     let mut created = 0;
     for fv in a[2..].chunks(2) {
         if h.insert(&fv[0], fv[1].clone()).is_none() {
@@ -41,8 +43,7 @@ pub fn hsetnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 pub fn hget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::opt_bulk(
         tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms))
-            .and_then(|h| h.get(&a[2]))
-            .map(|v| v.as_slice()),
+            .and_then(|h| h.get(&a[2])),
     )
 }
 
@@ -51,7 +52,7 @@ pub fn hmget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Array(
         a[2..]
             .iter()
-            .map(|f| Reply::opt_bulk(h.and_then(|h| h.get(f)).map(|v| v.as_slice())))
+            .map(|f| Reply::opt_bulk(h.and_then(|h| h.get(f))))
             .collect(),
     )
 }
@@ -144,7 +145,7 @@ pub fn hkeys(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 pub fn hvals(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let h = tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms));
     Reply::Array(
-        h.map(|h| h.iter().map(|(_, v)| Reply::bulk(v.as_slice())).collect())
+        h.map(|h| h.iter().map(|(_, v)| Reply::bulk(v)).collect())
             .unwrap_or_default(),
     )
 }
@@ -155,7 +156,7 @@ pub fn hgetall(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if let Some(h) = h {
         for (f, v) in h.iter() {
             out.push(Reply::bulk(f));
-            out.push(Reply::bulk(v.as_slice()));
+            out.push(Reply::bulk(v));
         }
     }
     Reply::Array(out)
@@ -241,11 +242,11 @@ pub fn hrandfield(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             Reply::Nil
         };
     };
-    let fields: Vec<(&[u8], &Vec<u8>)> = h.iter().collect();
-    let push = |out: &mut Vec<Reply>, (f, v): (&[u8], &Vec<u8>)| {
+    let fields: Vec<(&[u8], &[u8])> = h.iter().collect();
+    let push = |out: &mut Vec<Reply>, (f, v): (&[u8], &[u8])| {
         out.push(Reply::bulk(f));
         if withvalues {
-            out.push(Reply::bulk(v.as_slice()));
+            out.push(Reply::bulk(v));
         }
     };
     let mut out = Vec::new();
@@ -298,7 +299,7 @@ pub fn hscan(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             if o.matches(f) {
                 out.push(Reply::bulk(f));
                 if !o.novalues {
-                    out.push(Reply::bulk(v.as_slice()));
+                    out.push(Reply::bulk(v));
                 }
             }
         }),

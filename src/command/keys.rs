@@ -392,8 +392,8 @@ pub fn encoding(v: &Value) -> &'static str {
             }
         }
         Value::Hash(h) => {
-            let small = h.len() <= 128 && h.iter().all(|(f, v)| f.len() <= 64 && v.len() <= 64);
-            match (small, h.has_ttls()) {
+            // Packed as a listpack is, and turned into a table at the same sizes, for good.
+            match (h.is_packed(), h.has_ttls()) {
                 // Redis 7.4 keeps a small hash with field TTLs as "listpackex".
                 (true, true) => "listpackex",
                 (true, false) => "listpack",

@@ -26,7 +26,9 @@ fn lookup(db: &Db, now: u64, pattern: &[u8], elem: &[u8]) -> Option<Vec<u8>> {
     key.extend_from_slice(post);
     match (&db.get(&key, now)?.value, field) {
         // A field whose time has passed is gone, even before the expiry cycle removes it.
-        (Value::Hash(h), Some(f)) if h.ttl(f).is_none_or(|t| t > now) => h.get(f).cloned(),
+        (Value::Hash(h), Some(f)) if h.ttl(f).is_none_or(|t| t > now) => {
+            h.get(f).map(<[u8]>::to_vec)
+        }
         (Value::Str(s), None) => Some(crate::state::Str::into_vec(s.clone())),
         _ => None,
     }
