@@ -41,10 +41,7 @@ pub fn hsetnx(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
 }
 
 pub fn hget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
-    Reply::opt_bulk(
-        tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms))
-            .and_then(|h| h.get(&a[2])),
-    )
+    Reply::opt_bulk(tri!(typed::read::<Hash>(ctx.db, &a[1], ctx.now_ms)).and_then(|h| h.get(&a[2])))
 }
 
 pub fn hmget(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {

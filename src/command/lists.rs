@@ -31,6 +31,7 @@ pub fn push(ctx: &mut Ctx, a: &[Vec<u8>], left: bool, only_existing: bool) -> Re
         return Reply::Int(0);
     }
     let l = tri!(typed::create::<List>(ctx, &a[1]));
+    l.reserve(a.len() - 2);
     for v in &a[2..] {
         if left {
             l.push_front(v.clone());
@@ -125,7 +126,7 @@ pub fn lrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     };
     match range(l.len(), start, end) {
         None => Reply::Array(vec![]),
-        Some((s, e)) => Reply::Array(l.range(s..=e).map(|v| Reply::bulk(v.as_slice())).collect()),
+        Some((s, e)) => Reply::Array(l.range(s..=e).map(|v| Reply::bulk(&**v)).collect()),
     }
 }
 
@@ -139,7 +140,7 @@ pub fn lindex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         return Reply::Nil;
     };
     let i = tri!(int_arg(&a[2]));
-    Reply::opt_bulk(index(l.len(), i).map(|i| l[i].as_slice()))
+    Reply::opt_bulk(index(l.len(), i).map(|i| &*l[i]))
 }
 
 pub fn lset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
@@ -168,7 +169,7 @@ pub fn linsert(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
-    let Some(pos) = l.iter().position(|v| v == &a[3]) else {
+    let Some(pos) = l.iter().position(|v| **v == *a[3]) else {
         return Reply::Int(-1);
     };
     l.insert(if after { pos + 1 } else { pos }, a[4].clone());
@@ -191,7 +192,7 @@ pub fn lrem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     if count >= 0 {
         let mut i = 0;
         while i < l.len() && removed < limit {
-            if l[i] == a[3] {
+            if *l[i] == *a[3] {
                 l.remove(i);
                 removed += 1;
             } else {
@@ -202,7 +203,7 @@ pub fn lrem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         let mut i = l.len();
         while i > 0 && removed < limit {
             i -= 1;
-            if l[i] == a[3] {
+            if *l[i] == *a[3] {
                 l.remove(i);
                 removed += 1;
             }
@@ -276,7 +277,7 @@ pub fn lpos(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             break;
         }
         let idx = if from_tail { len - 1 - i } else { i };
-        if l[idx] == a[2] {
+        if *l[idx] == *a[2] {
             matches += 1;
             if matches >= rank {
                 if count != -1 {

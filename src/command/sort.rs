@@ -134,8 +134,10 @@ pub fn sort(ctx: &mut Ctx, a: &[Vec<u8>], readonly: bool) -> Reply {
     let (elems, is_set): (Vec<Vec<u8>>, bool) = match ctx.db.get(&a[1], now).map(|e| &e.value) {
         None => (Vec::new(), false),
         // Unsorted, a list keeps its own order, walked from the tail under DESC (as Redis).
-        Some(Value::List(l)) if dontsort && desc => (l.iter().rev().cloned().collect(), false),
-        Some(Value::List(l)) => (l.iter().cloned().collect(), false),
+        Some(Value::List(l)) if dontsort && desc => {
+            (l.iter().rev().map(|v| v.to_vec()).collect(), false)
+        }
+        Some(Value::List(l)) => (l.iter().map(|v| v.to_vec()).collect(), false),
         // A sorted set's own order is by score; DESC walks it from the top.
         Some(Value::ZSet(z)) if dontsort && desc => {
             (z.iter().rev().map(|(m, _)| m.to_vec()).collect(), false)

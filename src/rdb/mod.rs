@@ -234,7 +234,7 @@ fn put_string(out: &mut Vec<u8>, s: &[u8]) {
 }
 
 /// A list as Redis 7.0 keeps it: quicklist nodes of at most 8 KiB, filled from the head.
-fn dump_list(out: &mut Vec<u8>, l: &VecDeque<Vec<u8>>) {
+fn dump_list(out: &mut Vec<u8>, l: &crate::state::list::List) {
     out.push(TYPE_LIST_QUICKLIST_2);
     let mut nodes: Vec<Vec<u8>> = Vec::new();
     let mut node = listpack::Writer::new();

@@ -155,7 +155,9 @@ impl Hash {
     /// packed hash otherwise grows exactly, a field at a time).
     pub fn reserve(&mut self, bytes: usize) {
         if let Fields::Packed(b) = &mut self.fields {
-            if self.len < PACKED_FIELDS_MAX && bytes <= PACKED_FIELDS_MAX * 2 * (PACKED_BYTES_MAX + 1) {
+            if self.len < PACKED_FIELDS_MAX
+                && bytes <= PACKED_FIELDS_MAX * 2 * (PACKED_BYTES_MAX + 1)
+            {
                 b.reserve_exact(bytes);
             }
         }

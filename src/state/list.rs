@@ -2,21 +2,23 @@
 //! value's size is known without walking it (the value-size and data-size limits read it on
 //! every write).
 //!
-//! Reads go through `Deref` to the items. Every change goes through the methods here.
+//! Reads go through `Deref` to the items. Every change goes through the methods here. An item
+//! is a `Str`: up to 14 bytes in place (16 bytes an item, no allocation of its own).
 
+use super::Str;
 use std::collections::VecDeque;
 use std::ops::Deref;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct List {
-    items: VecDeque<Vec<u8>>,
+    items: VecDeque<Str>,
     /// The bytes of the items together.
     bytes: usize,
 }
 
 impl Deref for List {
-    type Target = VecDeque<Vec<u8>>;
-    fn deref(&self) -> &VecDeque<Vec<u8>> {
+    type Target = VecDeque<Str>;
+    fn deref(&self) -> &VecDeque<Str> {
         &self.items
     }
 }
@@ -24,6 +26,7 @@ impl Deref for List {
 impl From<VecDeque<Vec<u8>>> for List {
     fn from(items: VecDeque<Vec<u8>>) -> List {
         let bytes = items.iter().map(Vec::len).sum();
+        let items = items.into_iter().map(Str::from).collect();
         List { items, bytes }
     }
 }
@@ -35,8 +38,8 @@ impl FromIterator<Vec<u8>> for List {
 }
 
 impl<'a> IntoIterator for &'a List {
-    type Item = &'a Vec<u8>;
-    type IntoIter = std::collections::vec_deque::Iter<'a, Vec<u8>>;
+    type Item = &'a Str;
+    type IntoIter = std::collections::vec_deque::Iter<'a, Str>;
     fn into_iter(self) -> Self::IntoIter {
         self.items.iter()
     }
@@ -60,44 +63,52 @@ impl List {
         self.bytes
     }
 
+    /// Room for `n` more items: exactly when several come at once (a list grows by doubling
+    /// otherwise), so that a list built in one push holds no slack.
+    pub fn reserve(&mut self, n: usize) {
+        if n > 1 {
+            self.items.reserve_exact(n);
+        }
+    }
+
     pub fn push_front(&mut self, v: Vec<u8>) {
         self.bytes += v.len();
-        self.items.push_front(v);
+        self.items.push_front(Str::from(v));
     }
 
     pub fn push_back(&mut self, v: Vec<u8>) {
         self.bytes += v.len();
-        self.items.push_back(v);
+        self.items.push_back(Str::from(v));
     }
 
     pub fn pop_front(&mut self) -> Option<Vec<u8>> {
         let v = self.items.pop_front()?;
         self.bytes -= v.len();
-        Some(v)
+        Some(v.into_vec())
     }
 
     pub fn pop_back(&mut self) -> Option<Vec<u8>> {
         let v = self.items.pop_back()?;
         self.bytes -= v.len();
-        Some(v)
+        Some(v.into_vec())
     }
 
     /// Replaces the item at `i` (which must exist); returns the old one.
     pub fn set(&mut self, i: usize, v: Vec<u8>) -> Option<Vec<u8>> {
         let slot = self.items.get_mut(i)?;
         self.bytes = self.bytes - slot.len() + v.len();
-        Some(std::mem::replace(slot, v))
+        Some(std::mem::replace(slot, Str::from(v)).into_vec())
     }
 
     pub fn insert(&mut self, i: usize, v: Vec<u8>) {
         self.bytes += v.len();
-        self.items.insert(i, v);
+        self.items.insert(i, Str::from(v));
     }
 
     pub fn remove(&mut self, i: usize) -> Option<Vec<u8>> {
         let v = self.items.remove(i)?;
         self.bytes -= v.len();
-        Some(v)
+        Some(v.into_vec())
     }
 
     pub fn clear(&mut self) {
@@ -121,7 +132,7 @@ impl List {
     }
 
     pub fn into_items(self) -> VecDeque<Vec<u8>> {
-        self.items
+        self.items.into_iter().map(Str::into_vec).collect()
     }
 }
 
@@ -149,7 +160,7 @@ mod tests {
         assert_eq!((l.len(), l.data_bytes()), (1, 4));
         l.clear();
         assert_eq!(l.data_bytes(), 0);
-        let sum: usize = l.iter().map(Vec::len).sum();
+        let sum: usize = l.iter().map(|v| v.len()).sum();
         assert_eq!(sum, l.data_bytes());
     }
 }
