@@ -34,6 +34,7 @@
 //! (tidepool --fsync always vs redis with appendfsync always), and POST /pipeline with 100
 //! SETs (commands/s). Prints Markdown tables for docs/performance.md.
 
+mod ceiling;
 mod delivery;
 mod instructions;
 mod memory;
@@ -663,6 +664,9 @@ struct Cli {
     /// What a key costs: resident memory against redis-server, per data set
     #[arg(long, group = "form")]
     memory: bool,
+    /// Serve the bare-hyper ceiling on this port (the load form starts it itself)
+    #[arg(long, value_name = "PORT", hide = true)]
+    ceiling_server: Option<u16>,
     /// --memory: only the data sets whose name contains this
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
@@ -711,6 +715,9 @@ fn run() -> Result<(), String> {
     if cli.version {
         println!("tidepool-bench {}", env!("CARGO_PKG_VERSION"));
         return Ok(());
+    }
+    if let Some(port) = cli.ceiling_server {
+        return ceiling::serve(port);
     }
     let seconds = cli.seconds.unwrap_or(if cli.noisy { 10 } else { 5 });
     let conns = cli
@@ -772,6 +779,19 @@ fn run() -> Result<(), String> {
     );
     let pipe_script = script("pipeline.lua", &pipeline_body)?;
 
+    // The ceiling: bare hyper answering a constant, in a process of its own.
+    let cport = free_port();
+    let _ceiling = Proc(
+        Command::new(&exe)
+            .args(["--ceiling-server", &cport.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("the ceiling server: {e}"))?,
+    );
+    wait_port(cport)?;
+    let c = format!("http://127.0.0.1:{cport}");
+
     // Not durable: tidepool --fsync never against redis without persistence.
     let (tp, tport) = tidepool(&bin, &tmp.join("tp-never"), "never")?;
     let (_r, _w, wport) = redis_and_webdis(&tmp.join("redis-plain").tap_mkdir()?, false)?;
@@ -794,6 +814,17 @@ fn run() -> Result<(), String> {
     )?;
     let (get_t, get_w) = get;
     let (set_t, set_w) = set;
+    // The ceiling, alternating with tidepool's GET and SET again.
+    let (get_t2, get_c) = paired(
+        rounds,
+        || wrk(&format!("{t}/get/key"), seconds, conns, None, bench),
+        || wrk(&format!("{c}/get/key"), seconds, conns, None, None),
+    )?;
+    let (set_t2, set_c) = paired(
+        rounds,
+        || wrk(&format!("{t}/set/key/value"), seconds, conns, None, bench),
+        || wrk(&format!("{c}/set/key/value"), seconds, conns, None, None),
+    )?;
     let pipe_t = median(
         (0..rounds)
             .map(|_| {
@@ -857,6 +888,17 @@ fn run() -> Result<(), String> {
         Some(dvp_w),
     );
     row("/pipeline of 100 SETs (requests/s)", pipe_t, None);
+    println!();
+    println!("| against the ceiling (bare hyper answering a constant) | tidepool req/s | ceiling req/s | ratio |");
+    println!("|---|---|---|---|");
+    for (name, a, b) in [("GET", get_t2, get_c), ("SET", set_t2, set_c)] {
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.2}x |",
+            a.rps,
+            b.rps,
+            a.rps / b.rps.max(1.0)
+        );
+    }
     println!();
     println!("/pipeline: {:.0} commands/s", pipe_t.rps * 100.0);
     println!(

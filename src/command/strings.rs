@@ -243,14 +243,12 @@ pub fn set(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         Ttl::At(t) => to_expire(t),
         _ => keep_expire,
     };
-    ctx.db.insert(
-        key,
-        Value::Str(crate::state::Str::from(a[2].clone())),
-        expire,
-        ctx.now_ms,
-    );
+    ctx.db
+        .insert(key, Value::Str(a[2].as_slice().into()), expire, ctx.now_ms);
     ctx.dirty = true;
-    if !ctx.replaying {
+    // A plain `SET key value` is its own deterministic form; with options it is logged
+    // without them, its expiry made absolute.
+    if !ctx.replaying && a.len() > 3 {
         let mut logged = vec![b"SET".to_vec(), key.clone(), a[2].clone()];
         if let Ttl::At(t) = ttl {
             logged.push(b"PXAT".to_vec());

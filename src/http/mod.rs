@@ -270,7 +270,7 @@ fn authenticate(headers: &HeaderMap, query: Option<&str>, app: &App) -> Option<(
         return Some((db, access));
     }
     let db = acl_token_db(&presented)?;
-    Some((db, Access::Token(Arc::from(presented.as_str()))))
+    Some((db, Access::Token(Arc::from(&*presented))))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -779,7 +779,9 @@ async fn single(
     };
     let size = reply.wire_bytes();
     let body = encoded(size, move || {
-        let mut body = Vec::new();
+        // One allocation for a small reply: the envelope's braces and key, and the reply
+        // (a JSON string of it may be longer, with escapes; then the vector grows).
+        let mut body = Vec::with_capacity(size.min(1 << 16) + 16);
         match format {
             Format::Resp2 => reply.write_resp2(&mut body),
             Format::Json => response::envelope(&mut body, &reply, enc),

@@ -61,7 +61,12 @@ pub fn query_args(query: Option<&str>) -> Vec<Vec<u8>> {
 /// The token a request presents: an `Authorization: Bearer <token>` header (both services), or
 /// else the query parameter `param` (`_token` for the key-value API, `qstash_token` for the
 /// delivery API).
-pub fn presented_token(headers: &HeaderMap, query: Option<&str>, param: &str) -> Option<String> {
+/// Borrowed from the header when it is there (no allocation on the request path).
+pub fn presented_token<'a>(
+    headers: &'a HeaderMap,
+    query: Option<&str>,
+    param: &str,
+) -> Option<std::borrow::Cow<'a, str>> {
     let bearer = headers
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -69,12 +74,16 @@ pub fn presented_token(headers: &HeaderMap, query: Option<&str>, param: &str) ->
             let (scheme, token) = v.trim().split_once(' ')?;
             scheme
                 .eq_ignore_ascii_case("bearer")
-                .then(|| token.trim().to_string())
+                .then(|| std::borrow::Cow::Borrowed(token.trim()))
         });
     bearer.or_else(|| {
         query?.split('&').find_map(|p| {
             let (k, v) = p.split_once('=')?;
-            (k == param).then(|| String::from_utf8_lossy(&percent_decode(v, true)).into_owned())
+            (k == param).then(|| {
+                std::borrow::Cow::Owned(
+                    String::from_utf8_lossy(&percent_decode(v, true)).into_owned(),
+                )
+            })
         })
     })
 }
