@@ -3,7 +3,7 @@
 //! index ranges cost O(log n + m), and ranks and range counts O(log n), as in Redis's skiplist.
 
 use super::ranked::Ranked;
-use super::scanmap::ScanMap;
+use super::scanmap::{Key, ScanMap};
 use std::cmp::Ordering;
 
 /// A score ordered as Redis compares doubles: -0 equals 0. NaN is never stored.
@@ -35,7 +35,8 @@ pub const LISTPACK_VALUE_MAX: usize = 64;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ZSet {
     scores: ScanMap<f64>,
-    order: Ranked<(Score, Box<[u8]>)>,
+    /// (score, member), the member held in place up to 22 bytes (as in `ScanMap`).
+    order: Ranked<(Score, Key)>,
     /// Whether Redis would hold this set as a skiplist. It matters beyond OBJECT ENCODING: a
     /// listpack stores a -0 score as 0, a skiplist keeps -0.
     skiplist: bool,
@@ -91,9 +92,9 @@ impl ZSet {
         };
         let old = self.scores.insert(m, score);
         if let Some(o) = old {
-            self.order.remove(&(Score(o), m.into()));
+            self.order.remove(&(Score(o), Key::new(m)));
         }
-        self.order.insert((Score(score), m.into()));
+        self.order.insert((Score(score), Key::new(m)));
         old
     }
 
@@ -126,22 +127,19 @@ impl ZSet {
 
     pub fn remove(&mut self, m: &[u8]) -> Option<f64> {
         let old = self.scores.remove(m)?;
-        self.order.remove(&(Score(old), m.into()));
+        self.order.remove(&(Score(old), Key::new(m)));
         Some(old)
     }
 
     /// Ascending (score, member).
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], f64)> {
-        self.order.iter().map(|(s, m)| (&**m, s.0))
+        self.order.iter().map(|(s, m)| (m.bytes(), s.0))
     }
 
     /// 0-based rank in ascending order: O(log n).
     pub fn rank(&self, m: &[u8]) -> Option<usize> {
         let s = self.score(m)?;
-        Some(
-            self.order
-                .count_below(&(Score(s), Box::<[u8]>::from(m)), true),
-        )
+        Some(self.order.count_below(&(Score(s), Key::new(m)), true))
     }
 
     /// Members at ranks `start..end` (ascending positions; reverse the iterator for
@@ -151,7 +149,7 @@ impl ZSet {
         start: usize,
         end: usize,
     ) -> impl DoubleEndedIterator<Item = (&[u8], f64)> {
-        self.order.range(start, end).map(|(s, m)| (&**m, s.0))
+        self.order.range(start, end).map(|(s, m)| (m.bytes(), s.0))
     }
 
     /// Positions `start..end` of the members whose score is in the range.
@@ -159,7 +157,7 @@ impl ZSet {
         if r.is_empty() || (r.minex && r.min == f64::INFINITY) {
             return (0, 0);
         }
-        let empty: Box<[u8]> = Box::from(&[][..]);
+        let empty = Key::new(&[]);
         // (score, "") sorts before every member with that score.
         let lo = if r.minex { r.min.next_up() } else { r.min };
         let start = self.order.count_below(&(Score(lo), empty.clone()), true);
@@ -178,7 +176,7 @@ impl ZSet {
         r: &ScoreRange,
     ) -> impl DoubleEndedIterator<Item = (&'a [u8], f64)> + 'a {
         let (start, end) = self.score_positions(r);
-        self.order.range(start, end).map(|(s, m)| (&**m, s.0))
+        self.order.range(start, end).map(|(s, m)| (m.bytes(), s.0))
     }
 
     /// How many members have a score in the range: O(log n).
@@ -199,22 +197,14 @@ impl ZSet {
             let start = match &r.min {
                 LexBound::NegInf => 0,
                 LexBound::PosInf => return Vec::new(),
-                LexBound::Inclusive(v) => self
-                    .order
-                    .count_below(&(s, v.clone().into_boxed_slice()), true),
-                LexBound::Exclusive(v) => self
-                    .order
-                    .count_below(&(s, v.clone().into_boxed_slice()), false),
+                LexBound::Inclusive(v) => self.order.count_below(&(s, Key::new(v)), true),
+                LexBound::Exclusive(v) => self.order.count_below(&(s, Key::new(v)), false),
             };
             let end = match &r.max {
                 LexBound::PosInf => self.order.len(),
                 LexBound::NegInf => return Vec::new(),
-                LexBound::Inclusive(v) => self
-                    .order
-                    .count_below(&(s, v.clone().into_boxed_slice()), false),
-                LexBound::Exclusive(v) => self
-                    .order
-                    .count_below(&(s, v.clone().into_boxed_slice()), true),
+                LexBound::Inclusive(v) => self.order.count_below(&(s, Key::new(v)), false),
+                LexBound::Exclusive(v) => self.order.count_below(&(s, Key::new(v)), true),
             };
             if start >= end {
                 return Vec::new();
@@ -222,7 +212,7 @@ impl ZSet {
             return self
                 .order
                 .range(start, end)
-                .map(|(s, m)| (&**m, s.0))
+                .map(|(s, m)| (m.bytes(), s.0))
                 .collect();
         }
         self.iter()
