@@ -345,7 +345,7 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
         Value::Stream(s) => {
             s.entries
                 .values()
-                .map(|f| 16 + 24 + f.iter().map(|x| bytes(x)).sum::<usize>())
+                .map(|f| 16 + 24 + f.iter().map(bytes).sum::<usize>())
                 .sum::<usize>()
                 + s.groups_bytes()
         }

@@ -273,7 +273,7 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         let entries = match start {
             None => {
                 let from = g.last_id.next();
-                let picked: Vec<(StreamId, Vec<Vec<u8>>)> = match from {
+                let picked: Vec<(StreamId, crate::state::stream::Fields)> = match from {
                     Some(from) => st
                         .entries
                         .range(from..)

@@ -61,10 +61,10 @@ pub fn parse_bound(b: &[u8], start: bool) -> Result<StreamId, Reply> {
     parse_id(b, missing)
 }
 
-pub fn entry_reply(id: &StreamId, fields: &[Vec<u8>]) -> Reply {
+pub fn entry_reply(id: &StreamId, fields: &crate::state::stream::Fields) -> Reply {
     Reply::Array(vec![
         Reply::Bulk(id.text()),
-        Reply::bulks(fields.iter().cloned()),
+        Reply::bulks(fields.iter().map(<[u8]>::to_vec)),
     ])
 }
 

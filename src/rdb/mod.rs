@@ -325,6 +325,7 @@ fn dump_stream(out: &mut Vec<u8>, s: &Stream) {
     let mut nodes: Vec<(StreamId, Vec<u8>)> = Vec::new();
     let mut node: Option<StreamNode> = None;
     for (id, fields) in &s.entries {
+        let fields = &fields.to_vec();
         let entry_bytes: usize = fields.iter().map(Vec::len).sum();
         if let Some(n) = &node {
             if n.bytes() + entry_bytes >= STREAM_NODE_BYTES_MAX

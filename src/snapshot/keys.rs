@@ -99,7 +99,7 @@ fn put_stream(out: &mut Vec<u8>, s: &Stream) {
     for (id, fields) in &s.entries {
         put_id(out, *id);
         put_uint(out, fields.len() as u64);
-        for f in fields {
+        for f in fields.iter() {
             put_bytes(out, f);
         }
     }
@@ -300,7 +300,8 @@ fn read_stream(c: &mut Cursor<'_>) -> Result<Stream, String> {
         for _ in 0..nf {
             fields.push(c.bytes()?.to_vec());
         }
-        s.entries.insert(id, fields);
+        s.entries
+            .insert(id, crate::state::stream::Fields::new(&fields));
     }
     s.recount();
     s.last_id = read_id(c)?;

@@ -73,6 +73,80 @@ impl StreamId {
     }
 }
 
+/// An entry's fields and values, packed in one allocation: each as a length (LEB128) and its
+/// bytes. Where an entry was a vector of vectors (a header and an allocation for each field
+/// and value, about 250 bytes for two short pairs), it is now one allocation of about 32.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Fields(Box<[u8]>);
+
+impl Fields {
+    pub fn new(items: &[Vec<u8>]) -> Fields {
+        let mut out = Vec::with_capacity(items.iter().map(|i| i.len() + 2).sum());
+        for i in items {
+            let mut n = i.len();
+            loop {
+                let b = (n & 0x7f) as u8;
+                n >>= 7;
+                if n == 0 {
+                    out.push(b);
+                    break;
+                }
+                out.push(b | 0x80);
+            }
+            out.extend_from_slice(i);
+        }
+        Fields(out.into_boxed_slice())
+    }
+
+    /// Each field and value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let buf = &self.0;
+        let mut at = 0usize;
+        std::iter::from_fn(move || {
+            let mut n = 0usize;
+            let mut shift = 0u32;
+            loop {
+                let b = *buf.get(at)?;
+                at += 1;
+                n |= usize::from(b & 0x7f).checked_shl(shift)?;
+                if b & 0x80 == 0 {
+                    break;
+                }
+                shift += 7;
+            }
+            let item = buf.get(at..at.checked_add(n)?)?;
+            at += n;
+            Some(item)
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.iter().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn to_vec(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+}
+
+impl From<Vec<Vec<u8>>> for Fields {
+    fn from(items: Vec<Vec<u8>>) -> Fields {
+        Fields::new(&items)
+    }
+}
+
+impl std::fmt::Debug for Fields {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(String::from_utf8_lossy))
+            .finish()
+    }
+}
+
 /// One node: the IDs it holds (live or deleted) and its modelled size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
@@ -115,7 +189,7 @@ pub struct Group {
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Stream {
-    pub entries: BTreeMap<StreamId, Vec<Vec<u8>>>,
+    pub entries: BTreeMap<StreamId, Fields>,
     pub last_id: StreamId,
     pub max_deleted_id: StreamId,
     pub entries_added: u64,
@@ -127,11 +201,11 @@ pub struct Stream {
 }
 
 /// An entry's bytes for the value-size and data-size limits.
-fn data_bytes_of(fields: &[Vec<u8>]) -> usize {
-    16 + fields.iter().map(Vec::len).sum::<usize>()
+fn data_bytes_of(fields: &Fields) -> usize {
+    16 + fields.iter().map(<[u8]>::len).sum::<usize>()
 }
 
-fn entry_bytes(fields: &[Vec<u8>]) -> usize {
+fn entry_bytes(fields: &Fields) -> usize {
     // A listpack entry: each string with a small header, plus flags, ID deltas and a backlen.
     fields.iter().map(|f| f.len() + 2).sum::<usize>() + 6
 }
@@ -175,7 +249,7 @@ impl Stream {
 
     /// Counts the entries' bytes again (after a loader filled `entries` directly).
     pub fn recount(&mut self) {
-        self.data_bytes = self.entries.values().map(|f| data_bytes_of(f)).sum();
+        self.data_bytes = self.entries.values().map(data_bytes_of).sum();
     }
 
     pub fn node_count(&self) -> usize {
@@ -266,6 +340,7 @@ impl Stream {
 
     /// Appends an entry whose ID is known to be greater than `last_id`.
     pub fn append(&mut self, id: StreamId, fields: Vec<Vec<u8>>) {
+        let fields = Fields::new(&fields);
         let bytes = entry_bytes(&fields);
         let fits = self
             .nodes
@@ -459,5 +534,27 @@ impl Stream {
         }
         self.estimate_distance(g.last_id)
             .map(|read| added - read as i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Packed fields give back what they were given: empty ones, and lengths past one byte of
+    /// LEB128.
+    #[test]
+    fn packed_fields_read_back() {
+        let items = vec![
+            b"sensor".to_vec(),
+            b"".to_vec(),
+            vec![b'x'; 300],
+            vec![b'y'; 20_000],
+        ];
+        let f = Fields::new(&items);
+        assert_eq!(f.to_vec(), items);
+        assert_eq!(f.len(), 4);
+        assert!(Fields::new(&[]).is_empty());
+        assert_eq!(Fields::from(items.clone()), f);
     }
 }
