@@ -112,6 +112,11 @@ impl<V> ScanMap<V> {
         self.table.scan(cursor, count, |m| visit(m.0.bytes(), &m.1))
     }
 
+    #[cfg(test)]
+    pub(crate) fn longest_run(&self) -> usize {
+        self.table.longest_run()
+    }
+
     /// The element at or after a random point of the hash space (wrapping), for the random
     /// picks of collections.
     pub fn random(&self, r: u64) -> Option<(&[u8], &V)> {

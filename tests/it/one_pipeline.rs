@@ -30,6 +30,13 @@ const DIFFERS_BY_NATURE: &[&str] = &[
     "acl|gentoken",
 ];
 
+/// Commands that answer in a table's own order: two tables of the same contents (the two
+/// runs' fixtures) need not share it, so their answers compare as multisets.
+const IN_A_TABLES_ORDER: &[&str] = &[
+    "smembers", "sscan", "sinter", "sunion", "sdiff", "hgetall", "hkeys", "hvals", "hscan", "keys",
+    "scan", "zscan", "sort", "sort_ro",
+];
+
 /// Two keys, `k0` and `k1`, holding values of the type a command of `group` works on.
 fn fixture(name: &str, group: &str) -> Vec<Vec<&'static str>> {
     if name.starts_with("json.") {
@@ -142,6 +149,9 @@ fn every_command_answers_the_same_through_rest_and_redis_call() {
                     "{args:?}"
                 );
                 refused_in_scripts += 1;
+            } else if IN_A_TABLES_ORDER.contains(&info.name.as_str()) {
+                assert_eq!(rest.unordered(), lua.unordered(), "{args:?} on {setup:?}");
+                compared += 1;
             } else {
                 assert_eq!(rest, lua, "{args:?} on {setup:?}");
                 compared += 1;

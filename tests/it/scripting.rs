@@ -304,7 +304,7 @@ fn a_script_is_logged_by_its_effects_and_replays() {
         (
             c.cmd_str(&["GET", "k"]),
             c.cmd_str(&["TTL", "k"]),
-            c.cmd_str(&["SMEMBERS", "set"]),
+            c.cmd_str(&["SMEMBERS", "set"]).unordered(),
             c.cmd_str(&["HGETALL", "h"]),
             c.cmd_str(&["GET", "before"]),
         )

@@ -483,10 +483,15 @@ fn every_value_shape_survives_a_snapshot() {
         panic!("zs")
     };
     assert!(z.is_skiplist() && z.score(b"a").is_some_and(|s| s.is_sign_negative()));
-    // A second write of the same state gives the same bytes.
+    // A second write of the same state reads back to the same state. (Not to the same bytes:
+    // each table keeps its elements in an order of its own, see `state::table`.)
     let mut again = Vec::new();
     snapshot::write(&mut again, &loaded.dbs, &loaded.delivery, header, |_| {}).expect("write");
-    assert_eq!(bytes, again);
+    assert_eq!(bytes.len(), again.len());
+    let reloaded = snapshot::read(Path::new("mem"), &again, |_| {}).expect("read");
+    if let Some(d) = dbs.difference(&reloaded.dbs) {
+        panic!("{d}");
+    }
 }
 
 fn wal_segments(data: &Path) -> Vec<u64> {

@@ -646,6 +646,20 @@ pub enum Canon {
 }
 
 impl Canon {
+    /// The reply with every array's items sorted, at every depth: for replies whose order is
+    /// a table's own (SMEMBERS, HGETALL, SCAN, ...), which two tables of the same contents
+    /// need not share (see `state::table`).
+    pub fn unordered(self) -> Canon {
+        match self {
+            Canon::Arr(items) => {
+                let mut items: Vec<Canon> = items.into_iter().map(Canon::unordered).collect();
+                items.sort();
+                Canon::Arr(items)
+            }
+            other => other,
+        }
+    }
+
     pub fn s(v: &str) -> Canon {
         Canon::Str(v.as_bytes().to_vec())
     }
