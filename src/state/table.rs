@@ -20,8 +20,8 @@
 //! own and no part of the state: contents compare without it, and snapshots write their
 //! elements in stable-hash order.
 //!
-//! The table may hold up to 7/8 of its home positions; it grows by half again (by a quarter when
-//! large), and shrinks when a quarter is used. The keyspace keeps a pointer to a node holding the key and its entry in
+//! The table may hold up to 7/8 of its home positions; it grows by a quarter again (by half
+//! while tiny), and shrinks when a quarter is used. The keyspace keeps a pointer to a node holding the key and its entry in
 //! each slot (16 bytes a slot, one allocation a key); a collection keeps its members in the
 //! slots themselves (a member up to 22 bytes costs no allocation of its own). No `unsafe`: a
 //! slot is an `Option<(u64, T)>`, which the compiler lays out without a tag.
@@ -175,10 +175,11 @@ impl<T: Element> SortedTable<T> {
         }
     }
 
-    /// The size a growing table takes: half again while small, a quarter again past 65,536
-    /// homes, where the slots are most of the cost (rebuilding is linear either way).
+    /// The size a growing table takes: half again while tiny, a quarter again from 64 homes,
+    /// so that a table just grown is not mostly empty (rebuilding is linear either way; a
+    /// quarter means rebuilding about twice as often as half).
     fn grown(&self) -> usize {
-        let more = if self.homes > 1 << 16 {
+        let more = if self.homes >= 64 {
             self.homes / 4
         } else {
             self.homes / 2
