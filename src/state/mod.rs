@@ -8,6 +8,7 @@ pub mod acl;
 pub mod databases;
 pub mod hash;
 pub mod json;
+pub mod key;
 pub mod list;
 pub mod ranked;
 pub mod scanmap;

@@ -26,7 +26,7 @@
 //! slots themselves (a member up to 22 bytes costs no allocation of its own). No `unsafe`: a
 //! slot is an `Option<(u64, T)>`, which the compiler lays out without a tag.
 
-use super::scanmap::{stable_hash, Key};
+use super::key::{stable_hash, Key};
 
 /// What a table holds in a slot: something with a key.
 pub trait Element {
@@ -462,7 +462,8 @@ impl<V> Keyspace<V> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::scanmap::{stable_hash, ScanMap};
+    use super::super::key::stable_hash;
+    use super::super::scanmap::ScanMap;
     use super::*;
     use std::collections::BTreeMap;
 

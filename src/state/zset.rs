@@ -2,8 +2,9 @@
 //! ordered by (score, member) in a ranked order (`Ranked`), so that score, lexicographic and
 //! index ranges cost O(log n + m), and ranks and range counts O(log n), as in Redis's skiplist.
 
+use super::key::Key;
 use super::ranked::Ranked;
-use super::scanmap::{Key, ScanMap};
+use super::scanmap::ScanMap;
 use std::cmp::Ordering;
 
 /// A score ordered as Redis compares doubles: -0 equals 0. NaN is never stored.
