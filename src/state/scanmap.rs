@@ -69,12 +69,16 @@ impl<V> ScanMap<V> {
 
     /// Inserts or replaces; returns the previous value.
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
-        if let Some(m) = self.table.get_mut(key) {
-            return Some(std::mem::replace(&mut m.1, value));
+        let old = self.table.upsert(
+            key,
+            value,
+            |m, value| std::mem::replace(&mut m.1, value),
+            |value| Member(Key::new(key), value),
+        );
+        if old.is_none() {
+            self.key_bytes += key.len();
         }
-        self.table.insert(key, Member(Key::new(key), value));
-        self.key_bytes += key.len();
-        None
+        old
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {

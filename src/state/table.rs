@@ -146,13 +146,24 @@ impl<T: Element> SortedTable<T> {
 
     /// Inserts `element` (whose key is `key`), or replaces the one of that key; the previous.
     pub fn insert(&mut self, key: &[u8], element: T) -> Option<T> {
+        self.upsert(key, element, std::mem::replace, |e| e)
+    }
+
+    /// Insert-or-replace with one probe: when `key` is there, `hit` changes its element in
+    /// place with `arg` and its answer is returned; otherwise `miss` makes the new element
+    /// (whose key is `key`) from `arg`.
+    pub fn upsert<A, R>(
+        &mut self,
+        key: &[u8],
+        arg: A,
+        hit: impl FnOnce(&mut T, A) -> R,
+        miss: impl FnOnce(A) -> T,
+    ) -> Option<R> {
         let h = self.order_of(stable_hash(key));
         if let Some(i) = self.find(key, h) {
-            return self.slots[i]
-                .as_mut()
-                .map(|(_, e)| std::mem::replace(e, element));
+            return self.slots[i].as_mut().map(|(_, e)| hit(e, arg));
         }
-        self.add(h, element);
+        self.add(h, miss(arg));
         None
     }
 
@@ -419,15 +430,17 @@ impl<V> Keyspace<V> {
     }
     /// Inserts or replaces; returns the previous value.
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
-        if let Some(n) = self.table.get_mut(key) {
-            return Some(std::mem::replace(&mut n.value, value));
-        }
-        let node = Box::new(Node {
-            key: Key::new(key),
+        self.table.upsert(
+            key,
             value,
-        });
-        self.table.insert(key, node);
-        None
+            |n, value| std::mem::replace(&mut n.value, value),
+            |value| {
+                Box::new(Node {
+                    key: Key::new(key),
+                    value,
+                })
+            },
+        )
     }
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
         self.table.remove(key).map(|n| n.value)
