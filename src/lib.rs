@@ -69,6 +69,7 @@ pub mod cli;
 pub mod clock;
 pub mod command;
 pub mod config;
+pub mod cooling;
 pub mod delivery;
 pub mod executor;
 pub mod fault;

@@ -13,10 +13,8 @@
 //! Named and default databases are not held to a share: their owners were chosen by the
 //! operator, and their scripts hold the executor for their time limit, as in Redis.
 
-use crate::config::{
-    SCRATCH_ALL_SHARE_PERCENT, SCRATCH_SHARE_PERCENT, SCRATCH_WINDOW_MS, SCRIPT_COOLING_FORGET_MS,
-    SCRIPT_COOLING_MAX_MS, SCRIPT_COOLING_MS,
-};
+use crate::config::{SCRATCH_ALL_SHARE_PERCENT, SCRATCH_SHARE_PERCENT, SCRATCH_WINDOW_MS};
+use crate::cooling::Coolings;
 use crate::state::databases::DbId;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -52,22 +50,14 @@ impl Window {
     }
 }
 
-/// Why a scratch database cools down, how many times in a row, and until when.
-#[derive(Debug, Clone, Copy)]
-struct Cooling {
-    hits: u32,
-    last: Instant,
-    until: Instant,
-    /// All scratch databases together went past their share, this one last.
-    together: bool,
-}
-
 /// The scratch databases' use of the executor.
 #[derive(Debug, Default)]
 pub struct Shares {
     each: HashMap<DbId, Window>,
     all: Option<Window>,
-    cooling: HashMap<DbId, Cooling>,
+    /// Each database's cooling, and whether it was all of them together that passed their
+    /// share, this one last.
+    cooling: Coolings<DbId, bool>,
     /// Every scratch request is refused until then: all of them together passed their share.
     all_until: Option<Instant>,
 }
@@ -79,7 +69,7 @@ impl Shares {
             .all_until
             .and_then(|t| t.checked_duration_since(Instant::now()))
         {
-            if !self.cooling.contains_key(&db) || self.own_left(db) < left {
+            if !self.cooling.contains(db) || self.own_left(db) < left {
                 return Some(format!(
                     "ERR scratch databases' requests are refused for {} ms more: the scratch \
                      databases together used more than {SCRATCH_ALL_SHARE_PERCENT}% of the server \
@@ -88,9 +78,8 @@ impl Shares {
                 ));
             }
         }
-        let c = self.cooling.get(&db)?;
-        let left = c.until.checked_duration_since(Instant::now())?;
-        let why = if c.together {
+        let (c, left) = self.cooling.left(db)?;
+        let why = if c.why {
             format!(
                 "the scratch databases together used more than {SCRATCH_ALL_SHARE_PERCENT}% of \
                  the server over the last {SCRATCH_WINDOW_MS} ms, and this one's request was the \
@@ -113,10 +102,7 @@ impl Shares {
 
     /// How long `db`'s own cooling lasts still.
     fn own_left(&self, db: DbId) -> Duration {
-        self.cooling
-            .get(&db)
-            .and_then(|c| c.until.checked_duration_since(Instant::now()))
-            .unwrap_or_default()
+        self.cooling.left(db).map(|(_, l)| l).unwrap_or_default()
     }
 
     /// A request of scratch database `db` held the executor for `ran`: counted, and the
@@ -140,7 +126,7 @@ impl Shares {
             self.all_until = Some(now + rest);
         }
         if own || all {
-            self.cool(db, now, all && !own);
+            self.cooling.cool(db, now, all && !own);
         }
         if self.each.len() > 4096 {
             let length = Duration::from_millis(SCRATCH_WINDOW_MS);
@@ -149,38 +135,10 @@ impl Shares {
         }
     }
 
-    fn cool(&mut self, db: DbId, now: Instant, together: bool) {
-        let hits = match self.cooling.get(&db) {
-            Some(c)
-                if now.duration_since(c.last) < Duration::from_millis(SCRIPT_COOLING_FORGET_MS) =>
-            {
-                c.hits.saturating_add(1)
-            }
-            _ => 1,
-        };
-        let ms = SCRIPT_COOLING_MS
-            .saturating_mul(1u64 << (hits - 1).min(20))
-            .min(SCRIPT_COOLING_MAX_MS);
-        self.cooling.insert(
-            db,
-            Cooling {
-                hits,
-                last: now,
-                until: now + Duration::from_millis(ms),
-                together,
-            },
-        );
-        if self.cooling.len() > 1024 {
-            let forget = Duration::from_millis(SCRIPT_COOLING_FORGET_MS);
-            self.cooling
-                .retain(|_, c| now.duration_since(c.last) < forget);
-        }
-    }
-
     /// Forgets a deleted database.
     pub fn forget(&mut self, db: DbId) {
         self.each.remove(&db);
-        self.cooling.remove(&db);
+        self.cooling.forget(db);
     }
 }
 

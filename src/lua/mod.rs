@@ -12,9 +12,9 @@ mod libs;
 mod packing;
 
 use crate::config::{
-    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_COOLING_FORGET_MS,
-    SCRIPT_COOLING_MAX_MS, SCRIPT_COOLING_MS, SCRIPT_TIME_LIMIT_MS,
+    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
 };
+use crate::cooling::Coolings;
 use crate::reply::Reply;
 use crate::state::databases::{DbId, DEFAULT_DB};
 use crate::state::Db;
@@ -297,7 +297,7 @@ pub struct Scripts {
     job_started: Instant,
     /// Databases whose scripts ran past their time limit lately, and until when their
     /// scripts are refused.
-    cooling: RefCell<HashMap<DbId, Cooling>>,
+    cooling: RefCell<Coolings<DbId, ()>>,
     /// When the Lua code running now started.
     run_started: std::cell::Cell<Instant>,
     /// Library functions by name, loaded from the libraries in the database.
@@ -306,15 +306,6 @@ pub struct Scripts {
     pub libraries: BTreeMap<String, (Vec<u8>, Vec<String>)>,
     /// The database and its `functions_version` these were loaded from.
     loaded_version: Option<(DbId, u64)>,
-}
-
-/// A database whose scripts ran past their time limit: how many times in a row, when last,
-/// and until when its scripts are refused.
-#[derive(Debug, Clone, Copy)]
-struct Cooling {
-    hits: u32,
-    last: Instant,
-    until: Instant,
 }
 
 /// A function a library registered.
@@ -455,7 +446,7 @@ impl Scripts {
             db: DEFAULT_DB,
             limit_ms: SCRIPT_TIME_LIMIT_MS,
             job_started: Instant::now(),
-            cooling: RefCell::new(HashMap::new()),
+            cooling: RefCell::new(Coolings::default()),
             run_started: std::cell::Cell::new(Instant::now()),
             functions: HashMap::new(),
             libraries: BTreeMap::new(),
@@ -517,39 +508,13 @@ impl Scripts {
     /// A run of this database's Lua code went past its time limit: its scripts are refused
     /// for SCRIPT_COOLING_MS, doubled for each such run in a row, up to SCRIPT_COOLING_MAX_MS.
     fn timed_out(&self) {
-        let now = Instant::now();
-        let mut cooling = self.cooling.borrow_mut();
-        let hits = match cooling.get(&self.db) {
-            Some(c)
-                if now.duration_since(c.last) < Duration::from_millis(SCRIPT_COOLING_FORGET_MS) =>
-            {
-                c.hits.saturating_add(1)
-            }
-            _ => 1,
-        };
-        let ms = SCRIPT_COOLING_MS
-            .saturating_mul(1u64 << (hits - 1).min(20))
-            .min(SCRIPT_COOLING_MAX_MS);
-        cooling.insert(
-            self.db,
-            Cooling {
-                hits,
-                last: now,
-                until: now + Duration::from_millis(ms),
-            },
-        );
-        // Forget databases whose cooling has long ended, so the map stays small.
-        if cooling.len() > 1024 {
-            let forget = Duration::from_millis(SCRIPT_COOLING_FORGET_MS);
-            cooling.retain(|_, c| now.duration_since(c.last) < forget);
-        }
+        self.cooling.borrow_mut().cool(self.db, Instant::now(), ());
     }
 
     /// The refusal of a script or function while this database cools down, or None.
     pub fn cooling_refusal(&self) -> Option<Reply> {
         let cooling = self.cooling.borrow();
-        let c = cooling.get(&self.db)?;
-        let left = c.until.checked_duration_since(Instant::now())?;
+        let (c, left) = cooling.left(self.db)?;
         let why = format!("a script ran past its time limit of {} ms", self.limit_ms);
         Some(Reply::Error(format!(
             "ERR this database's scripts are refused for {} ms more: {why} ({} time{} in a row)",
