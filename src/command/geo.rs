@@ -240,6 +240,23 @@ pub struct Form {
     pub ro: bool,
 }
 
+impl Form {
+    const fn new(search: bool, store: bool, by_member: bool, ro: bool) -> Form {
+        Form {
+            search,
+            store,
+            by_member,
+            ro,
+        }
+    }
+    pub const GEOSEARCH: Form = Form::new(true, false, false, true);
+    pub const GEOSEARCHSTORE: Form = Form::new(true, true, false, false);
+    pub const GEORADIUS: Form = Form::new(false, false, false, false);
+    pub const GEORADIUS_RO: Form = Form::new(false, false, false, true);
+    pub const GEORADIUSBYMEMBER: Form = Form::new(false, false, true, false);
+    pub const GEORADIUSBYMEMBER_RO: Form = Form::new(false, false, true, true);
+}
+
 /// GEOSEARCH, GEOSEARCHSTORE, `GEORADIUS[_RO]`, `GEORADIUSBYMEMBER[_RO]`: Redis's
 /// `georadiusGeneric`, in the `form` given.
 pub fn search(ctx: &mut Ctx, a: &[Vec<u8>], form: Form) -> Reply {

@@ -31,6 +31,12 @@ pub fn global() -> &'static CommandTable {
 /// A command newer than Redis 7.0's table, as Redis 8 (or RedisJSON) lists it: one key at
 /// position 1 unless `keys` says otherwise; `key_flags` empty for the defaults (`RW ACCESS
 /// UPDATE` for a write, `RO ACCESS` for a read).
+/// The hash-field expiry commands of Redis 7.4: a write of the fields' expiry, or a read of it.
+const fn hash_ttl(arity: i32, write: bool, summary: &'static str) -> Meta {
+    let key_flags: &'static [&'static str] = if write { &["RW", "UPDATE"] } else { &[] };
+    newer(arity, write, "hash", key_flags, summary)
+}
+
 const fn newer(
     arity: i32,
     write: bool,
@@ -141,80 +147,16 @@ fn rows() -> Vec<Row> {
         Row::new("geopos", geo::geopos),
         Row::new("geodist", geo::geodist),
         Row::new("geohash", geo::geohash),
-        Row::new("geosearch", |c, a| {
-            geo::search(
-                c,
-                a,
-                Form {
-                    search: true,
-                    store: false,
-                    by_member: false,
-                    ro: true,
-                },
-            )
-        }),
-        Row::new("geosearchstore", |c, a| {
-            geo::search(
-                c,
-                a,
-                Form {
-                    search: true,
-                    store: true,
-                    by_member: false,
-                    ro: false,
-                },
-            )
-        })
-        .size(After),
-        Row::new("georadius", |c, a| {
-            geo::search(
-                c,
-                a,
-                Form {
-                    search: false,
-                    store: false,
-                    by_member: false,
-                    ro: false,
-                },
-            )
-        })
-        .size(After),
-        Row::new("georadius_ro", |c, a| {
-            geo::search(
-                c,
-                a,
-                Form {
-                    search: false,
-                    store: false,
-                    by_member: false,
-                    ro: true,
-                },
-            )
-        }),
+        Row::new("geosearch", |c, a| geo::search(c, a, Form::GEOSEARCH)),
+        Row::new("geosearchstore", |c, a| geo::search(c, a, Form::GEOSEARCHSTORE)).size(After),
+        Row::new("georadius", |c, a| geo::search(c, a, Form::GEORADIUS)).size(After),
+        Row::new("georadius_ro", |c, a| geo::search(c, a, Form::GEORADIUS_RO)),
         Row::new("georadiusbymember", |c, a| {
-            geo::search(
-                c,
-                a,
-                Form {
-                    search: false,
-                    store: false,
-                    by_member: true,
-                    ro: false,
-                },
-            )
+            geo::search(c, a, Form::GEORADIUSBYMEMBER)
         })
         .size(After),
         Row::new("georadiusbymember_ro", |c, a| {
-            geo::search(
-                c,
-                a,
-                Form {
-                    search: false,
-                    store: false,
-                    by_member: true,
-                    ro: true,
-                },
-            )
+            geo::search(c, a, Form::GEORADIUSBYMEMBER_RO)
         }),
         // HyperLogLog: a sparse one may turn dense (12 KB) whatever the arguments.
         Row::new("pfadd", hll::pfadd).size(After),
@@ -271,107 +213,35 @@ fn rows() -> Vec<Row> {
         Row::new("hrandfield", h::hrandfield),
         Row::new("hscan", h::hscan).read_only_token(false),
         // Redis 8's hash commands, and 7.4's hash-field expiry.
-        Row::new("hgetdel", h::hgetdel).log(Rewritten).meta(newer(
-            -5,
-            true,
-            "hash",
-            &["RW", "ACCESS", "DELETE"],
-            "Returns the value of a field and deletes it from the hash",
-        )),
-        Row::new("hgetex", hash_ttl::hgetex).log(Rewritten).meta(newer(
-            -5,
-            true,
-            "hash",
-            &[],
-            "Get the value of one or more fields of a given hash key, and optionally set their expiration",
-        )),
+        Row::new("hgetdel", h::hgetdel).log(Rewritten).meta(newer(-5, true, "hash", &["RW", "ACCESS", "DELETE"], "Returns the value of a field and deletes it from the hash")),
+        Row::new("hgetex", hash_ttl::hgetex).log(Rewritten).meta(newer(-5, true, "hash", &[], "Get the value of one or more fields of a given hash key, and optionally set their expiration")),
         Row::new("hsetex", hash_ttl::hsetex)
             .log(Rewritten)
-            .meta(newer(
-                -6,
-                true,
-                "hash",
-                &["RW", "UPDATE"],
-                "Set the value of one or more fields of a given hash key, and optionally set their expiration",
-            ))
+            .meta(hash_ttl(-6, true, "Set the value of one or more fields of a given hash key, and optionally set their expiration"))
             .denyoom(),
         Row::new("hexpire", |c, a| hash_ttl::hexpire(c, a, 1000, false, "hexpire"))
             .log(Rewritten)
-            .meta(newer(
-                -6,
-                true,
-                "hash",
-                &["RW", "UPDATE"],
-                "Set expiry for hash field using relative time to expire (seconds)",
-            )),
+            .meta(hash_ttl(-6, true, "Set expiry for hash field using relative time to expire (seconds)")),
         Row::new("hpexpire", |c, a| hash_ttl::hexpire(c, a, 1, false, "hpexpire"))
             .log(Rewritten)
-            .meta(newer(
-                -6,
-                true,
-                "hash",
-                &["RW", "UPDATE"],
-                "Set expiry for hash field using relative time to expire (milliseconds)",
-            )),
+            .meta(hash_ttl(-6, true, "Set expiry for hash field using relative time to expire (milliseconds)")),
         Row::new("hexpireat", |c, a| hash_ttl::hexpire(c, a, 1000, true, "hexpireat"))
             .log(Rewritten)
-            .meta(newer(
-                -6,
-                true,
-                "hash",
-                &["RW", "UPDATE"],
-                "Set expiry for hash field using an absolute Unix timestamp (seconds)",
-            )),
+            .meta(hash_ttl(-6, true, "Set expiry for hash field using an absolute Unix timestamp (seconds)")),
         Row::new("hpexpireat", |c, a| hash_ttl::hexpire(c, a, 1, true, "hpexpireat"))
             .log(Rewritten)
-            .meta(newer(
-                -6,
-                true,
-                "hash",
-                &["RW", "UPDATE"],
-                "Set expiry for hash field using an absolute Unix timestamp (milliseconds)",
-            )),
-        Row::new("hpersist", hash_ttl::hpersist).meta(newer(
-            -5,
-            true,
-            "hash",
-            &["RW", "UPDATE"],
-            "Removes the expiration time for each specified field",
-        )),
-        Row::new("httl", |c, a| hash_ttl::httl(c, a, TtlKind::Seconds)).meta(newer(
-            -5,
-            false,
-            "hash",
-            &[],
-            "Returns the TTL in seconds of a hash field.",
-        )),
-        Row::new("hpttl", |c, a| hash_ttl::httl(c, a, TtlKind::Millis)).meta(newer(
-            -5,
-            false,
-            "hash",
-            &[],
-            "Returns the TTL in milliseconds of a hash field.",
-        )),
+            .meta(hash_ttl(-6, true, "Set expiry for hash field using an absolute Unix timestamp (milliseconds)")),
+        Row::new("hpersist", hash_ttl::hpersist).meta(hash_ttl(-5, true, "Removes the expiration time for each specified field")),
+        Row::new("httl", |c, a| hash_ttl::httl(c, a, TtlKind::Seconds)).meta(hash_ttl(-5, false, "Returns the TTL in seconds of a hash field.")),
+        Row::new("hpttl", |c, a| hash_ttl::httl(c, a, TtlKind::Millis)).meta(hash_ttl(-5, false, "Returns the TTL in milliseconds of a hash field.")),
         Row::new("hexpiretime", |c, a| {
             hash_ttl::httl(c, a, TtlKind::UnixSeconds)
         })
-        .meta(newer(
-            -5,
-            false,
-            "hash",
-            &[],
-            "Returns the expiration time of a hash field as a Unix timestamp, in seconds.",
-        )),
+        .meta(hash_ttl(-5, false, "Returns the expiration time of a hash field as a Unix timestamp, in seconds.")),
         Row::new("hpexpiretime", |c, a| {
             hash_ttl::httl(c, a, TtlKind::UnixMillis)
         })
-        .meta(newer(
-            -5,
-            false,
-            "hash",
-            &[],
-            "Returns the expiration time of a hash field as a Unix timestamp, in msec.",
-        )),
+        .meta(hash_ttl(-5, false, "Returns the expiration time of a hash field as a Unix timestamp, in msec.")),
         // lists
         Row::new("lpush", |c, a| lists::push(c, a, true, false)),
         Row::new("rpush", |c, a| lists::push(c, a, false, false)),
