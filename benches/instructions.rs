@@ -9,7 +9,7 @@
 //!
 //! Needs valgrind (`apt-get install -y valgrind`). The servers run with `--fsync never`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,29 +38,10 @@ fn requests() -> [(&'static str, String); 2] {
 fn send(port: u16, request: &str, n: u64) -> Result<(), String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 65536];
+    let mut buf = Vec::new();
     for _ in 0..n {
         s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
-        // One small response: its head and a body that fits one read of this size.
-        let mut got = Vec::new();
-        loop {
-            let k = s.read(&mut buf).map_err(|e| e.to_string())?;
-            if k == 0 {
-                return Err("the server closed the connection".into());
-            }
-            got.extend_from_slice(&buf[..k]);
-            if let Some(head) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                let text = String::from_utf8_lossy(&got[..head]).to_ascii_lowercase();
-                let len: usize = text
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                if got.len() >= head + 4 + len {
-                    break;
-                }
-            }
-        }
+        super::read_response(&mut s, &mut buf)?;
     }
     Ok(())
 }

@@ -253,29 +253,56 @@ impl Client {
 
     /// POSTs `body` to `path` and returns the response body.
     fn post(&mut self, path: &str, body: &str) -> Result<Vec<u8>, String> {
-        use std::io::Read;
-        let req = format!("POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let req = request("POST", path, "bench", body);
         self.stream
             .write_all(req.as_bytes())
             .map_err(|e| e.to_string())?;
-        self.buf.clear();
-        let mut chunk = [0u8; 65536];
-        loop {
-            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("connection closed".into());
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-            if let Some(h) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&self.buf[..h]).to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .ok_or("no content-length")?;
-                if self.buf.len() >= h + 4 + len {
-                    return Ok(self.buf[h + 4..h + 4 + len].to_vec());
-                }
+        Ok(read_response(&mut self.stream, &mut self.buf)?.1)
+    }
+}
+
+/// An HTTP/1.1 request with a body, and a bearer token unless `token` is empty.
+fn request(method: &str, path: &str, token: &str, body: &str) -> String {
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {token}\r\n")
+    };
+    format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Reads one response (with a Content-Length: tidepool's and the ceiling's all have one) from a
+/// keep-alive connection that has no other request in flight; its status and body. `buf` is
+/// scratch space, kept between calls.
+fn read_response(
+    stream: &mut impl std::io::Read,
+    buf: &mut Vec<u8>,
+) -> Result<(u16, Vec<u8>), String> {
+    buf.clear();
+    let mut chunk = [0u8; 16384];
+    loop {
+        let n = stream.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the server closed the connection".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
+            let status = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or("no content-length")?;
+            if buf.len() >= h + 4 + len {
+                return Ok((status, buf[h + 4..h + 4 + len].to_vec()));
             }
         }
     }

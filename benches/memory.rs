@@ -142,40 +142,19 @@ struct Http(TcpStream);
 
 impl Http {
     fn post(&mut self, path: &str, body: &str) -> Result<String, String> {
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer bench\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
+        let req = super::request("POST", path, "bench", body);
         self.0
             .write_all(req.as_bytes())
-            .and_then(|_| self.0.write_all(body.as_bytes()))
             .map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        let mut chunk = vec![0u8; 1 << 16];
-        loop {
-            let n = self.0.read(&mut chunk).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("tidepool closed the connection".into());
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-                if buf.len() >= h + 4 + len {
-                    if !head.starts_with("http/1.1 200") {
-                        return Err(format!(
-                            "{path} answered {}",
-                            String::from_utf8_lossy(&buf[..(h + 4 + len).min(300)])
-                        ));
-                    }
-                    return Ok(String::from_utf8_lossy(&buf[h + 4..h + 4 + len]).into_owned());
-                }
-            }
+        let (status, body) = super::read_response(&mut self.0, &mut Vec::new())?;
+        let body = String::from_utf8_lossy(&body).into_owned();
+        if status != 200 {
+            return Err(format!(
+                "{path} answered {status}: {}",
+                body.chars().take(300).collect::<String>()
+            ));
         }
+        Ok(body)
     }
 }
 

@@ -7,7 +7,7 @@
 //!     target/release/tidepool-bench --noisy [--seconds N]
 
 use super::{tidepool_with, Proc};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,44 +34,12 @@ impl Conn {
 
     /// Sends a request; the status and body.
     fn send(&mut self, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
-        let auth = if self.token.is_empty() {
-            String::new()
-        } else {
-            format!("Authorization: Bearer {}\r\n", self.token)
-        };
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
+        let req = super::request(method, path, &self.token, body);
         self.stream
             .write_all(req.as_bytes())
             .map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 16384];
-        loop {
-            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("connection closed".into());
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
-                let status = head
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0);
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .ok_or("no content-length")?;
-                if buf.len() >= h + 4 + len {
-                    let text = String::from_utf8_lossy(&buf[h + 4..h + 4 + len]).into_owned();
-                    return Ok((status, text));
-                }
-            }
-        }
+        let (status, body) = super::read_response(&mut self.stream, &mut Vec::new())?;
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 }
 
