@@ -171,9 +171,10 @@ impl Delivery {
         } = self;
         let mut messages: Vec<PendingImage> = msgs
             .values()
-            .map(|p| {
+            .filter_map(|p| {
                 let Pending {
-                    msg,
+                    id: _, // the message's own
+                    packed: _,
                     retried,
                     due_ms,
                     order,
@@ -181,15 +182,15 @@ impl Delivery {
                     released,
                     flow_started: _,
                     seq,
-                } = &**p;
-                PendingImage {
-                    msg: msg.clone(),
+                } = p;
+                Some(PendingImage {
+                    msg: p.message()?,
                     retried: *retried,
                     due_ms: *due_ms,
                     order: *order,
                     released: *released,
                     seq: *seq,
-                }
+                })
             })
             .collect();
         messages.sort_by_key(|p| p.order);
@@ -299,19 +300,10 @@ impl Delivery {
             if p.released {
                 d.due.insert((p.due_ms, p.order, id.clone()));
             }
-            d.msgs.insert(
-                id,
-                Box::new(Pending {
-                    msg: p.msg,
-                    retried: p.retried,
-                    due_ms: p.due_ms,
-                    order: p.order,
-                    in_flight: false,
-                    released: p.released,
-                    flow_started: false,
-                    seq: p.seq,
-                }),
-            );
+            let mut pending = Pending::new(id.clone(), &p.msg, p.order, p.released, p.seq);
+            pending.retried = p.retried;
+            pending.due_ms = p.due_ms;
+            d.msgs.insert(Box::new(pending));
         }
         d.next_order = img.next_order;
         for e in img.dlq {
@@ -324,12 +316,7 @@ impl Delivery {
             let waiting: VecDeque<Arc<str>> = q
                 .waiting
                 .iter()
-                .map(|w| {
-                    d.msgs
-                        .get_key_value(w.as_str())
-                        .map(|(k, _)| k.clone())
-                        .unwrap_or_else(|| Arc::from(w.as_str()))
-                })
+                .map(|w| d.msgs.shared_id(w).unwrap_or_else(|| Arc::from(w.as_str())))
                 .collect();
             d.queues.insert(
                 q.conf.name.clone(),

@@ -2,7 +2,7 @@
 //! with `omitempty`); header maps have canonical keys and arrays of values.
 
 use super::model::*;
-use super::{Delivery, LogEntry, Pending, Queue};
+use super::{Delivery, LogEntry, Queue};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
@@ -120,8 +120,8 @@ fn redacted_headers(c: &Conf) -> Vec<(String, String)> {
         .collect()
 }
 
-pub fn pending(p: &Pending) -> Value {
-    Value::Object(message(&p.msg))
+pub fn pending(m: &Message) -> Value {
+    Value::Object(message(m))
 }
 
 pub fn dlq(e: &DlqEntry) -> Value {

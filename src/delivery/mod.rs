@@ -30,14 +30,20 @@ pub mod worker;
 
 use crate::config::{DELIVERY_DEDUP_WINDOW_MS, DELIVERY_LOG_ENTRIES_MAX};
 use crate::msgpack::Bin;
+use crate::state::table::{Element, SortedTable};
 use model::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-/// A message in the pending set.
+/// A message in the pending set. The message itself is kept encoded (`pack`: MessagePack,
+/// its fields in order, about 160 bytes for a small one where the struct and its strings took
+/// about 700), because a million messages may wait: the scheduler reads only the fields kept
+/// beside it, and the message is decoded when it is sent, shown, or finished.
 #[derive(Debug)]
 pub struct Pending {
-    pub msg: Message,
+    /// The message's id, shared with the pending map's key and the due index.
+    pub id: Arc<str>,
+    packed: Box<[u8]>,
     /// Retries already made (`Upstash-Retried` of the next attempt).
     pub retried: u32,
     pub due_ms: u64,
@@ -51,6 +57,129 @@ pub struct Pending {
     /// Sequence number of the record that put it: an attempt waits for that record to be
     /// durable, and for nothing later.
     pub seq: u64,
+}
+
+impl Pending {
+    /// `m`, waiting from its first due time.
+    fn new(id: Arc<str>, m: &Message, order: u64, released: bool, seq: u64) -> Pending {
+        Pending {
+            id,
+            packed: pack(m),
+            retried: 0,
+            due_ms: m.not_before_ms,
+            order,
+            in_flight: false,
+            released,
+            flow_started: false,
+            seq,
+        }
+    }
+
+    /// The message (decoded). None only if its encoding does not read back, which `pack`'s
+    /// round trip rules out (a test holds it); the callers then treat it as gone.
+    pub fn message(&self) -> Option<Message> {
+        match rmp_serde::from_slice::<Message>(&self.packed) {
+            Ok(mut m) => {
+                m.id = self.id.clone();
+                Some(m)
+            }
+            Err(e) => {
+                crate::log::line(&format!("pending message {} does not decode: {e}", self.id));
+                None
+            }
+        }
+    }
+}
+
+/// The pending messages by id: a table of one pointer and one hash a message (about 20
+/// bytes with its spare room, where a map from a shared id to the entry took about 40), keyed
+/// by the id each entry holds.
+#[derive(Debug, Default)]
+pub struct Pendings(SortedTable<Box<Pending>>);
+
+impl Element for Box<Pending> {
+    fn key(&self) -> &[u8] {
+        self.id.as_bytes()
+    }
+}
+
+impl Pendings {
+    pub fn get(&self, id: &str) -> Option<&Pending> {
+        self.0.get(id.as_bytes()).map(|p| &**p)
+    }
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Pending> {
+        self.0.get_mut(id.as_bytes()).map(|p| &mut **p)
+    }
+    pub fn contains_key(&self, id: &str) -> bool {
+        self.0.get(id.as_bytes()).is_some()
+    }
+    /// The entry's own id (shared) for `id`.
+    pub fn shared_id(&self, id: &str) -> Option<Arc<str>> {
+        self.get(id).map(|p| p.id.clone())
+    }
+    fn insert(&mut self, p: Box<Pending>) {
+        let id = p.id.clone();
+        self.0.insert(id.as_bytes(), p);
+    }
+    fn remove(&mut self, id: &str) -> Option<Box<Pending>> {
+        self.0.remove(id.as_bytes())
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn values(&self) -> impl Iterator<Item = &Pending> {
+        self.0.iter().map(|p| &**p)
+    }
+}
+
+/// A message as a pending entry keeps it: MessagePack with its fields in order (no names:
+/// they are the same in every message, and the log, not this, is the durable form), and its
+/// id, the first field, left empty: the entry keeps it beside.
+fn pack(m: &Message) -> Box<[u8]> {
+    match rmp_serde::to_vec(m) {
+        Ok(v) => without_id(&v).unwrap_or(v).into_boxed_slice(),
+        Err(e) => {
+            crate::log::line(&format!("message {} does not encode: {e}", m.id));
+            Box::default()
+        }
+    }
+}
+
+/// `v` (a message's encoding: an array whose first item is the id, a string) with an empty
+/// string for the id; None when `v` does not start so (then it is kept whole).
+fn without_id(v: &[u8]) -> Option<Vec<u8>> {
+    // The array's header: fixarray, array16 or array32.
+    let head = match *v.first()? {
+        0x90..=0x9f => 1,
+        0xdc => 3,
+        0xdd => 5,
+        _ => return None,
+    };
+    // The id's string: fixstr, str8, str16 or str32, with its length.
+    let (tag, len) = match *v.get(head)? {
+        b @ 0xa0..=0xbf => (1, usize::from(b & 0x1f)),
+        0xd9 => (2, usize::from(*v.get(head + 1)?)),
+        0xda => (
+            3,
+            usize::from(u16::from_be_bytes(
+                v.get(head + 1..head + 3)?.try_into().ok()?,
+            )),
+        ),
+        0xdb => (
+            5,
+            u32::from_be_bytes(v.get(head + 1..head + 5)?.try_into().ok()?) as usize,
+        ),
+        _ => return None,
+    };
+    let rest = v.get(head + tag + len..)?;
+    let mut out = Vec::with_capacity(head + 1 + rest.len());
+    out.extend_from_slice(v.get(..head)?);
+    out.push(0xa0);
+    out.extend_from_slice(rest);
+    Some(out)
 }
 
 #[derive(Debug)]
@@ -88,9 +217,7 @@ pub struct LogEntry {
 /// The delivery state. Only `apply` changes it (plus the in-flight marks, see the module doc).
 #[derive(Default)]
 pub struct Delivery {
-    /// Boxed: a map slot then costs a pointer, not a whole message, at the table's spare
-    /// capacity (measured: 1,261 bytes per pending message unboxed).
-    pub msgs: HashMap<Arc<str>, Box<Pending>>,
+    pub msgs: Pendings,
     due: BTreeSet<(u64, u64, Arc<str>)>,
     next_order: u64,
     pub dlq: BTreeMap<String, DlqEntry>,
@@ -207,22 +334,25 @@ impl Delivery {
             } => self.attempted(ts, id, *retried, *started_ms, response, outcome),
             Event::Cancel { ids } => {
                 for id in ids {
-                    if let Some((key, p)) = self.msgs.remove_entry(id.as_str()) {
-                        self.log(ts, &p.msg, &key, "CANCEL_REQUESTED");
-                        self.log(ts, &p.msg, &key, "CANCELED");
-                        // A cancelled failure callback did not succeed: it shows as failed
-                        // (and can be called again), not as in progress forever.
-                        if let Some(call) = p
-                            .msg
-                            .source_id
-                            .as_deref()
-                            .filter(|_| p.msg.origin == Origin::FailureCallback)
-                            .and_then(|s| self.failure_calls.get_mut(s))
-                            .filter(|c| c.message_id == key)
-                        {
-                            call.state = "CALLBACK_FAIL";
+                    if let Some(p) = self.msgs.remove(id) {
+                        let key = p.id.clone();
+                        let m = p.message();
+                        if let Some(m) = &m {
+                            self.log(ts, m, &key, "CANCEL_REQUESTED");
+                            self.log(ts, m, &key, "CANCELED");
+                            // A cancelled failure callback did not succeed: it shows as failed
+                            // (and can be called again), not as in progress forever.
+                            if let Some(call) = m
+                                .source_id
+                                .as_deref()
+                                .filter(|_| m.origin == Origin::FailureCallback)
+                                .and_then(|s| self.failure_calls.get_mut(s))
+                                .filter(|c| c.message_id == key)
+                            {
+                                call.state = "CALLBACK_FAIL";
+                            }
                         }
-                        self.forget(&key, p);
+                        self.forget(&key, p, m.as_ref());
                     }
                 }
             }
@@ -393,14 +523,14 @@ impl Delivery {
     }
 
     /// A message leaves flight: its key has a free slot again.
-    fn flow_finished(&mut self, p: &mut Pending) {
+    fn flow_finished(&mut self, p: &mut Pending, m: Option<&Message>) {
         if !p.flow_started {
             return;
         }
         p.flow_started = false;
-        if let Some(key) = p.msg.conf.flow_key.clone() {
-            self.flows.get_mut(&key).finished();
-            self.unpark(&key);
+        if let Some(key) = m.and_then(|m| m.conf.flow_key.as_deref()) {
+            self.flows.get_mut(key).finished();
+            self.unpark(key);
         }
     }
 
@@ -488,19 +618,8 @@ impl Delivery {
         } else {
             self.due.insert((m.not_before_ms, order, id.clone()));
         }
-        self.msgs.insert(
-            id,
-            Box::new(Pending {
-                msg: m.clone(),
-                retried: 0,
-                due_ms: m.not_before_ms,
-                order,
-                in_flight: false,
-                released,
-                flow_started: false,
-                seq,
-            }),
-        );
+        self.msgs
+            .insert(Box::new(Pending::new(id, m, order, released, seq)));
         if let Some(q) = m
             .holds_queue
             .as_deref()
@@ -565,20 +684,22 @@ impl Delivery {
     }
 
     /// Drops a finished message's indexes and frees its queue slot.
-    fn forget(&mut self, id: &Arc<str>, mut p: Box<Pending>) {
+    /// Drops a finished message's indexes and frees its queue slot (`m`: the message `p`
+    /// holds, decoded).
+    fn forget(&mut self, id: &Arc<str>, mut p: Box<Pending>, m: Option<&Message>) {
         self.due.remove(&(p.due_ms, p.order, id.clone()));
-        self.flow_finished(&mut p);
+        self.flow_finished(&mut p, m);
         if p.in_flight {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
-        if let Some(qn) = p.msg.holds_queue.as_deref() {
+        if let Some(qn) = m.and_then(|m| m.holds_queue.as_deref()) {
             if let Some(q) = self.queues.get_mut(qn) {
                 q.active = q.active.saturating_sub(1);
             }
             let qn = qn.to_string();
             self.pump(&qn);
         }
-        if let Some(qn) = p.msg.queue.as_deref() {
+        if let Some(qn) = m.and_then(|m| m.queue.as_deref()) {
             if let Some(q) = self.queues.get_mut(qn) {
                 if p.released {
                     q.active = q.active.saturating_sub(1);
@@ -600,15 +721,20 @@ impl Delivery {
         response: &Response,
         outcome: &Outcome,
     ) {
-        let Some((key, mut p)) = self.msgs.remove_entry(id) else {
+        let Some(mut p) = self.msgs.remove(id) else {
             return;
         };
+        let key = p.id.clone();
         self.due.remove(&(p.due_ms, p.order, key.clone()));
-        self.log(started_ms, &p.msg, &key, "ACTIVE");
+        let Some(m) = p.message() else {
+            self.forget(&key, p, None);
+            return;
+        };
+        self.log(started_ms, &m, &key, "ACTIVE");
         let status = (response.status != 0).then_some(response.status);
-        self.failure_call_attempted(&p.msg, response, outcome);
-        if let (Outcome::Dead { dlq_id }, Some(run_id)) = (outcome, p.msg.conf.run_id()) {
-            if !matches!(p.msg.origin, Origin::Callback | Origin::FailureCallback) {
+        self.failure_call_attempted(&m, response, outcome);
+        if let (Outcome::Dead { dlq_id }, Some(run_id)) = (outcome, m.conf.run_id()) {
+            if !matches!(m.origin, Origin::Callback | Origin::FailureCallback) {
                 if let Some(run) = self.runs.get_mut(run_id).filter(|r| r.ended.is_none()) {
                     run.failed_dlq_id = Some(dlq_id.clone());
                 }
@@ -616,19 +742,19 @@ impl Delivery {
         }
         match outcome {
             Outcome::Delivered => {
-                self.log(ts, &p.msg, &key, "DELIVERED");
+                self.log(ts, &m, &key, "DELIVERED");
                 if let Some(l) = self.last_log() {
                     l.response_status = status;
                 }
-                self.forget(&key, p);
+                self.forget(&key, p, Some(&m));
             }
             Outcome::Retry { next_ms } => {
-                self.log(ts, &p.msg, &key, "ERROR");
+                self.log(ts, &m, &key, "ERROR");
                 if let Some(l) = self.last_log() {
                     l.response_status = status;
                     l.error = response.error.clone();
                 }
-                self.log(ts, &p.msg, &key, "RETRY");
+                self.log(ts, &m, &key, "RETRY");
                 if let Some(l) = self.last_log() {
                     l.next_delivery_ms = Some(*next_ms);
                 }
@@ -636,19 +762,19 @@ impl Delivery {
                     p.in_flight = false;
                     self.in_flight = self.in_flight.saturating_sub(1);
                 }
-                self.flow_finished(&mut p);
+                self.flow_finished(&mut p, Some(&m));
                 p.retried = retried + 1;
                 p.due_ms = *next_ms;
                 self.due.insert((p.due_ms, p.order, key.clone()));
-                self.msgs.insert(key, p);
+                self.msgs.insert(p);
             }
             Outcome::Dead { dlq_id } => {
-                self.log(ts, &p.msg, &key, "ERROR");
+                self.log(ts, &m, &key, "ERROR");
                 if let Some(l) = self.last_log() {
                     l.response_status = status;
                     l.error = response.error.clone();
                 }
-                self.log(ts, &p.msg, &key, "FAILED");
+                self.log(ts, &m, &key, "FAILED");
                 if let Some(l) = self.last_log() {
                     l.response_status = status;
                     l.error = response.error.clone();
@@ -657,13 +783,13 @@ impl Delivery {
                     dlq_id.clone(),
                     DlqEntry {
                         dlq_id: dlq_id.clone(),
-                        message: p.msg.clone(),
+                        message: m.clone(),
                         retried,
                         response: response.clone(),
                         failed_ms: ts,
                     },
                 );
-                self.forget(&key, p);
+                self.forget(&key, p, Some(&m));
             }
         }
     }
@@ -711,7 +837,10 @@ impl Delivery {
                 break;
             };
             if let Some(p) = self.msgs.get_mut(&id) {
-                if let Some(key) = &p.msg.conf.flow_key {
+                let Some(msg) = p.message() else {
+                    continue;
+                };
+                if let Some(key) = &msg.conf.flow_key {
                     let f = self.flows.get_mut(key);
                     match f.try_start(now_ms) {
                         Ok(()) => p.flow_started = true,
@@ -727,7 +856,7 @@ impl Delivery {
                 p.in_flight = true;
                 self.in_flight += 1;
                 out.push(Due {
-                    msg: p.msg.clone(),
+                    msg,
                     retried: p.retried,
                     run_created_ms: None,
                     seq: p.seq,
@@ -808,5 +937,97 @@ impl Delivery {
             .map(|r| r.url.as_str())
             .or_else(|| m.conf.workflow_value("Upstash-Workflow-Url"))
             .unwrap_or(&m.url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message with every field set, nested hooks included, and one with none: what the
+    /// pending set keeps reads back as it was given (`Pending::message` never loses one).
+    #[test]
+    fn a_pending_message_reads_back_whole() {
+        let hook = Hook {
+            url: "http://127.0.0.1:9/cb".into(),
+            conf: Conf {
+                retries: Some(1),
+                forward: vec![("X-Cb".into(), "1".into())],
+                signer: Some("user2".into()),
+                ..Conf::default()
+            },
+        };
+        let full = Message {
+            id: "msg_full".into(),
+            url: "http://127.0.0.1:9/x".into(),
+            method: HttpMethod::PATCH,
+            body: Bin(vec![0, 255, 1]),
+            created_ms: 1,
+            not_before_ms: 2,
+            max_retries: 3,
+            conf: Conf {
+                method: Some("PATCH".into()),
+                retries: Some(3),
+                retry_delay: Some("1000 * retried".into()),
+                timeout_ms: Some(4),
+                delay_ms: Some(5),
+                not_before_ms: Some(6),
+                forward: vec![("Content-Type".into(), "text/plain".into())],
+                callback: Some(Box::new(hook.clone())),
+                failure_callback: Some(Box::new(hook)),
+                dedup_id: Some("d".into()),
+                content_dedup: true,
+                labels: vec!["l".into()],
+                flow_key: Some("k".into()),
+                parallelism: Some(2),
+                rate: Some(3),
+                period_s: Some(4),
+                workflow: vec![("Upstash-Workflow-Runid".into(), "wfr_1".into())],
+                redact: vec!["body".into()],
+                signer: Some("user3".into()),
+            },
+            origin: Origin::FailureCallback,
+            topic: Some("t".into()),
+            endpoint: Some("e".into()),
+            queue: Some("q".into()),
+            schedule_id: Some("s".into()),
+            caller_ip: Some("127.0.0.1".into()),
+            dedup_key: Some("dk".into()),
+            source_id: Some("msg_src".into()),
+            holds_queue: Some("hq".into()),
+        };
+        let bare = Message {
+            id: "msg_bare".into(),
+            url: String::new(),
+            method: HttpMethod::GET,
+            body: Bin(Vec::new()),
+            created_ms: 0,
+            not_before_ms: 0,
+            max_retries: 0,
+            conf: Conf::default(),
+            origin: Origin::Publish,
+            topic: None,
+            endpoint: None,
+            queue: None,
+            schedule_id: None,
+            caller_ip: None,
+            dedup_key: None,
+            source_id: None,
+            holds_queue: None,
+        };
+        for m in [full, bare.clone()] {
+            let p = Pending::new(m.id.clone(), &m, 7, true, 9);
+            assert_eq!(p.message().as_ref(), Some(&m));
+            // The id is kept beside, not in the encoding.
+            assert!(!p.packed.windows(m.id.len()).any(|w| w == m.id.as_bytes()));
+        }
+        // Ids of every string length MessagePack has a form for read back too.
+        for len in [0usize, 31, 32, 255, 256, 65_536] {
+            let mut m = bare.clone();
+            m.id = "i".repeat(len).into();
+            let p = Pending::new(m.id.clone(), &m, 0, true, 0);
+            assert_eq!(p.message().as_ref(), Some(&m));
+            assert!(p.packed.len() < 100, "{len}: the id was kept");
+        }
     }
 }

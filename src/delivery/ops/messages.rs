@@ -95,8 +95,8 @@ pub(super) fn trigger(
 }
 
 pub(super) fn get(tx: &mut Tx, id: String) -> OpReply {
-    match tx.d.msgs.get(id.as_str()) {
-        Some(p) => ok(json::pending(p)),
+    match tx.d.msgs.get(id.as_str()).and_then(|p| p.message()) {
+        Some(m) => ok(json::pending(&m)),
         None => not_found(&format!("message {id} not found")),
     }
 }
@@ -120,8 +120,11 @@ pub(super) fn cancel_many(tx: &mut Tx, f: Filter) -> OpReply {
         let mut v: Vec<(u64, String)> =
             tx.d.msgs
                 .values()
-                .filter(|p| message_matches(&p.msg, p.msg.created_ms, &f))
-                .map(|p| (p.order, p.msg.id.to_string()))
+                .filter(|p| {
+                    p.message()
+                        .is_some_and(|m| message_matches(&m, m.created_ms, &f))
+                })
+                .map(|p| (p.order, p.id.to_string()))
                 .collect();
         v.sort();
         let limit = if f.params.is_empty() && f.count.is_none() {
@@ -148,7 +151,9 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
     if p.retried != r.retried {
         return;
     }
-    let m = p.msg.clone();
+    let Some(m) = p.message() else {
+        return;
+    };
     let status = r.response.status;
     let success = (200..300).contains(&status);
     let non_retryable = status == 489

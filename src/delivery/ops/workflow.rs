@@ -558,8 +558,8 @@ pub(super) fn end_run(tx: &mut Tx, id: &str, cancel: bool, response: Option<Vec<
         let mut msgs: Vec<(u64, String)> =
             tx.d.msgs
                 .values()
-                .filter(|p| p.msg.conf.run_id() == Some(id))
-                .map(|p| (p.order, p.msg.id.to_string()))
+                .filter(|p| p.message().is_some_and(|m| m.conf.run_id() == Some(id)))
+                .map(|p| (p.order, p.id.to_string()))
                 .collect();
         msgs.sort();
         if !msgs.is_empty() {
