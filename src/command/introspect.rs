@@ -338,7 +338,7 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
                 .sum::<usize>()
                 + h.ttl_count() * (8 + 2 * bytes(b"") + 48)
         }
-        Value::List(l) => l.iter().map(|v| bytes(v)).sum(),
+        Value::List(l) => l.iter().map(bytes).sum(),
         Value::Set(s) => s.keys().map(|m| bytes(m) + SLOT).sum(),
         // Each member is held twice: by name and in score order.
         Value::ZSet(z) => z.iter().map(|(m, _)| 2 * bytes(m) + 8 + 2 * SLOT).sum(),

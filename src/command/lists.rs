@@ -31,7 +31,6 @@ pub fn push(ctx: &mut Ctx, a: &[Vec<u8>], left: bool, only_existing: bool) -> Re
         return Reply::Int(0);
     }
     let l = tri!(typed::create::<List>(ctx, &a[1]));
-    l.reserve(a.len() - 2);
     for v in &a[2..] {
         if left {
             l.push_front(v.clone());
@@ -126,7 +125,7 @@ pub fn lrange(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     };
     match range(l.len(), start, end) {
         None => Reply::Array(vec![]),
-        Some((s, e)) => Reply::Array(l.range(s..=e).map(|v| Reply::bulk(&**v)).collect()),
+        Some((s, e)) => Reply::Array(l.iter_from(s).take(e + 1 - s).map(Reply::bulk).collect()),
     }
 }
 
@@ -140,7 +139,7 @@ pub fn lindex(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
         return Reply::Nil;
     };
     let i = tri!(int_arg(&a[2]));
-    Reply::opt_bulk(index(l.len(), i).map(|i| &*l[i]))
+    Reply::opt_bulk(index(l.len(), i).and_then(|i| l.get(i)))
 }
 
 pub fn lset(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
@@ -169,7 +168,7 @@ pub fn linsert(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
-    let Some(pos) = l.iter().position(|v| **v == *a[3]) else {
+    let Some(pos) = l.iter().position(|v| v == a[3].as_slice()) else {
         return Reply::Int(-1);
     };
     l.insert(if after { pos + 1 } else { pos }, a[4].clone());
@@ -183,32 +182,9 @@ pub fn lrem(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let Some(l) = tri!(typed::existing::<List>(ctx, &a[1])) else {
         return Reply::Int(0);
     };
-    let limit = if count == 0 {
-        usize::MAX
-    } else {
-        count.unsigned_abs() as usize
-    };
-    let mut removed = 0;
-    if count >= 0 {
-        let mut i = 0;
-        while i < l.len() && removed < limit {
-            if *l[i] == *a[3] {
-                l.remove(i);
-                removed += 1;
-            } else {
-                i += 1;
-            }
-        }
-    } else {
-        let mut i = l.len();
-        while i > 0 && removed < limit {
-            i -= 1;
-            if *l[i] == *a[3] {
-                l.remove(i);
-                removed += 1;
-            }
-        }
-    }
+    // 0: every match.
+    let limit = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
+    let removed = l.remove_matching(&a[3], limit, count < 0);
     if removed > 0 {
         ctx.dirty = true;
     }
@@ -272,12 +248,17 @@ pub fn lpos(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     let mut matches = 0u64;
     let mut out = Vec::new();
     let mut found = None;
-    for i in 0..len {
+    let items: Box<dyn Iterator<Item = &[u8]>> = if from_tail {
+        Box::new(l.iter().rev())
+    } else {
+        Box::new(l.iter())
+    };
+    for (i, item) in items.enumerate() {
         if maxlen != 0 && i as i64 >= maxlen {
             break;
         }
         let idx = if from_tail { len - 1 - i } else { i };
-        if *l[idx] == *a[2] {
+        if item == a[2].as_slice() {
             matches += 1;
             if matches >= rank {
                 if count != -1 {
