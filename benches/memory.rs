@@ -273,11 +273,58 @@ fn redis(dir: &Path, port: u16) -> Result<Proc, String> {
     }
 }
 
-/// Base, after load, after restart, in KiB: tidepool's.
-fn measure_tidepool(bin: &Path, dir: &Path, cmds: &[Vec<String>]) -> Result<[u64; 3], String> {
+/// `used_memory` of `INFO memory`, in bytes.
+fn used_memory(c: &mut Http) -> Result<u64, String> {
+    let r = c.post("/", r#"["INFO","memory"]"#)?;
+    let v: serde_json::Value = serde_json::from_str(&r).map_err(|e| e.to_string())?;
+    v["result"]
+        .as_str()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix("used_memory:")))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| format!("INFO memory answered {r}"))
+}
+
+/// What `MEMORY USAGE` says the keys take together: the mean over up to 2,000 keys (a SCAN's
+/// first ones) times the number of keys, in bytes.
+fn memory_usage_total(c: &mut Http) -> Result<u64, String> {
+    let json = |r: String| serde_json::from_str::<serde_json::Value>(&r).map_err(|e| e.to_string());
+    let scan = json(c.post("/", r#"["SCAN","0","COUNT","2000"]"#)?)?;
+    let keys: Vec<String> = scan["result"][1]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|k| k.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ask: Vec<Vec<String>> = keys
+        .iter()
+        .map(|k| vec!["MEMORY".into(), "USAGE".into(), k.clone()])
+        .collect();
+    let answers = json(c.post("/pipeline", &json_commands(&ask))?)?;
+    let sum: u64 = answers
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["result"].as_u64()).sum())
+        .unwrap_or(0);
+    let n = json(c.post("/", r#"["DBSIZE"]"#)?)?["result"]
+        .as_u64()
+        .unwrap_or(0);
+    Ok(sum * n / (keys.len() as u64).max(1))
+}
+
+/// Base, after load, after restart, in KiB, and after the restart what `INFO memory`'s
+/// `used_memory` grew by and what `MEMORY USAGE` says the keys take, in bytes: tidepool's.
+fn measure_tidepool(
+    bin: &Path,
+    dir: &Path,
+    cmds: &[Vec<String>],
+) -> Result<([u64; 3], [u64; 2]), String> {
     let data = dir.join("tidepool");
     let (p, port) = tidepool_with(bin, &data, "never", &[])?;
     let base = settled_rss(p.0.id())?;
+    let empty_used = used_memory(&mut Http(
+        TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?,
+    ))?;
     load_tidepool(port, cmds)?;
     let loaded = settled_rss(p.0.id())?;
     // A snapshot, so the restart loads it (and the log after it), as a server restarted
@@ -285,11 +332,16 @@ fn measure_tidepool(bin: &Path, dir: &Path, cmds: &[Vec<String>]) -> Result<[u64
     let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     Http(s).post("/", r#"["SAVE"]"#)?;
     drop(p);
-    let (p, _) = tidepool_with(bin, &data, "never", &[])?;
+    let (p, port) = tidepool_with(bin, &data, "never", &[])?;
     let restarted = settled_rss(p.0.id())?;
+    let mut c = Http(TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?);
+    // The executor samples the allocator on its tick: give it one.
+    std::thread::sleep(Duration::from_millis(300));
+    let used = used_memory(&mut c)?.saturating_sub(empty_used);
+    let usage = memory_usage_total(&mut c)?;
     drop(p);
     let _ = std::fs::remove_dir_all(&data);
-    Ok([base, loaded, restarted])
+    Ok(([base, loaded, restarted], [used, usage]))
 }
 
 /// Base, after load, after restart, in KiB: redis-server's.
@@ -314,14 +366,14 @@ fn measure_redis(dir: &Path, cmds: &[Vec<String>]) -> Result<[u64; 3], String> {
 }
 
 pub fn run(bin: &Path, tmp: &Path, only: Option<&str>) -> Result<(), String> {
-    println!("| data set | tidepool after load / restart | redis-server after load / restart | ratio | data alone (over the empty server): tidepool / redis | ratio |");
-    println!("|---|---|---|---|---|---|");
+    println!("| data set | tidepool after load / restart | redis-server after load / restart | ratio | data alone (over the empty server): tidepool / redis | ratio | tidepool's own account after the restart: `INFO memory` used_memory growth / `MEMORY USAGE` total, against its data alone |");
+    println!("|---|---|---|---|---|---|---|");
     for set in sets() {
         if only.is_some_and(|o| !set.name.contains(o)) {
             continue;
         }
         let cmds = (set.commands)();
-        let t = measure_tidepool(bin, tmp, &cmds)?;
+        let (t, [used, usage]) = measure_tidepool(bin, tmp, &cmds)?;
         let r = measure_redis(tmp, &cmds)?;
         let mb = |k: u64| k as f64 / 1024.0;
         let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
@@ -330,7 +382,7 @@ pub fn run(bin: &Path, tmp: &Path, only: Option<&str>) -> Result<(), String> {
             r[1].max(r[2]).saturating_sub(r[0]),
         );
         println!(
-            "| {} | {:.1} / {:.1} MB | {:.1} / {:.1} MB | {:.2}x / {:.2}x | {:.1} / {:.1} MB | {:.2}x |",
+            "| {} | {:.1} / {:.1} MB | {:.1} / {:.1} MB | {:.2}x / {:.2}x | {:.1} / {:.1} MB | {:.2}x | {:.1} MB ({:.2}x) / {:.1} MB ({:.2}x) |",
             set.name,
             mb(t[1]),
             mb(t[2]),
@@ -340,7 +392,11 @@ pub fn run(bin: &Path, tmp: &Path, only: Option<&str>) -> Result<(), String> {
             ratio(t[2], r[2]),
             mb(t_data),
             mb(r_data),
-            ratio(t_data, r_data)
+            ratio(t_data, r_data),
+            used as f64 / 1048576.0,
+            used as f64 / 1024.0 / (t[2].saturating_sub(t[0])).max(1) as f64,
+            usage as f64 / 1048576.0,
+            usage as f64 / 1024.0 / (t[2].saturating_sub(t[0])).max(1) as f64,
         );
     }
     println!();

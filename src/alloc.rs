@@ -19,3 +19,14 @@ pub fn sample() -> u64 {
     IN_USE.store(bytes, Ordering::Relaxed);
     bytes
 }
+
+/// The bytes the allocator takes for a request of `n` bytes: glibc's chunk, `n` and an 8-byte
+/// header rounded up to 16, at least 32 (0 for no request). What the estimates of `MEMORY
+/// USAGE` count each allocation as, so that they add up to what the process holds.
+pub fn chunk(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        ((n + 8 + 15) & !15).max(32)
+    }
+}

@@ -245,7 +245,7 @@ fn dataset_estimate(ctx: &Ctx) -> (usize, u64) {
         .take(crate::config::MEMORY_STATS_SAMPLE_KEYS)
     {
         seen += 1;
-        bytes += approx_bytes(k, e) as u64;
+        bytes += approx_bytes(ctx, k, e) as u64;
     }
     let estimate = bytes.checked_div(seen).unwrap_or(0) * keys as u64;
     (keys, estimate)
@@ -317,31 +317,28 @@ pub fn memory_usage(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
     match ctx.db.get(&a[2], ctx.now_ms) {
         None => Reply::Nil,
-        Some(e) => Reply::Int(approx_bytes(&a[2], e) as i64),
+        Some(e) => Reply::Int(approx_bytes(ctx, &a[2], e) as i64),
     }
 }
 
-/// Heap bytes of a byte string as stored (a `Vec<u8>`: header plus contents).
+/// Heap bytes of a byte string held in a `Vec<u8>` (a stream's field, a sorted set's member in
+/// its two indexes): header plus contents.
 fn bytes(b: &[u8]) -> usize {
     24 + b.len()
 }
 
-fn approx_bytes(key: &[u8], e: &Entry) -> usize {
-    // The key's map slot, the entry and its expiry index entry.
-    const ENTRY: usize = 64;
-    const SLOT: usize = 16;
+/// What the key costs: its share of the keyspace's slots, its node (name and entry), and what
+/// its value holds on the heap, each allocation counted as the allocator takes it
+/// (`alloc::chunk`), so that the keys' figures add up to what the process holds for them.
+fn approx_bytes(ctx: &Ctx, key: &[u8], e: &Entry) -> usize {
+    use crate::alloc::chunk;
+    let boxed = |size: usize| chunk(size);
     let value = match &e.value {
-        Value::Str(s) => bytes(s),
-        Value::Hash(h) => {
-            h.iter()
-                .map(|(f, v)| bytes(f) + bytes(v) + SLOT)
-                .sum::<usize>()
-                + h.ttl_count() * (8 + 2 * bytes(b"") + 48)
-        }
-        Value::List(l) => l.iter().map(bytes).sum(),
-        Value::Set(s) => s.keys().map(|m| bytes(m) + SLOT).sum(),
-        // Each member is held twice: by name and in score order.
-        Value::ZSet(z) => z.iter().map(|(m, _)| 2 * bytes(m) + 8 + 2 * SLOT).sum(),
+        Value::Str(s) => s.heap_bytes(),
+        Value::Hash(h) => boxed(std::mem::size_of_val(&**h)) + h.heap_bytes(),
+        Value::List(l) => boxed(std::mem::size_of_val(&**l)) + l.heap_bytes(),
+        Value::Set(s) => boxed(std::mem::size_of_val(&**s)) + s.heap_bytes(|_| 0),
+        Value::ZSet(z) => boxed(std::mem::size_of_val(&**z)) + z.heap_bytes(),
         Value::Stream(s) => {
             s.entries
                 .values()
@@ -351,5 +348,11 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
         }
         Value::Json(j) => j.mem_bytes(),
     };
-    ENTRY + bytes(key) + value + if e.expire_at_ms().is_some() { 40 } else { 0 }
+    // A key with a TTL is also in the expiry index (a tree entry of its time and name).
+    let expiry = if e.expire_at_ms().is_some() {
+        40 + chunk(key.len())
+    } else {
+        0
+    };
+    ctx.db.raw().key_heap_bytes(key) + value + expiry
 }

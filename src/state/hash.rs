@@ -95,6 +95,25 @@ impl Hash {
         self.len == 0
     }
 
+    /// The heap bytes the hash holds besides itself: its packed buffer or its map, and the
+    /// field expiry indexes of one that has them (a map slot and a tree entry a field, each
+    /// with the field's name).
+    pub fn heap_bytes(&self) -> usize {
+        use crate::alloc::chunk;
+        let fields = match &self.fields {
+            Fields::Packed(b) => chunk(b.capacity()),
+            Fields::Map(m) => m.heap_bytes(Str::heap_bytes),
+        };
+        let ttls = self.ttls.as_ref().map_or(0, |t| {
+            chunk(std::mem::size_of::<FieldTtls>())
+                + t.by_field
+                    .keys()
+                    .map(|f| 2 * chunk(f.len()) + 48 + 40)
+                    .sum::<usize>()
+        });
+        fields + ttls
+    }
+
     /// Whether the hash is packed (OBJECT ENCODING's `listpack`).
     pub fn is_packed(&self) -> bool {
         matches!(self.fields, Fields::Packed(_))

@@ -35,6 +35,13 @@ impl Key {
             Key::Heap(k.into())
         }
     }
+    /// The heap bytes a key longer than 22 bytes holds.
+    pub(super) fn heap_bytes(&self) -> usize {
+        match self {
+            Key::Inline(..) => 0,
+            Key::Heap(b) => crate::alloc::chunk(b.len()),
+        }
+    }
     pub(super) fn bytes(&self) -> &[u8] {
         match self {
             Key::Inline(b, n) => &b[..*n as usize],

@@ -251,6 +251,16 @@ impl List {
         self.bytes
     }
 
+    /// The heap bytes the list holds: its chunks' buffers and the deque of them.
+    pub fn heap_bytes(&self) -> usize {
+        crate::alloc::chunk(self.chunks.capacity() * std::mem::size_of::<Chunk>())
+            + self
+                .chunks
+                .iter()
+                .map(|c| crate::alloc::chunk(c.buf.capacity()))
+                .sum::<usize>()
+    }
+
     /// Every item, in order (double-ended).
     pub fn iter(&self) -> Iter<'_> {
         Iter {

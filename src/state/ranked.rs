@@ -36,6 +36,20 @@ impl<T: Ord> PartialEq for Ranked<T> {
     }
 }
 
+impl<T> Ranked<T> {
+    /// The heap bytes of the chunks and the tree (not of what the elements point to).
+    pub fn heap_bytes(&self) -> usize {
+        use crate::alloc::chunk;
+        chunk(self.chunks.capacity() * std::mem::size_of::<Vec<T>>())
+            + self
+                .chunks
+                .iter()
+                .map(|c| chunk(c.capacity() * std::mem::size_of::<T>()))
+                .sum::<usize>()
+            + chunk(self.tree.capacity() * std::mem::size_of::<usize>())
+    }
+}
+
 impl<T: Ord> Ranked<T> {
     pub fn new() -> Self {
         Self::default()

@@ -101,6 +101,17 @@ impl<V> ScanMap<V> {
         self.table.scan(cursor, count, |m| visit(m.0.bytes(), &m.1))
     }
 
+    /// The heap bytes the map holds: its slots, its members longer than a slot holds, and
+    /// what `value` says each value holds besides itself.
+    pub fn heap_bytes(&self, value: impl Fn(&V) -> usize) -> usize {
+        self.table.heap_bytes()
+            + self
+                .table
+                .iter()
+                .map(|m| m.0.heap_bytes() + value(&m.1))
+                .sum::<usize>()
+    }
+
     #[cfg(test)]
     pub(crate) fn longest_run(&self) -> usize {
         self.table.longest_run()

@@ -40,11 +40,12 @@ impl Str {
         }
     }
 
-    /// The heap bytes this string holds besides the value enum itself.
+    /// The heap bytes this string holds besides the value enum itself (its vector's box and
+    /// buffer, as the allocator takes them).
     pub fn heap_bytes(&self) -> usize {
         match self {
             Str::Inline(..) => 0,
-            Str::Heap(v) => 24 + v.capacity(),
+            Str::Heap(v) => crate::alloc::chunk(24) + crate::alloc::chunk(v.capacity()),
         }
     }
 }

@@ -269,6 +269,11 @@ impl<T: Element> SortedTable<T> {
         }
     }
 
+    /// The heap bytes of the slots (not of what the elements point to).
+    pub fn heap_bytes(&self) -> usize {
+        crate::alloc::chunk(self.slots.capacity() * std::mem::size_of::<Slot<T>>())
+    }
+
     /// Every element, in hash order.
     pub fn iter(&self) -> impl Iterator<Item = &T> {
         self.slots.iter().flatten().map(|(_, e)| e)
@@ -470,6 +475,17 @@ impl<V> Keyspace<V> {
     }
     pub fn random(&self, r: u64) -> Option<(&[u8], &V)> {
         self.table.random(r).map(|n| (n.key.bytes(), &n.value))
+    }
+    /// The heap bytes one key costs besides its value's own: its share of the slots, its node,
+    /// and its name when longer than a node holds.
+    pub fn key_heap_bytes(&self, key: &[u8]) -> usize {
+        let share = self.table.heap_bytes() / self.table.len().max(1);
+        let long = if key.len() > 22 {
+            crate::alloc::chunk(key.len())
+        } else {
+            0
+        };
+        share + crate::alloc::chunk(std::mem::size_of::<Node<V>>()) + long
     }
 }
 

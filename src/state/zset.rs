@@ -133,6 +133,18 @@ impl ZSet {
     }
 
     /// Ascending (score, member).
+    /// The heap bytes the set holds besides itself: the score map and the order, each with
+    /// the members longer than a slot holds.
+    pub fn heap_bytes(&self) -> usize {
+        self.scores.heap_bytes(|_| 0)
+            + self.order.heap_bytes()
+            + self
+                .order
+                .iter()
+                .map(|(_, m)| m.heap_bytes())
+                .sum::<usize>()
+    }
+
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], f64)> {
         self.order.iter().map(|(s, m)| (m.bytes(), s.0))
     }
