@@ -343,9 +343,8 @@ fn approx_bytes(key: &[u8], e: &Entry) -> usize {
         // Each member is held twice: by name and in score order.
         Value::ZSet(z) => z.iter().map(|(m, _)| 2 * bytes(m) + 8 + 2 * SLOT).sum(),
         Value::Stream(s) => {
-            s.entries
-                .values()
-                .map(|f| 16 + 24 + f.iter().map(bytes).sum::<usize>())
+            s.iter()
+                .map(|(_, f)| 16 + 24 + f.iter().map(bytes).sum::<usize>())
                 .sum::<usize>()
                 + s.groups_bytes()
         }
