@@ -340,9 +340,8 @@ fn approx_bytes(ctx: &Ctx, key: &[u8], e: &Entry) -> usize {
         Value::Set(s) => boxed(std::mem::size_of_val(&**s)) + s.heap_bytes(|_| 0),
         Value::ZSet(z) => boxed(std::mem::size_of_val(&**z)) + z.heap_bytes(),
         Value::Stream(s) => {
-            s.entries
-                .values()
-                .map(|f| 16 + 24 + f.iter().map(bytes).sum::<usize>())
+            s.iter()
+                .map(|(_, f)| 16 + 24 + f.iter().map(bytes).sum::<usize>())
                 .sum::<usize>()
                 + s.groups_bytes()
         }

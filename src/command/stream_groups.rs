@@ -250,13 +250,7 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         };
         // New entries are served (and the consumer created) only when the stream's last entry
         // is past the group's last ID, as Redis decides; the history is always served.
-        if start.is_none()
-            && st
-                .entries
-                .keys()
-                .next_back()
-                .is_none_or(|m| *m <= g.last_id)
-        {
+        if start.is_none() && st.last_entry_id().is_none_or(|m| m <= g.last_id) {
             st.groups.insert(gname.clone(), g);
             continue;
         }
@@ -273,13 +267,8 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         let entries = match start {
             None => {
                 let from = g.last_id.next();
-                let picked: Vec<(StreamId, crate::state::stream::Fields)> = match from {
-                    Some(from) => st
-                        .entries
-                        .range(from..)
-                        .take(limit)
-                        .map(|(id, f)| (*id, f.clone()))
-                        .collect(),
+                let picked: Vec<(StreamId, crate::state::stream::FieldsRef<'_>)> = match from {
+                    Some(from) => st.range(from..=StreamId::MAX).take(limit).collect(),
                     None => Vec::new(),
                 };
                 for (id, _) in &picked {
@@ -310,7 +299,7 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
                 }
                 picked
                     .iter()
-                    .map(|(id, f)| entry_reply(id, f))
+                    .map(|(id, f)| entry_reply(id, *f))
                     .collect::<Vec<_>>()
             }
             Some(after) => {
@@ -329,7 +318,7 @@ pub fn xreadgroup(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
                 // Served again: each entry still there counts as a new delivery; one deleted
                 // since shows as its ID with no fields.
                 ids.iter()
-                    .map(|id| match st.entries.get(id) {
+                    .map(|id| match st.get(*id) {
                         Some(f) => {
                             if let Some(n) = g.pel.get_mut(id) {
                                 n.delivery_ms = now;
@@ -591,7 +580,7 @@ pub fn xclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
     }
     let mut out = Vec::new();
     for id in ids {
-        let exists = st.entries.contains_key(&id);
+        let exists = st.contains(id);
         // A pending entry made by FORCE has no owner yet, so no idle time to check.
         let mut forced = false;
         if !exists {
@@ -627,7 +616,7 @@ pub fn xclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         out.push(if justid {
             Reply::Bulk(id.text())
         } else {
-            match st.entries.get(&id) {
+            match st.get(id) {
                 Some(f) => entry_reply(&id, f),
                 None => Reply::Nil,
             }
@@ -714,7 +703,7 @@ pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             continue;
         }
         // A deleted entry leaves the PEL whatever its idle time.
-        if !st.entries.contains_key(&id) {
+        if !st.contains(id) {
             if let Some(n) = g.pel.remove(&id) {
                 if let Some(c) = g.consumers.get_mut(&n.consumer) {
                     c.pel.remove(&id);
@@ -737,7 +726,7 @@ pub fn xautoclaim(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         claimed.push(if justid {
             Reply::Bulk(id.text())
         } else {
-            match st.entries.get(&id) {
+            match st.get(id) {
                 Some(f) => entry_reply(&id, f),
                 None => Reply::Nil,
             }

@@ -61,7 +61,7 @@ pub fn parse_bound(b: &[u8], start: bool) -> Result<StreamId, Reply> {
     parse_id(b, missing)
 }
 
-pub fn entry_reply(id: &StreamId, fields: &crate::state::stream::Fields) -> Reply {
+pub fn entry_reply(id: &StreamId, fields: crate::state::stream::FieldsRef<'_>) -> Reply {
     Reply::Array(vec![
         Reply::Bulk(id.text()),
         Reply::bulks(fields.iter().map(<[u8]>::to_vec)),
@@ -264,7 +264,7 @@ pub fn xadd(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         Ok(s) => s,
         Err(e) => return e,
     };
-    stream.append(id, fields.to_vec());
+    stream.append(id, fields);
     let mut exact_len = None;
     if let Some(how) = trim.how {
         exact_len = trim_stream(stream, how, &trim, replaying).1;
@@ -345,17 +345,17 @@ pub fn xrange(ctx: &mut Ctx, args: &[Vec<u8>], rev: bool) -> Reply {
         return Reply::Array(Vec::new());
     }
     let limit = count.unwrap_or(usize::MAX);
-    let range = s.entries.range(lo..=hi);
+    let range = s.range(lo..=hi);
     let out: Vec<Reply> = if rev {
         range
             .rev()
             .take(limit)
-            .map(|(id, f)| entry_reply(id, f))
+            .map(|(id, f)| entry_reply(&id, f))
             .collect()
     } else {
         range
             .take(limit)
-            .map(|(id, f)| entry_reply(id, f))
+            .map(|(id, f)| entry_reply(&id, f))
             .collect()
     };
     Reply::Array(out)
@@ -493,10 +493,9 @@ pub fn xread(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         };
         let Some(from) = after.next() else { continue };
         let entries: Vec<Reply> = s
-            .entries
-            .range(from..)
+            .range(from..=StreamId::MAX)
             .take(if count == 0 { usize::MAX } else { count })
-            .map(|(id, f)| entry_reply(id, f))
+            .map(|(id, f)| entry_reply(&id, f))
             .collect();
         if !entries.is_empty() {
             out.push((k.clone(), entries));
@@ -560,7 +559,7 @@ pub fn xsetid(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         Err(e) => return e,
     };
     // Compared with the last entry still there, not with the last ID generated (as Redis 7.0).
-    if s.entries.keys().next_back().is_some_and(|last| *last > id) {
+    if s.last_entry_id().is_some_and(|last| last > id) {
         return Reply::err(
             "ERR The ID specified in XSETID is smaller than the target stream top item",
         );
@@ -631,25 +630,26 @@ pub fn xinfo_stream(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
         };
         return xinfo_stream_full(s, count);
     }
-    let first = s.entries.iter().next();
-    let last = s.entries.iter().next_back();
+    let first = s.iter().next();
+    let last = s.iter().next_back();
     let mut out = stream_fields(s);
     out.extend([
         Reply::bulk("groups"),
         Reply::Int(s.groups.len() as i64),
         Reply::bulk("first-entry"),
         first
-            .map(|(id, f)| entry_reply(id, f))
+            .map(|(id, f)| entry_reply(&id, f))
             .unwrap_or(Reply::Nil),
         Reply::bulk("last-entry"),
-        last.map(|(id, f)| entry_reply(id, f)).unwrap_or(Reply::Nil),
+        last.map(|(id, f)| entry_reply(&id, f))
+            .unwrap_or(Reply::Nil),
     ]);
     Reply::Array(out)
 }
 
 /// The fields both forms of XINFO STREAM start with.
 fn stream_fields(s: &Stream) -> Vec<Reply> {
-    let recorded_first = s.entries.keys().next().copied().unwrap_or(StreamId::MIN);
+    let recorded_first = s.first_id().unwrap_or(StreamId::MIN);
     vec![
         Reply::bulk("length"),
         Reply::Int(s.len() as i64),
@@ -734,10 +734,9 @@ fn xinfo_stream_full(s: &Stream, count: usize) -> Reply {
     out.extend([
         Reply::bulk("entries"),
         Reply::Array(
-            s.entries
-                .iter()
+            s.iter()
                 .take(count)
-                .map(|(id, f)| entry_reply(id, f))
+                .map(|(id, f)| entry_reply(&id, f))
                 .collect(),
         ),
         Reply::bulk("groups"),

@@ -324,7 +324,7 @@ fn dump_stream(out: &mut Vec<u8>, s: &Stream) {
     out.push(TYPE_STREAM_LISTPACKS_2);
     let mut nodes: Vec<(StreamId, Vec<u8>)> = Vec::new();
     let mut node: Option<StreamNode> = None;
-    for (id, fields) in &s.entries {
+    for (id, fields) in s.iter() {
         let fields = &fields.to_vec();
         let entry_bytes: usize = fields.iter().map(Vec::len).sum();
         if let Some(n) = &node {
@@ -336,8 +336,8 @@ fn dump_stream(out: &mut Vec<u8>, s: &Stream) {
                 }
             }
         }
-        node.get_or_insert_with(|| StreamNode::new(*id, fields))
-            .push(*id, fields);
+        node.get_or_insert_with(|| StreamNode::new(id, fields))
+            .push(id, fields);
     }
     if let Some(done) = node {
         nodes.push(done.finish());
@@ -728,12 +728,12 @@ impl<'a> Reader<'a> {
                 if s.last_id >= id && !s.is_empty() {
                     return None;
                 }
-                s.append(id, fields);
+                s.append(id, &fields);
             }
         }
         let length = self.len()?;
         let last_id = self.id()?;
-        if length != s.len() as u64 || s.entries.keys().next_back().is_some_and(|&k| k > last_id) {
+        if length != s.len() as u64 || s.last_entry_id().is_some_and(|k| k > last_id) {
             return None;
         }
         s.last_id = last_id;
@@ -929,7 +929,7 @@ mod tests {
         for i in 1..40u64 {
             st.append(
                 StreamId { ms: i, seq: 0 },
-                vec![b"f".to_vec(), i.to_string().into_bytes()],
+                &[b"f".to_vec(), i.to_string().into_bytes()],
             );
         }
         let mut g = Group::default();

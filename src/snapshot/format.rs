@@ -205,6 +205,7 @@ pub fn put_f64(out: &mut Vec<u8>, v: f64) {
 }
 
 /// A bounds-checked reader over one chunk's payload; every read fails cleanly past the end.
+#[derive(Clone)]
 pub struct Cursor<'a> {
     data: &'a [u8],
     pos: usize,

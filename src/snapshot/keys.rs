@@ -9,7 +9,7 @@ use crate::state::acl::{AclUser, KeyPerm};
 use crate::state::hash::Hash;
 use crate::state::json::Json;
 use crate::state::scanmap::ScanMap;
-use crate::state::stream::{Consumer, Group, Nack, Node, Stream, StreamId};
+use crate::state::stream::{Consumer, Group, Nack, Stream, StreamId};
 use crate::state::zset::ZSet;
 use crate::state::{Db, Entry, Value};
 use std::collections::{BTreeMap, VecDeque};
@@ -95,9 +95,9 @@ fn put_id(out: &mut Vec<u8>, id: StreamId) {
 }
 
 fn put_stream(out: &mut Vec<u8>, s: &Stream) {
-    put_uint(out, s.entries.len() as u64);
-    for (id, fields) in &s.entries {
-        put_id(out, *id);
+    put_uint(out, s.len() as u64);
+    for (id, fields) in s.iter() {
+        put_id(out, id);
         put_uint(out, fields.len() as u64);
         for f in fields.iter() {
             put_bytes(out, f);
@@ -106,15 +106,15 @@ fn put_stream(out: &mut Vec<u8>, s: &Stream) {
     put_id(out, s.last_id);
     put_id(out, s.max_deleted_id);
     put_uint(out, s.entries_added);
-    put_uint(out, s.nodes().len() as u64);
+    put_uint(out, s.node_count() as u64);
     for n in s.nodes() {
-        put_uint(out, n.ids.len() as u64);
-        for (id, deleted) in &n.ids {
-            put_id(out, *id);
-            out.push(u8::from(*deleted));
+        put_uint(out, n.len() as u64);
+        for (id, deleted) in n.ids() {
+            put_id(out, id);
+            out.push(u8::from(deleted));
         }
-        put_uint(out, n.live as u64);
-        put_uint(out, n.bytes as u64);
+        put_uint(out, n.live() as u64);
+        put_uint(out, n.bytes() as u64);
     }
     put_uint(out, s.groups.len() as u64);
     for (name, g) in &s.groups {
@@ -290,37 +290,52 @@ fn read_id(c: &mut Cursor<'_>) -> Result<StreamId, String> {
     })
 }
 
+/// One entry of a stream's entry list: its ID and its fields and values.
+fn read_stream_entry<'d>(c: &mut Cursor<'d>) -> Result<(StreamId, Vec<&'d [u8]>), String> {
+    let id = read_id(c)?;
+    let nf = c.count()?;
+    let mut fields = Vec::with_capacity(nf);
+    for _ in 0..nf {
+        fields.push(c.bytes()?);
+    }
+    Ok((id, fields))
+}
+
 fn read_stream(c: &mut Cursor<'_>) -> Result<Stream, String> {
     let mut s = Stream::new();
+    // The entries come before the nodes that hold them: they are passed over here and read
+    // again, in step with the nodes, from where they start (so no copy of them is held).
     let n = c.count()?;
+    let mut entries_at = c.clone();
     for _ in 0..n {
-        let id = read_id(c)?;
-        let nf = c.count()?;
-        let mut fields = Vec::with_capacity(nf);
-        for _ in 0..nf {
-            fields.push(c.bytes()?.to_vec());
+        read_id(c)?;
+        for _ in 0..c.count()? {
+            c.bytes()?;
         }
-        s.entries
-            .insert(id, crate::state::stream::Fields::new(&fields));
     }
-    s.recount();
+    let mut left = n;
+    let mut entries = std::iter::from_fn(|| {
+        left = left.checked_sub(1)?;
+        Some(read_stream_entry(&mut entries_at))
+    });
     s.last_id = read_id(c)?;
     s.max_deleted_id = read_id(c)?;
     s.entries_added = c.uint()?;
     let nodes = c.count()?;
-    let mut list = VecDeque::with_capacity(nodes);
+    let mut ids = Vec::new();
     for _ in 0..nodes {
         let nids = c.count()?;
-        let mut ids = Vec::with_capacity(nids);
+        ids.clear();
+        ids.reserve(nids);
         for _ in 0..nids {
             let id = read_id(c)?;
             ids.push((id, read_bool(c)?));
         }
-        let live = c.uint()? as usize;
-        let bytes = c.uint()? as usize;
-        list.push_back(Node { ids, live, bytes });
+        let live = usize::try_from(c.uint()?).unwrap_or(usize::MAX);
+        let bytes = usize::try_from(c.uint()?).unwrap_or(usize::MAX);
+        s.load_node(&ids, live, bytes, &mut entries)?;
     }
-    s.set_nodes(list);
+    s.load_end(&mut entries)?;
     let groups = c.count()?;
     for _ in 0..groups {
         let name = c.bytes()?.to_vec();

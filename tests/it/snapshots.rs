@@ -795,37 +795,41 @@ fn the_automatic_trigger_counts_the_log_from_before_a_restart() {
 /// (a stream node that counts more live entries than it holds, a pending entry no consumer
 /// lists, an entry in no node) was loaded as it was, and stream commands tripped over it later. It is damage now, with the file and
 /// the chunk's offset: `verify` reports it and, with no log behind it, start-up refuses.
+///
+/// A stream's entries live in its nodes, so no stream in memory has an entry in no node or a
+/// node that miscounts: those two are made by rewriting the written snapshot's node list
+/// (`Spoil::Nodes`, with the chunk's checksum made again), the pending entry in memory.
 #[test]
 fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
     use tidepool::command::pipeline;
     use tidepool::state::Value;
     let ts = 1_767_225_600_000u64;
-    type Spoil = fn(&mut Db);
+    // The stream's node list as written: one node (1), of two IDs (2), 1-1 and 1-2 live
+    // (ms, seq, deleted 0), 2 live, 24 modelled bytes.
+    const NODES: &[u8] = &[1, 2, 1, 1, 0, 1, 2, 0, 2, 24];
+    enum Spoil {
+        Db(fn(&mut Db)),
+        Nodes(&'static [u8]),
+    }
     let cases: [(&str, Spoil); 3] = [
-        ("says 3 live entries and holds 2", |db| {
-            let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
-                panic!("no stream");
-            };
-            let mut nodes = s.nodes().clone();
-            nodes[0].live = 3;
-            s.set_nodes(nodes);
-        }),
-        ("is not its consumer's", |db| {
-            let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
-                panic!("no stream");
-            };
-            for g in s.groups.values_mut() {
-                for c in g.consumers.values_mut() {
-                    c.pel.clear();
+        (
+            "says 3 live entries and holds 2",
+            Spoil::Nodes(&[1, 2, 1, 1, 0, 1, 2, 0, 3, 24]),
+        ),
+        (
+            "is not its consumer's",
+            Spoil::Db(|db| {
+                let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
+                    panic!("no stream");
+                };
+                for g in s.groups.values_mut() {
+                    for c in g.consumers.values_mut() {
+                        c.pel.clear();
+                    }
                 }
-            }
-        }),
-        ("is in no node", |db| {
-            let Some(Value::Stream(s)) = db.get_mut(b"x", 0).map(|e| &mut e.value) else {
-                panic!("no stream");
-            };
-            s.set_nodes(Default::default());
-        }),
+            }),
+        ),
+        ("is in no node", Spoil::Nodes(&[0])),
     ];
     for (i, (what, spoil)) in cases.iter().enumerate() {
         let mut db = Db::new();
@@ -839,7 +843,9 @@ fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
             let args: Vec<Vec<u8>> = cmd.iter().map(|a| a.as_bytes().to_vec()).collect();
             assert!(!pipeline::replay(&mut db, &mut rng, ts, &args).is_error());
         }
-        spoil(&mut db);
+        if let Spoil::Db(spoil) = spoil {
+            spoil(&mut db);
+        }
         let dir = TempDir::new(&format!("snap-contradicts-{i}"));
         let data = dir.path().join("data");
         std::fs::create_dir_all(data.join("wal")).expect("wal");
@@ -857,6 +863,9 @@ fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
         )
         .expect("write");
         let path = snapshots_in(&data).pop().expect("snapshot");
+        if let Spoil::Nodes(nodes) = spoil {
+            rewrite_in_chunk(&path, NODES, nodes);
+        }
         let err = match snapshot::read_file(&path, |_| {}) {
             Err(d) => d.to_string(),
             Ok(_) => panic!("{what}: read as whole"),
@@ -873,6 +882,34 @@ fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
         );
         assert!(!e.contains("panicked"), "{e}");
     }
+}
+
+/// Replaces `from` (found once in the snapshot, inside a chunk) with `to`, and writes that
+/// chunk again with its length and checksum: contents that contradict themselves under a
+/// matching checksum.
+fn rewrite_in_chunk(path: &Path, from: &[u8], to: &[u8]) {
+    use snapshot::format::{encode_chunk, read_chunk, CHUNK_HEADER_BYTES, SNAPSHOT_HEADER_BYTES};
+    let file = std::fs::read(path).expect("read");
+    let mut out = file[..SNAPSHOT_HEADER_BYTES].to_vec();
+    let mut at = SNAPSHOT_HEADER_BYTES;
+    let mut found = 0;
+    while at < file.len() {
+        let chunk = read_chunk(&file, at).expect("chunk");
+        let p = chunk.payload;
+        match p.windows(from.len()).position(|w| w == from) {
+            Some(i) => {
+                found += 1;
+                let mut payload = p[..i].to_vec();
+                payload.extend_from_slice(to);
+                payload.extend_from_slice(&p[i + from.len()..]);
+                encode_chunk(&mut out, chunk.kind, &payload);
+            }
+            None => encode_chunk(&mut out, chunk.kind, p),
+        }
+        at += CHUNK_HEADER_BYTES + p.len();
+    }
+    assert_eq!(found, 1, "the bytes to rewrite are in one chunk");
+    std::fs::write(path, out).expect("write");
 }
 
 /// Issue 26: no fixture of an older format was read in a test. `tests/fixtures/v1-snapshot-log`
