@@ -321,12 +321,6 @@ pub fn memory_usage(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     }
 }
 
-/// Heap bytes of a byte string held in a `Vec<u8>` (a stream's field, a sorted set's member in
-/// its two indexes): header plus contents.
-fn bytes(b: &[u8]) -> usize {
-    24 + b.len()
-}
-
 /// What the key costs: its share of the keyspace's slots, its node (name and entry), and what
 /// its value holds on the heap, each allocation counted as the allocator takes it
 /// (`alloc::chunk`), so that the keys' figures add up to what the process holds for them.
@@ -339,12 +333,7 @@ fn approx_bytes(ctx: &Ctx, key: &[u8], e: &Entry) -> usize {
         Value::List(l) => boxed(std::mem::size_of_val(&**l)) + l.heap_bytes(),
         Value::Set(s) => boxed(std::mem::size_of_val(&**s)) + s.heap_bytes(|_| 0),
         Value::ZSet(z) => boxed(std::mem::size_of_val(&**z)) + z.heap_bytes(),
-        Value::Stream(s) => {
-            s.iter()
-                .map(|(_, f)| 16 + 24 + f.iter().map(bytes).sum::<usize>())
-                .sum::<usize>()
-                + s.groups_bytes()
-        }
+        Value::Stream(s) => boxed(std::mem::size_of_val(&**s)) + s.heap_bytes() + s.groups_bytes(),
         Value::Json(j) => j.mem_bytes(),
     };
     // A key with a TTL is also in the expiry index (a tree entry of its time and name).

@@ -619,6 +619,18 @@ impl Stream {
             .sum()
     }
 
+    /// The heap bytes the entries hold: the deque of nodes and each node's buffer and shared
+    /// field names (the consumer groups are `groups_bytes`).
+    pub fn heap_bytes(&self) -> usize {
+        use crate::alloc::chunk;
+        chunk(self.nodes.capacity() * std::mem::size_of::<Node>())
+            + self
+                .nodes
+                .iter()
+                .map(|n| chunk(n.buf.capacity()) + chunk(n.master.len()))
+                .sum::<usize>()
+    }
+
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }

@@ -364,6 +364,19 @@ fn memory_usage_adds_up_to_what_the_allocator_counts() {
         }
         cmds.extend([list, zset, set, hash]);
     }
+    for k in 0..10 {
+        for e in 1..=1000 {
+            cmds.push(vec![
+                s("XADD"),
+                s(&format!("stream:{k}")),
+                s(&format!("{e}-0")),
+                s("sensor"),
+                s(&(e % 97).to_string()),
+                s("value"),
+                s(&(e * 3).to_string()),
+            ]);
+        }
+    }
     // Small pipelines: a large request body would leave buffers the count includes.
     for chunk in cmds.chunks(50) {
         for r in c.pipeline(chunk) {
