@@ -6,7 +6,6 @@
 //! |---|---|
 //! | [`open_files_limit`] | the connection cap leaves descriptors for the log and snapshots |
 //! | [`heap_in_use`], [`trim_heap`] | `--max-memory` and `used_memory`; a test's resident size |
-//! | [`start_writeback`] | a batch's disk write overlaps the previous batch's sync |
 //! | [`map_file`] | start-up and the log tool read segments through a memory map |
 //! | [`fork`], [`die_with_parent`], [`exit_now`], [`wait_for`], [`kill_now`], [`kill_self`] | background snapshots, as Redis's BGSAVE; the crash points of the fault-injection tests |
 //! | [`lua_with_debug`] | the Lua state with the debug library, which the prelude removes |
@@ -45,28 +44,6 @@ pub fn trim_heap() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// Asks the kernel to start writing `len` bytes of `file` at `offset` to the disk, without
-/// waiting (`sync_file_range(SYNC_FILE_RANGE_WRITE)`). A hint: a failure only means the write
-/// starts later, inside the sync that follows, which reports real errors.
-pub fn start_writeback(file: &File, offset: u64, len: u64) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::io::AsRawFd;
-        // SAFETY: the call takes integers only, and the descriptor stays open while `file`
-        // is borrowed.
-        unsafe {
-            libc::sync_file_range(
-                file.as_raw_fd(),
-                offset as libc::off64_t,
-                len as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (file, offset, len);
 }
 
 /// A read-only memory map of a whole, non-empty file.

@@ -904,12 +904,6 @@ impl Executor {
         let needs_sync = self.shared.log.durable_seq.load(Ordering::SeqCst) < last;
         match (&self.flusher, self.fsync) {
             (Some(f), FsyncMode::Always) if needs_sync => {
-                if wrote {
-                    // The disk writes these bytes while the flusher may still be waiting on
-                    // the previous sync's cache flush, so the sync that covers them has only
-                    // its own flush left to wait for.
-                    self.wal.start_writeback();
-                }
                 f.send(FlushItem {
                     file: self.wal.current_file(),
                     seq: last,

@@ -2,9 +2,8 @@
 //!
 //! `format` is the byte layout, `reader` walks a directory and applies the recovery table,
 //! `writer` appends. The log frames payloads it does not read: what a kind byte and its payload
-//! mean is `crate::record`'s (the [`Payload`] trait is all the writer asks of a record). Its two system calls
-//! beyond plain file I/O, the map in `mmap` and `sync_file_range` in `writer`, go through
-//! `crate::sys`.
+//! mean is `crate::record`'s (the [`Payload`] trait is all the writer asks of a record). Its one system call
+//! beyond plain file I/O, the map in `mmap`, goes through `crate::sys`.
 
 pub mod format;
 pub mod mmap;
