@@ -49,6 +49,11 @@ pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
 
 /// Delivery attempts running at once (the worker pool's bound).
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;
+/// Attempts' results the executor takes into one batch, and due messages it hands to the
+/// delivery workers after one: a key-value request that arrives meanwhile waits for the
+/// batch, so the delivery work in one is kept short.
+pub const DELIVERY_RESULTS_PER_BATCH_MAX: usize = 16;
+pub const DELIVERY_DISPATCH_PER_BATCH_MAX: usize = 16;
 /// Retries of a message that sets no `Upstash-Retries` (so up to 4 attempts).
 pub const DELIVERY_RETRIES_DEFAULT: u32 = 3;
 /// Longest an attempt may take when the message sets no `Upstash-Timeout`.

@@ -90,10 +90,16 @@ fn sync_data(file: &File) -> std::io::Result<()> {
 }
 
 /// With the `fault-injection` feature, syncs after the first TIDEPOOL_FAULT_FSYNC_FAIL_AFTER
-/// succeed no more.
+/// succeed no more, and while the file TIDEPOOL_FAULT_FSYNC_HOLD names exists a sync waits
+/// (a slow disk, held as long as a test needs).
 #[cfg(feature = "fault-injection")]
 fn sync_data(file: &File) -> std::io::Result<()> {
     use std::sync::atomic::AtomicU64;
+    if let Some(hold) = std::env::var_os("TIDEPOOL_FAULT_FSYNC_HOLD") {
+        while std::path::Path::new(&hold).exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     static DONE: AtomicU64 = AtomicU64::new(0);
     let limit = std::env::var("TIDEPOOL_FAULT_FSYNC_FAIL_AFTER")
         .ok()

@@ -154,6 +154,14 @@ pub struct Executor {
     wal: WalWriter,
     fsync: FsyncMode,
     flusher: Option<Flusher>,
+    /// The last record that changed anything but the delivery service's state: a key-value
+    /// read waits for it to be durable (it may show what it changed), and not for the
+    /// delivery records after it, which no key-value read can show.
+    kv_seq: u64,
+    /// The last record accounted for in `kv_seq` or as the delivery service's: a record past
+    /// it at the start of a batch was written between batches (a snapshot's) and counts as
+    /// key-value.
+    accounted_seq: u64,
     shared: Arc<Shared>,
     /// Monitors and subscribers, per database.
     pubsubs: BTreeMap<DbId, PubSub>,
@@ -376,6 +384,8 @@ pub fn start(
         wal,
         fsync,
         flusher,
+        kv_seq: 0,
+        accounted_seq: 0,
         shared: shared.clone(),
         pubsubs: BTreeMap::new(),
         started_ms: clock::wall_unix_ms(),
@@ -546,8 +556,15 @@ impl Executor {
                     Err(_) => break,
                 }
             }
-            while let Ok(r) = results.try_recv() {
+            // Attempts' results a few at a time: each costs the executor about what a publish
+            // does, and a request that comes meanwhile waits for the whole batch.
+            let mut taken = 0;
+            while taken < config::DELIVERY_RESULTS_PER_BATCH_MAX {
+                let Ok(r) = results.try_recv() else {
+                    break;
+                };
                 batch.push(attempted(r));
+                taken += 1;
             }
             if self.scratch_dbs > 0 || !deferred.is_empty() {
                 let mut jobs = std::mem::take(&mut batch).into_iter();
@@ -584,113 +601,30 @@ impl Executor {
                     continue;
                 }
             }
-            let mut pending: Vec<Pending> = Vec::with_capacity(batch.len());
+            // Each reply with the record it waits for (see `kv_seq`).
+            let mut pending: Vec<(u64, Pending)> = Vec::with_capacity(batch.len());
             self.shared.in_batch.store(true, Ordering::Relaxed);
-            for job in batch.drain(..) {
-                self.jobs_taken += 1;
-                self.shared
-                    .jobs_taken
-                    .store(self.jobs_taken, Ordering::Relaxed);
-                match job {
-                    Job::Exec {
-                        db,
-                        cmds,
-                        mode,
-                        access,
-                        client,
-                        reply,
-                    } => {
-                        let last_seq = self.wal.last_seq();
-                        let Some(perm) = self.resolve(db, &access) else {
-                            let _ = reply.send(Answer {
-                                replies: Err("WRONGPASS invalid or missing auth token".into()),
-                                sync_token: last_seq,
-                                unauthorized: true,
-                            });
-                            continue;
-                        };
-                        let replies = self.exec(db, cmds, mode, &perm, &client);
-                        let last_seq = self.wal.last_seq();
-                        pending.push(Box::new(move |failure: Option<&str>| {
-                            let replies = match failure {
-                                None => replies,
-                                Some(e) => Err(e.to_string()),
-                            };
-                            let _ = reply.send(Answer {
-                                replies,
-                                sync_token: last_seq,
-                                unauthorized: false,
-                            });
-                        }));
-                    }
-                    Job::Subscribe(mut handle) => {
-                        // A stream of a database deleted meanwhile ends at once; one of a
-                        // database whose daily limit is spent does not open.
-                        if self.machine.dbs().meta(handle.db).is_none() {
-                            continue;
-                        }
-                        if self.commands_left(handle.db) == Some(0) {
-                            if let Some(o) = handle.opened.take() {
-                                let _ = o.send(Some(errors::DAILY_LIMIT.to_string()));
-                            }
-                            continue;
-                        }
-                        // After a failed log write nothing is served from memory: a monitor
-                        // or subscriber would see commands that are all refused.
-                        if self.read_only.is_none() {
-                            if let Some(why) = self.poisoned() {
-                                if let Some(o) = handle.opened.take() {
-                                    let _ = o.send(Some(errors::log_failed(&why)));
-                                }
-                                continue;
-                            }
-                        }
-                        self.pubsubs.entry(handle.db).or_default().add(handle);
-                    }
-                    Job::Unsubscribe { db, id } => {
-                        if let Some(p) = self.pubsubs.get_mut(&db) {
-                            p.remove(id);
-                        }
-                    }
-                    Job::Tick => self.tick(),
-                    Job::Metrics { reply } => {
-                        let _ = reply.send(self.scrape());
-                    }
-                    Job::CheckToken { db, token, reply } => {
-                        let known = self
-                            .machine
-                            .dbs()
-                            .get(db)
-                            .is_some_and(|d| d.acl.resolve(&token).is_some());
-                        let _ = reply.send(known);
-                    }
-                    Job::Admin { op, reply } => {
-                        let answer = self.admin(op);
-                        pending.push(Box::new(move |failure: Option<&str>| {
-                            let answer = match failure {
-                                None => answer,
-                                Some(e) => admin::AdminReply::error(500, e),
-                            };
-                            let _ = reply.send(answer);
-                        }));
-                    }
-                    Job::Delivery { op, reply } => {
-                        let answer = self.delivery_op(*op);
-                        pending.push(Box::new(move |failure: Option<&str>| {
-                            let answer = match failure {
-                                None => answer,
-                                Some(e) => OpReply {
-                                    status: 500,
-                                    body: serde_json::json!({ "error": e }),
-                                },
-                            };
-                            let _ = reply.send(answer);
-                        }));
-                    }
-                    Job::Attempted(r) => self.delivery_events(|tx, unit| {
-                        ops::attempt_done(tx, *r, unit);
-                    }),
-                    Job::Shutdown { done } => shutdown = Some(done),
+            if self.wal.last_seq() > self.accounted_seq {
+                self.kv_seq = self.wal.last_seq();
+            }
+            // The delivery service's jobs after the others: every job of a batch is in flight
+            // at once, so any order among them is one the clients could see, and a key-value
+            // request then does not wait behind the publishes that came with it.
+            let is_delivery = |j: &Job| matches!(j, Job::Delivery { .. } | Job::Attempted(_));
+            let later: Vec<Job> = if batch.iter().any(is_delivery) {
+                let (d, rest): (Vec<Job>, Vec<Job>) = batch.drain(..).partition(is_delivery);
+                batch.extend(rest);
+                d
+            } else {
+                Vec::new()
+            };
+            for job in batch.drain(..).chain(later) {
+                let before = self.wal.last_seq();
+                let delivery = is_delivery(&job);
+                self.handle_job(job, &mut pending, &mut shutdown);
+                let after = self.wal.last_seq();
+                if !delivery && after != before {
+                    self.kv_seq = after;
                 }
             }
             // Schedules and waiter deadlines: only when one is due, so a key-value batch pays
@@ -701,6 +635,7 @@ impl Executor {
                     ops::expire_waiters(tx);
                 });
             }
+            self.accounted_seq = self.wal.last_seq();
             self.finish_batch(pending);
             self.dispatch_due();
             if self.poisoned().is_none() && self.snapshots.due(&self.wal) {
@@ -839,13 +774,158 @@ impl Executor {
         }
     }
 
+    /// Runs one job of a batch; a reply that waits for the log goes into `pending` with the
+    /// record it waits for.
+    fn handle_job(
+        &mut self,
+        job: Job,
+        pending: &mut Vec<(u64, Pending)>,
+        shutdown: &mut Option<oneshot::Sender<()>>,
+    ) {
+        self.jobs_taken += 1;
+        self.shared
+            .jobs_taken
+            .store(self.jobs_taken, Ordering::Relaxed);
+        match job {
+            Job::Exec {
+                db,
+                cmds,
+                mode,
+                access,
+                client,
+                reply,
+            } => {
+                let last_seq = self.wal.last_seq();
+                let Some(perm) = self.resolve(db, &access) else {
+                    let _ = reply.send(Answer {
+                        replies: Err("WRONGPASS invalid or missing auth token".into()),
+                        sync_token: last_seq,
+                        unauthorized: true,
+                    });
+                    return;
+                };
+                let before = last_seq;
+                let replies = self.exec(db, cmds, mode, &perm, &client);
+                let last_seq = self.wal.last_seq();
+                // What it wrote, or else the last key-value record it may have read.
+                let needs = if last_seq != before {
+                    last_seq
+                } else {
+                    self.kv_seq
+                };
+                // A read of durable state answers now, not after the rest of the batch.
+                if needs <= self.shared.log.durable_seq.load(Ordering::SeqCst)
+                    && self.fsync == FsyncMode::Always
+                    && self.poisoned().is_none()
+                {
+                    let _ = reply.send(Answer {
+                        replies,
+                        sync_token: last_seq,
+                        unauthorized: false,
+                    });
+                    return;
+                }
+                pending.push((
+                    needs,
+                    Box::new(move |failure: Option<&str>| {
+                        let replies = match failure {
+                            None => replies,
+                            Some(e) => Err(e.to_string()),
+                        };
+                        let _ = reply.send(Answer {
+                            replies,
+                            sync_token: last_seq,
+                            unauthorized: false,
+                        });
+                    }),
+                ));
+            }
+            Job::Subscribe(mut handle) => {
+                // A stream of a database deleted meanwhile ends at once; one of a
+                // database whose daily limit is spent does not open.
+                if self.machine.dbs().meta(handle.db).is_none() {
+                    return;
+                }
+                if self.commands_left(handle.db) == Some(0) {
+                    if let Some(o) = handle.opened.take() {
+                        let _ = o.send(Some(errors::DAILY_LIMIT.to_string()));
+                    }
+                    return;
+                }
+                // After a failed log write nothing is served from memory: a monitor
+                // or subscriber would see commands that are all refused.
+                if self.read_only.is_none() {
+                    if let Some(why) = self.poisoned() {
+                        if let Some(o) = handle.opened.take() {
+                            let _ = o.send(Some(errors::log_failed(&why)));
+                        }
+                        return;
+                    }
+                }
+                self.pubsubs.entry(handle.db).or_default().add(handle);
+            }
+            Job::Unsubscribe { db, id } => {
+                if let Some(p) = self.pubsubs.get_mut(&db) {
+                    p.remove(id);
+                }
+            }
+            Job::Tick => self.tick(),
+            Job::Metrics { reply } => {
+                let _ = reply.send(self.scrape());
+            }
+            Job::CheckToken { db, token, reply } => {
+                let known = self
+                    .machine
+                    .dbs()
+                    .get(db)
+                    .is_some_and(|d| d.acl.resolve(&token).is_some());
+                let _ = reply.send(known);
+            }
+            Job::Admin { op, reply } => {
+                let answer = self.admin(op);
+                pending.push((
+                    self.wal.last_seq(),
+                    Box::new(move |failure: Option<&str>| {
+                        let answer = match failure {
+                            None => answer,
+                            Some(e) => admin::AdminReply::error(500, e),
+                        };
+                        let _ = reply.send(answer);
+                    }),
+                ));
+            }
+            Job::Delivery { op, reply } => {
+                let answer = self.delivery_op(*op);
+                pending.push((
+                    self.wal.last_seq(),
+                    Box::new(move |failure: Option<&str>| {
+                        let answer = match failure {
+                            None => answer,
+                            Some(e) => OpReply {
+                                status: 500,
+                                body: serde_json::json!({ "error": e }),
+                            },
+                        };
+                        let _ = reply.send(answer);
+                    }),
+                ));
+            }
+            Job::Attempted(r) => self.delivery_events(|tx, unit| {
+                ops::attempt_done(tx, *r, unit);
+            }),
+            Job::Shutdown { done } => *shutdown = Some(done),
+        }
+    }
+
     /// Hands due messages to the worker pool, up to the in-flight limit. Runs after the batch
     /// was written, so each attempt can wait for the record that holds its message.
     fn dispatch_due(&mut self) {
         if self.poisoned().is_some() {
             return;
         }
-        let room = config::DELIVERY_IN_FLIGHT_MAX.saturating_sub(self.machine.delivery().in_flight);
+        let room = config::DELIVERY_IN_FLIGHT_MAX
+            .saturating_sub(self.machine.delivery().in_flight)
+            .min(config::DELIVERY_DISPATCH_PER_BATCH_MAX);
         if room == 0 {
             return;
         }
@@ -868,7 +948,7 @@ impl Executor {
     }
 
     /// Writes the batch's records out and releases its replies when the fsync mode allows.
-    fn finish_batch(&mut self, pending: Vec<Pending>) {
+    fn finish_batch(&mut self, pending: Vec<(u64, Pending)>) {
         let wrote = self.wal.has_buffered();
         if wrote {
             // The requests one log write (and with `always`, one sync) covers.
@@ -888,30 +968,41 @@ impl Executor {
         if let Some(why) = self.poisoned() {
             let msg = errors::log_failed(&why);
             if wrote {
-                for p in pending {
+                for (_, p) in pending {
                     p(Some(&msg));
                 }
             } else {
                 // Nothing will ever be synced again, so nothing is worth waiting for: reads
                 // answer at once (they may show writes that were answered with this error,
                 // whose fate was unknown anyway).
-                for p in pending {
+                for (_, p) in pending {
                     p(None);
                 }
             }
             return;
         }
-        let needs_sync = self.shared.log.durable_seq.load(Ordering::SeqCst) < last;
+        let durable = self.shared.log.durable_seq.load(Ordering::SeqCst);
+        let needs_sync = durable < last;
         match (&self.flusher, self.fsync) {
             (Some(f), FsyncMode::Always) if needs_sync => {
+                // A reply whose record (or the last key-value record it may show) is durable
+                // already goes now; the others wait for this batch's sync.
+                let mut wait = Vec::with_capacity(pending.len());
+                for (needs, p) in pending {
+                    if needs <= durable {
+                        p(None);
+                    } else {
+                        wait.push(p);
+                    }
+                }
                 f.send(FlushItem {
                     file: self.wal.current_file(),
                     seq: last,
-                    replies: pending,
+                    replies: wait,
                 });
             }
             (Some(f), _) => {
-                for p in pending {
+                for (_, p) in pending {
                     p(None);
                 }
                 if wrote {
@@ -923,7 +1014,7 @@ impl Executor {
                 }
             }
             (None, _) => {
-                for p in pending {
+                for (_, p) in pending {
                     p(None);
                 }
             }

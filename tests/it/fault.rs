@@ -241,3 +241,74 @@ fn readiness_fails_when_the_log_refuses_writes() {
         .is_some_and(|e| e.contains("reads and writes are refused until the server is restarted")));
     assert_eq!(anon.get("/healthz").status, 200);
 }
+
+/// Issue 27: a key-value read waits for the key-value records it may show to be durable, and
+/// not for the delivery service's. While the disk holds a sync, a publish (a delivery record)
+/// waits for it, and a GET of a key written and synced before answers at once; then a SET
+/// waits, and a GET of the key it set waits with it (it would show a write a crash could lose).
+#[test]
+fn a_read_waits_for_the_key_value_records_it_may_show_and_no_others() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let dir = TempDir::new("fault-hold");
+    let data = dir.path().join("data");
+    let hold = dir.path().join("hold-syncs");
+    let server = Server::try_start_env(
+        &data,
+        &["--fsync", "always", "--qstash-token", QSTASH_TOKEN],
+        &[(
+            "TIDEPOOL_FAULT_FSYNC_HOLD",
+            hold.to_str().expect("utf-8 path"),
+        )],
+    )
+    .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let mut c = server.client();
+    assert_eq!(
+        c.cmd_str(&["SET", "synced", "1"]),
+        Canon::Str(b"OK".to_vec())
+    );
+    std::fs::write(&hold, b"").expect("hold file");
+    // In the background, each on its own connection: what waits for the held sync.
+    let run = |f: Box<dyn FnOnce() -> String + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx
+    };
+    let mut q = server.qstash();
+    let published = run(Box::new(move || {
+        let r = q.request("POST", "/v2/publish/http://127.0.0.1:9/x", &[], b"x");
+        format!("{}", r.status)
+    }));
+    assert!(published.recv_timeout(Duration::from_millis(300)).is_err());
+    // A read of durable state answers while the publish's sync is held.
+    let mut r = server.client();
+    let read = run(Box::new(move || {
+        format!("{:?}", r.cmd_str(&["GET", "synced"]))
+    }));
+    assert_eq!(
+        read.recv_timeout(Duration::from_secs(20)).as_deref(),
+        Ok(r#"Str([49])"#),
+        "a GET of a synced key waited for a delivery record's sync"
+    );
+    // A read that may show an unsynced SET waits for it.
+    let mut w = server.client();
+    let set = run(Box::new(move || {
+        format!("{:?}", w.cmd_str(&["SET", "unsynced", "2"]))
+    }));
+    assert!(set.recv_timeout(Duration::from_millis(300)).is_err());
+    let mut r2 = server.client();
+    let read2 = run(Box::new(move || {
+        format!("{:?}", r2.cmd_str(&["GET", "unsynced"]))
+    }));
+    assert!(
+        read2.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a GET answered from a write that was not durable"
+    );
+    std::fs::remove_file(&hold).expect("release");
+    let wait = Duration::from_secs(20);
+    assert_eq!(published.recv_timeout(wait).as_deref(), Ok("200"));
+    assert_eq!(set.recv_timeout(wait).as_deref(), Ok(r#"Str([79, 75])"#));
+    assert_eq!(read2.recv_timeout(wait).as_deref(), Ok(r#"Str([50])"#));
+}
