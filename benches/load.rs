@@ -557,7 +557,29 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
     c.post("/", r#"["SAVE"]"#)?;
     let save_s = write_start.elapsed().as_secs_f64();
     let quiet = steady(port, keys, 4000, false)?;
+    // Memory while the background snapshot runs: the server and its forked child together,
+    // each page counted once (proportional set sizes), sampled every 10 ms.
+    let pid = _tp.0.id();
+    let steady_kib = smaps(pid, "Rss:").unwrap_or(0);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let children: u64 = children_of(pid)
+                    .into_iter()
+                    .filter_map(|c| smaps(c, "Pss:"))
+                    .sum();
+                peak = peak.max(smaps(pid, "Pss:").unwrap_or(0) + children);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            peak
+        })
+    };
     let during = steady(port, keys, 4000, true)?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak_kib = sampler.join().map_err(|_| "the sampler panicked")?;
     let mut c = Client::connect(port)?;
     let info = String::from_utf8_lossy(&c.post("/", r#"["INFO","persistence"]"#)?).to_string();
     let took = info
@@ -581,7 +603,42 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
             max / 1000.0
         );
     }
+    println!();
+    println!(
+        "Memory: {:.1} MB resident before the BGSAVE; the server and the child it forked together at their peak while it ran and the writes went on: {:.1} MB ({:.2}x; proportional set sizes, so a page the two share counts once).",
+        steady_kib as f64 / 1024.0,
+        peak_kib as f64 / 1024.0,
+        peak_kib as f64 / steady_kib.max(1) as f64
+    );
     Ok(())
+}
+
+/// A field of `/proc/PID/smaps_rollup`, in KiB.
+fn smaps(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The processes `pid` forked (of any of its threads).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
 }
 
 fn structures(bin: &Path, tmp: &Path) -> Result<(), String> {

@@ -251,6 +251,7 @@ impl Snapshots {
             }
         };
         drop(writer);
+        crate::state::pause_access_times(true);
         self.status().running = Some((pid, now_ms, header.seq));
         let status = self.status.clone();
         let (data_dir, wal_dir, policy) =
@@ -261,6 +262,7 @@ impl Snapshots {
                 let mut said = String::new();
                 let _ = reader.read_to_string(&mut said);
                 let code = sys::wait_for(pid);
+                crate::state::pause_access_times(false);
                 let exited_ok = code == Some(0);
                 let result = match said.strip_prefix("ok ") {
                     Some(rest) if exited_ok => {
@@ -295,6 +297,7 @@ impl Snapshots {
             // next compaction to remove.
             sys::kill_now(pid);
             sys::wait_for(pid);
+            crate::state::pause_access_times(false);
             self.status().running = None;
             return Err(format!("cannot start the snapshot thread: {e}"));
         }
