@@ -401,5 +401,86 @@ pub fn run(bin: &Path, tmp: &Path, only: Option<&str>) -> Result<(), String> {
     }
     println!();
     println!("(resident memory, VmRSS; the empty servers: tidepool's base includes its runtime's threads and buffers, Redis's a few MB)");
+    if only.is_none_or(|o| "fragmentation strings".contains(o)) {
+        fragmentation(bin, tmp)?;
+    }
+    Ok(())
+}
+
+/// The million strings loaded, then every other key deleted and the rest rewritten with a
+/// 20-byte value (too long to stay in place: each becomes an allocation of its own).
+fn churn() -> Vec<Vec<String>> {
+    (0..1_000_000)
+        .map(|i| {
+            if i % 2 == 0 {
+                vec!["DEL".into(), format!("key:{i:07}")]
+            } else {
+                vec![
+                    "SET".into(),
+                    format!("key:{i:07}"),
+                    format!("rewritten:{i:07}-ab"),
+                ]
+            }
+        })
+        .collect()
+}
+
+/// Resident memory and the fragmentation ratio (resident over what the allocator counts in
+/// use, Redis's `mem_fragmentation_ratio`) after `churn`, for both servers.
+fn fragmentation(bin: &Path, tmp: &Path) -> Result<(), String> {
+    let load = (sets()[0].commands)();
+    let churn = churn();
+    let data = tmp.join("tidepool-churn");
+    let (p, port) = tidepool_with(bin, &data, "never", &[])?;
+    let empty = settled_rss(p.0.id())?;
+    load_tidepool(port, &load)?;
+    load_tidepool(port, &churn)?;
+    let t_rss = settled_rss(p.0.id())?;
+    let mut c = Http(TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?);
+    let t_used = used_memory(&mut c)?;
+    drop(p);
+    let _ = std::fs::remove_dir_all(&data);
+
+    let data = tmp.join("redis-churn");
+    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
+    let port = free_port();
+    let p = redis(&data, port)?;
+    let r_empty = settled_rss(p.0.id())?;
+    let mut c = Resp::connect(port)?;
+    for b in batches(&load).into_iter().chain(batches(&churn)) {
+        c.send(b)?;
+    }
+    let r_rss = settled_rss(p.0.id())?;
+    let w = &mut c;
+    w.w.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n")
+        .map_err(|e| e.to_string())?;
+    let info = w.reply()?;
+    let r_used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or("redis INFO memory has no used_memory")?;
+    drop(p);
+    let _ = std::fs::remove_dir_all(&data);
+    let mb = |k: u64| k as f64 / 1024.0;
+    println!();
+    println!("After the million strings, every other key deleted and the rest rewritten with 20-byte values:");
+    println!();
+    println!("| server | resident (over the empty server) | used_memory | fragmentation ratio (resident / used_memory) |");
+    println!("|---|---|---|---|");
+    println!(
+        "| tidepool | {:.1} MB ({:.1} MB) | {:.1} MB | {:.2} |",
+        mb(t_rss),
+        mb(t_rss.saturating_sub(empty)),
+        t_used as f64 / 1048576.0,
+        (t_rss * 1024) as f64 / t_used.max(1) as f64
+    );
+    println!(
+        "| redis-server | {:.1} MB ({:.1} MB) | {:.1} MB | {:.2} |",
+        mb(r_rss),
+        mb(r_rss.saturating_sub(r_empty)),
+        r_used as f64 / 1048576.0,
+        (r_rss * 1024) as f64 / r_used.max(1) as f64
+    );
     Ok(())
 }
