@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// A message in the pending set. The message itself is kept encoded (`pack`: MessagePack,
-/// its fields in order, about 160 bytes for a small one where the struct and its strings took
+/// its fields in order, about 130 bytes for a small one where the struct and its strings took
 /// about 700), because a million messages may wait: the scheduler reads only the fields kept
 /// beside it, and the message is decoded when it is sent, shown, or finished.
 #[derive(Debug)]
