@@ -88,8 +88,8 @@ pub fn pause_access_times(paused: bool) {
     ACCESS_TIMES_PAUSED.store(paused, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// A key's value with its expiry and last access: 40 bytes, so that with its key it fills one
-/// 64-byte allocation (see `table::Keyspace`).
+/// A key's value with its expiry and last access: 32 bytes, so that with its key (24) it
+/// fills one 56-byte node, a 64-byte chunk of the allocator's (see `table::Keyspace`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
     pub value: Value,
