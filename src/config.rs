@@ -549,3 +549,19 @@ pub const DATABASE_NAME_BYTES_MAX: usize = 64;
 /// The prefix of the admin API's routes: no Redis command starts with `_`, so it can never be
 /// taken for a command in the path.
 pub const ADMIN_PREFIX: &str = "/_admin";
+
+/// RESP (issue 28): the longest inline command line, and the longest `*<count>` or
+/// `$<length>` line, before the request is refused (Redis's `PROTO_INLINE_MAX_SIZE`).
+pub const RESP_LINE_BYTES_MAX: usize = 64 * 1024;
+/// RESP: the longest bulk string of a request (Redis's `proto-max-bulk-len` default).
+pub const RESP_BULK_BYTES_MAX: usize = 512 * 1024 * 1024;
+/// RESP: the most arguments of one request (Redis refuses a multibulk length above
+/// `INT_MAX`).
+pub const RESP_ARGS_MAX: usize = i32::MAX as usize;
+/// RESP: before AUTH, the most arguments and the longest argument of a request (Redis's
+/// limits for a client that has not authenticated).
+pub const RESP_UNAUTHENTICATED_ARGS_MAX: usize = 10;
+pub const RESP_UNAUTHENTICATED_BULK_BYTES_MAX: usize = 16 * 1024;
+/// RESP: the room reserved up front for a request's arguments or a bulk string, whatever its
+/// header claims: more is allocated only as the bytes arrive.
+pub const RESP_RESERVE_BYTES_MAX: usize = 64 * 1024;

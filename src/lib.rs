@@ -85,6 +85,7 @@ pub mod point;
 pub mod rdb;
 pub mod record;
 pub mod reply;
+pub mod resp;
 pub mod rng;
 pub mod secret;
 pub mod server;
