@@ -61,6 +61,28 @@ fn line_end(buf: &[u8], from: usize) -> Option<usize> {
         .map(|i| from + i)
 }
 
+/// A `*<n>` or `$<len>` line at the start of `buf`: where its `\r` is and the text after
+/// the type byte, once the line and its `\n` are whole; `too_big` when it runs past
+/// `RESP_LINE_BYTES_MAX` without ending.
+fn header<'a>(
+    buf: &'a [u8],
+    too_big: &'static str,
+) -> Result<Option<(usize, &'a [u8])>, ProtocolError> {
+    let Some(end) = line_end(buf, 1) else {
+        if buf.len() > RESP_LINE_BYTES_MAX {
+            return Err(ProtocolError::new(too_big));
+        }
+        return Ok(None);
+    };
+    if end > RESP_LINE_BYTES_MAX {
+        return Err(ProtocolError::new(too_big));
+    }
+    if buf.len() < end + 2 {
+        return Ok(None);
+    }
+    Ok(buf.get(1..end).map(|text| (end, text)))
+}
+
 /// A request length as Redis's `string2ll` reads it: digits only, no sign (`-` excepted,
 /// which the callers treat), no leading zero, within i64.
 fn number(text: &[u8]) -> Option<i64> {
@@ -116,19 +138,10 @@ impl Reader {
     }
 
     fn multibulk_header(&mut self, buf: &[u8]) -> Step {
-        let Some(end) = line_end(buf, 1) else {
-            if buf.len() > RESP_LINE_BYTES_MAX {
-                return Err(ProtocolError::new("too big mbulk count string"));
-            }
+        let Some((end, text)) = header(buf, "too big mbulk count string")? else {
             return Ok((0, None));
         };
-        if end > RESP_LINE_BYTES_MAX {
-            return Err(ProtocolError::new("too big mbulk count string"));
-        }
-        if buf.len() < end + 2 {
-            return Ok((0, None));
-        }
-        let n = match number(&buf[1..end]) {
+        let n = match number(text) {
             Some(n) if n <= RESP_ARGS_MAX as i64 => n,
             _ => return Err(ProtocolError::new("invalid multibulk length")),
         };
@@ -164,19 +177,10 @@ impl Reader {
                     char::from(first)
                 )));
             }
-            let Some(end) = line_end(buf, 1) else {
-                if buf.len() > RESP_LINE_BYTES_MAX {
-                    return Err(ProtocolError::new("too big bulk count string"));
-                }
+            let Some((end, text)) = header(buf, "too big bulk count string")? else {
                 return Ok((0, None));
             };
-            if end > RESP_LINE_BYTES_MAX {
-                return Err(ProtocolError::new("too big bulk count string"));
-            }
-            if buf.len() < end + 2 {
-                return Ok((0, None));
-            }
-            let len = match number(&buf[1..end]) {
+            let len = match number(text) {
                 Some(n) if n >= 0 && n as u64 <= RESP_BULK_BYTES_MAX as u64 => n as usize,
                 _ => return Err(ProtocolError::new("invalid bulk length")),
             };
