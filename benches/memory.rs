@@ -141,6 +141,12 @@ fn settled_rss(pid: u32) -> Result<u64, String> {
 struct Http(TcpStream);
 
 impl Http {
+    fn connect(port: u16) -> Result<Http, String> {
+        TcpStream::connect(("127.0.0.1", port))
+            .map(Http)
+            .map_err(|e| e.to_string())
+    }
+
     fn post(&mut self, path: &str, body: &str) -> Result<String, String> {
         let req = super::request("POST", path, "bench", body);
         self.0
@@ -187,8 +193,7 @@ fn batches(cmds: &[Vec<String>]) -> Vec<&[Vec<String>]> {
 
 /// Loads `cmds` into tidepool through `/pipeline`.
 fn load_tidepool(port: u16, cmds: &[Vec<String>]) -> Result<(), String> {
-    let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    let mut c = Http(s);
+    let mut c = Http::connect(port)?;
     for b in batches(cmds) {
         let r = c.post("/pipeline", &json_commands(b))?;
         if r.contains("\"error\"") {
@@ -211,7 +216,8 @@ impl Resp {
         Ok(Resp { w, r })
     }
 
-    fn send(&mut self, cmds: &[Vec<String>]) -> Result<(), String> {
+    /// Sends `cmds` pipelined; the last one's reply.
+    fn send(&mut self, cmds: &[Vec<String>]) -> Result<String, String> {
         let mut out = Vec::new();
         for c in cmds {
             out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
@@ -220,10 +226,11 @@ impl Resp {
             }
         }
         self.w.write_all(&out).map_err(|e| e.to_string())?;
+        let mut last = String::new();
         for _ in cmds {
-            self.reply()?;
+            last = self.reply()?;
         }
-        Ok(())
+        Ok(last)
     }
 
     /// Reads one reply (flat: the loaders get integers, statuses and bulk strings).
@@ -264,7 +271,7 @@ fn redis(dir: &Path, port: u16) -> Result<Proc, String> {
     loop {
         let mut c = Resp::connect(port)?;
         match c.send(&[vec!["PING".into()]]) {
-            Ok(()) => return Ok(p),
+            Ok(_) => return Ok(p),
             Err(e) if e.contains("LOADING") && Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(100))
             }
@@ -322,19 +329,16 @@ fn measure_tidepool(
     let data = dir.join("tidepool");
     let (p, port) = tidepool_with(bin, &data, "never", &[])?;
     let base = settled_rss(p.0.id())?;
-    let empty_used = used_memory(&mut Http(
-        TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?,
-    ))?;
+    let empty_used = used_memory(&mut Http::connect(port)?)?;
     load_tidepool(port, cmds)?;
     let loaded = settled_rss(p.0.id())?;
     // A snapshot, so the restart loads it (and the log after it), as a server restarted
     // after a while does.
-    let s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    Http(s).post("/", r#"["SAVE"]"#)?;
+    Http::connect(port)?.post("/", r#"["SAVE"]"#)?;
     drop(p);
     let (p, port) = tidepool_with(bin, &data, "never", &[])?;
     let restarted = settled_rss(p.0.id())?;
-    let mut c = Http(TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?);
+    let mut c = Http::connect(port)?;
     // The executor samples the allocator on its tick: give it one.
     std::thread::sleep(Duration::from_millis(300));
     let used = used_memory(&mut c)?.saturating_sub(empty_used);
@@ -344,17 +348,26 @@ fn measure_tidepool(
     Ok(([base, loaded, restarted], [used, usage]))
 }
 
+/// A redis-server on `data`, its resident KiB while empty, and a connection over which each
+/// of `loads` was sent in turn.
+fn loaded_redis(data: &Path, loads: &[&[Vec<String>]]) -> Result<(Proc, u16, u64, Resp), String> {
+    std::fs::create_dir_all(data).map_err(|e| e.to_string())?;
+    let port = free_port();
+    let p = redis(data, port)?;
+    let empty = settled_rss(p.0.id())?;
+    let mut c = Resp::connect(port)?;
+    for cmds in loads {
+        for b in batches(cmds) {
+            c.send(b)?;
+        }
+    }
+    Ok((p, port, empty, c))
+}
+
 /// Base, after load, after restart, in KiB: redis-server's.
 fn measure_redis(dir: &Path, cmds: &[Vec<String>]) -> Result<[u64; 3], String> {
     let data = dir.join("redis");
-    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-    let port = free_port();
-    let p = redis(&data, port)?;
-    let base = settled_rss(p.0.id())?;
-    let mut c = Resp::connect(port)?;
-    for b in batches(cmds) {
-        c.send(b)?;
-    }
+    let (p, port, base, mut c) = loaded_redis(&data, &[cmds])?;
     let loaded = settled_rss(p.0.id())?;
     c.send(&[vec!["SAVE".into()]])?;
     drop(p);
@@ -436,25 +449,15 @@ fn fragmentation(bin: &Path, tmp: &Path) -> Result<(), String> {
     load_tidepool(port, &load)?;
     load_tidepool(port, &churn)?;
     let t_rss = settled_rss(p.0.id())?;
-    let mut c = Http(TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?);
+    let mut c = Http::connect(port)?;
     let t_used = used_memory(&mut c)?;
     drop(p);
     let _ = std::fs::remove_dir_all(&data);
 
     let data = tmp.join("redis-churn");
-    std::fs::create_dir_all(&data).map_err(|e| e.to_string())?;
-    let port = free_port();
-    let p = redis(&data, port)?;
-    let r_empty = settled_rss(p.0.id())?;
-    let mut c = Resp::connect(port)?;
-    for b in batches(&load).into_iter().chain(batches(&churn)) {
-        c.send(b)?;
-    }
+    let (p, _, r_empty, mut c) = loaded_redis(&data, &[&load, &churn])?;
     let r_rss = settled_rss(p.0.id())?;
-    let w = &mut c;
-    w.w.write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n")
-        .map_err(|e| e.to_string())?;
-    let info = w.reply()?;
+    let info = c.send(&[vec!["INFO".into(), "memory".into()]])?;
     let r_used: u64 = info
         .lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
