@@ -813,32 +813,26 @@ impl Executor {
                 } else {
                     self.kv_seq
                 };
-                // A read of durable state answers now, not after the rest of the batch.
-                if needs <= self.shared.log.durable_seq.load(Ordering::SeqCst)
-                    && self.fsync == FsyncMode::Always
-                    && self.poisoned().is_none()
-                {
+                let answer = move |failure: Option<&str>| {
+                    let replies = match failure {
+                        None => replies,
+                        Some(e) => Err(e.to_string()),
+                    };
                     let _ = reply.send(Answer {
                         replies,
                         sync_token: last_seq,
                         unauthorized: false,
                     });
-                    return;
+                };
+                // A read of durable state answers now, not after the rest of the batch.
+                if needs <= self.shared.log.durable_seq.load(Ordering::SeqCst)
+                    && self.fsync == FsyncMode::Always
+                    && self.poisoned().is_none()
+                {
+                    answer(None);
+                } else {
+                    pending.push((needs, Box::new(answer)));
                 }
-                pending.push((
-                    needs,
-                    Box::new(move |failure: Option<&str>| {
-                        let replies = match failure {
-                            None => replies,
-                            Some(e) => Err(e.to_string()),
-                        };
-                        let _ = reply.send(Answer {
-                            replies,
-                            sync_token: last_seq,
-                            unauthorized: false,
-                        });
-                    }),
-                ));
             }
             Job::Subscribe(mut handle) => {
                 // A stream of a database deleted meanwhile ends at once; one of a
