@@ -75,6 +75,7 @@ pub mod executor;
 pub mod fault;
 pub mod glob;
 pub mod http;
+pub mod leb128;
 pub mod log;
 pub mod lua;
 pub mod machine;

@@ -177,17 +177,9 @@ pub fn parse_snapshot_file_name(name: &str) -> Option<u64> {
 
 // ---- the encodings inside key-value chunks ----
 
-/// Unsigned LEB128: seven bits per byte, low first, the high bit set on every byte but the last.
-pub fn put_uint(out: &mut Vec<u8>, mut v: u64) {
-    loop {
-        let byte = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(byte);
-            return;
-        }
-        out.push(byte | 0x80);
-    }
+/// Unsigned LEB128 (`crate::leb128`).
+pub fn put_uint(out: &mut Vec<u8>, v: u64) {
+    crate::leb128::put(out, v);
 }
 
 /// A byte string: its length as a `uint`, then the bytes.

@@ -21,21 +21,12 @@ struct Chunk {
     count: usize,
 }
 
-fn leb_len(mut n: usize) -> usize {
-    let mut k = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        k += 1;
-    }
-    k
+fn leb_len(n: usize) -> usize {
+    crate::leb128::len(n as u64)
 }
 
-fn put_leb(out: &mut Vec<u8>, mut n: usize) {
-    while n >= 0x80 {
-        out.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
+fn put_leb(out: &mut Vec<u8>, n: usize) {
+    crate::leb128::put(out, n as u64);
 }
 
 /// The bytes an item of `len` bytes takes in a chunk.
@@ -56,16 +47,8 @@ fn encode(item: &[u8]) -> Vec<u8> {
 
 /// The item that starts at `pos`, and where the next one starts.
 fn read_forward(buf: &[u8], pos: usize) -> Option<(&[u8], usize)> {
-    let (mut len, mut shift, mut i) = (0usize, 0u32, pos);
-    loop {
-        let b = *buf.get(i)?;
-        len |= usize::from(b & 0x7f).checked_shl(shift)?;
-        i += 1;
-        if b & 0x80 == 0 {
-            break;
-        }
-        shift += 7;
-    }
+    let mut i = pos;
+    let len = usize::try_from(crate::leb128::read(buf, &mut i)?).ok()?;
     let item = buf.get(i..i.checked_add(len)?)?;
     Some((item, i + len + leb_len(len)))
 }

@@ -25,6 +25,7 @@
 //! binary search of the nodes by their last live ID, then a walk of one node (at most
 //! `NODE_ENTRIES_MAX` entries).
 
+use crate::leb128::{put as put_varint, read as varint};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::RangeInclusive;
 
@@ -94,44 +95,6 @@ impl StreamId {
         } else {
             None
         }
-    }
-}
-
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
-    loop {
-        let b = (n & 0x7f) as u8;
-        n >>= 7;
-        if n == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-/// The LEB128 varint at `at`, moving past it; `None` past the end or past 64 bits.
-#[inline]
-fn varint(buf: &[u8], at: &mut usize) -> Option<u64> {
-    // Most are one byte (lengths of short values, small ID differences).
-    let b = *buf.get(*at)?;
-    if b < 0x80 {
-        *at += 1;
-        return Some(u64::from(b));
-    }
-    varint_long(buf, at)
-}
-
-fn varint_long(buf: &[u8], at: &mut usize) -> Option<u64> {
-    let mut n = 0u64;
-    let mut shift = 0u32;
-    loop {
-        let b = *buf.get(*at)?;
-        *at += 1;
-        n |= u64::from(b & 0x7f).checked_shl(shift)?;
-        if b & 0x80 == 0 {
-            return Some(n);
-        }
-        shift += 7;
     }
 }
 
