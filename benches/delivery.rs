@@ -152,7 +152,16 @@ fn rss_kib(pid: u32) -> Result<u64, String> {
         .ok_or("no VmRSS".into())
 }
 
-pub fn run(bin: &Path, tmp: &Path, messages: u64, conns: u64, pending: u64) -> Result<(), String> {
+/// `only`: run only the phases whose names ("throughput", "pending", "get") contain it.
+pub fn run(
+    bin: &Path,
+    tmp: &Path,
+    messages: u64,
+    conns: u64,
+    pending: u64,
+    only: Option<&str>,
+) -> Result<(), String> {
+    let want = |phase: &str| only.is_none_or(|o| phase.contains(o));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -161,11 +170,13 @@ pub fn run(bin: &Path, tmp: &Path, messages: u64, conns: u64, pending: u64) -> R
     rt.block_on(async move {
         let seen = Arc::new(Seen::default());
         let sink_url = sink(seen.clone()).await?;
-        let (server, base) = start(bin, &tmp.join("delivery"))?;
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(conns as usize)
             .build()
             .map_err(|e| e.to_string())?;
+        let mut rows = Vec::new();
+        if want("throughput latency lateness") {
+        let (server, base) = start(bin, &tmp.join("delivery"))?;
 
         // 1. Throughput.
         let t0 = Instant::now();
@@ -249,6 +260,12 @@ pub fn run(bin: &Path, tmp: &Path, messages: u64, conns: u64, pending: u64) -> R
         let (d50, d99) = (pct(&mut late, 0.50), pct(&mut late, 0.99));
         let dmax = late.last().copied().unwrap_or(f64::NAN);
         drop(server);
+        rows.push(format!("| deliveries/s ({messages} messages, {conns} publishers) | {rate:.0} (publish {pub_rate:.0}/s) | >= 20,000 |"));
+        rows.push(format!("| publish-to-delivery latency at 500 msg/s | p50 {l50:.1} ms, p99 {l99:.1} ms | |"));
+        rows.push(format!("| lateness of 2,000 delayed messages, due within one second ({delivered_late} seen) | p50 {d50:.0} ms, p99 {d99:.0} ms, max {dmax:.0} ms | p99 <= 5 ms |"));
+        }
+
+        if want("pending memory") {
 
         // 4. Memory per pending delayed message, on a fresh server.
         let (server, base) = start(bin, &tmp.join("memory"))?;
@@ -279,6 +296,10 @@ pub fn run(bin: &Path, tmp: &Path, messages: u64, conns: u64, pending: u64) -> R
         let after = rss_kib(pid)?;
         let per_msg = (after.saturating_sub(before) * 1024) as f64 / (batches * 100) as f64;
         drop(server);
+        rows.push(format!("| memory per pending delayed message ({} pending) | {per_msg:.0} bytes (RSS {} -> {} MiB) | <= 400 bytes |", batches * 100, before / 1024, after / 1024));
+        }
+
+        if want("get latency") {
 
         // 5. GET latency on an idle server, then while about 10,000 deliveries a second go out.
         let (server, base) = start(bin, &tmp.join("get"))?;
@@ -361,20 +382,21 @@ pub fn run(bin: &Path, tmp: &Path, messages: u64, conns: u64, pending: u64) -> R
         }
         drop(server);
 
-        println!("| measure | tidepool (`--fsync always`) | target |");
-        println!("|---|---|---|");
-        println!("| deliveries/s ({messages} messages, {conns} publishers) | {rate:.0} (publish {pub_rate:.0}/s) | >= 20,000 |");
-        println!("| publish-to-delivery latency at 500 msg/s | p50 {l50:.1} ms, p99 {l99:.1} ms | |");
-        println!("| lateness of 2,000 delayed messages, due within one second ({delivered_late} seen) | p50 {d50:.0} ms, p99 {d99:.0} ms, max {dmax:.0} ms | p99 <= 5 ms |");
-        println!("| memory per pending delayed message ({} pending) | {per_msg:.0} bytes (RSS {} -> {} MiB) | <= 400 bytes |", batches * 100, before / 1024, after / 1024);
-        println!(
+        rows.push(format!(
             "| `GET` latency, one keep-alive client: idle / while {rate_drain:.0} deliveries/s of messages published before go out | p50 {:.2} / {:.2} ms, p99 {:.2} / {:.2} ms ({:.2}x) | p99 within 2x of idle |",
             idle.0, draining.0, idle.1, draining.1, draining.1 / idle.1
-        );
-        println!(
+        ));
+        rows.push(format!(
             "| the same while {rate_load:.0} deliveries/s go out and as many are published | p50 {:.2} ms, p99 {:.2} ms ({:.2}x) | |",
             loaded.0, loaded.1, loaded.1 / idle.1
-        );
+        ));
+        }
+
+        println!("| measure | tidepool (`--fsync always`) | target |");
+        println!("|---|---|---|");
+        for r in rows {
+            println!("{r}");
+        }
         Ok(())
     })
 }

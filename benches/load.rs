@@ -5,7 +5,7 @@
 //!
 //!     target/release/tidepool-bench --structures
 //!
-//!     target/release/tidepool-bench --delivery [--messages N] [--connections C] [--pending P]
+//!     target/release/tidepool-bench --delivery [--messages N] [--connections C] [--pending P] [--only PHASE]
 //!
 //!     target/release/tidepool-bench --replay [--commands N] [--singles S]
 //!
@@ -751,7 +751,8 @@ struct Cli {
     /// Serve the bare-hyper ceiling on this port (the load form starts it itself)
     #[arg(long, value_name = "PORT", hide = true)]
     ceiling_server: Option<u16>,
-    /// --memory: only the data sets whose name contains this
+    /// --memory: only the data sets whose name contains this; --delivery: only the phases
+    /// (throughput, pending, get) whose name contains this
     #[arg(long, value_name = "NAME")]
     only: Option<String>,
     /// --instructions: keep-alive requests counted (the run of twice as many is subtracted)
@@ -820,7 +821,14 @@ fn run() -> Result<(), String> {
         Ok(p)
     };
     if cli.delivery {
-        let r = delivery::run(&bin, &tmp, cli.messages, conns as u64, cli.pending);
+        let r = delivery::run(
+            &bin,
+            &tmp,
+            cli.messages,
+            conns as u64,
+            cli.pending,
+            cli.only.as_deref(),
+        );
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }

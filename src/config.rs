@@ -54,6 +54,9 @@ pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;
 /// batch, so the delivery work in one is kept short.
 pub const DELIVERY_RESULTS_PER_BATCH_MAX: usize = 16;
 pub const DELIVERY_DISPATCH_PER_BATCH_MAX: usize = 16;
+/// The nice value of the delivery thread: when a request and a delivery attempt both want a
+/// core, the request runs first (Linux's nice is per thread).
+pub const DELIVERY_THREAD_NICE: i32 = 10;
 /// Retries of a message that sets no `Upstash-Retries` (so up to 4 attempts).
 pub const DELIVERY_RETRIES_DEFAULT: u32 = 3;
 /// Longest an attempt may take when the message sets no `Upstash-Timeout`.
