@@ -80,6 +80,15 @@ pub fn fork() -> io::Result<Forked> {
     }
 }
 
+/// Sets the calling thread's nice value (Linux's nice is per thread), so that its work yields
+/// the CPU to other threads'. Best effort: a failure leaves the thread as it was.
+pub fn lower_thread_priority(nice: i32) {
+    // SAFETY: setpriority reads no memory; with `who` 0 it changes only the calling thread.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+    }
+}
+
 /// This process's id.
 pub fn pid() -> i32 {
     // SAFETY: getpid takes nothing and cannot fail.

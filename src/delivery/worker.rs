@@ -82,7 +82,7 @@ impl Workers {
         std::thread::Builder::new()
             .name("delivery".into())
             .spawn(move || {
-                lower_priority();
+                crate::sys::lower_thread_priority(crate::config::DELIVERY_THREAD_NICE);
                 // Runs the attempts until every `Workers` is gone.
                 let _ = rt.block_on(stopped);
             })
@@ -278,15 +278,5 @@ fn describe(e: &reqwest::Error) -> String {
         format!("cannot connect: {e}")
     } else {
         e.to_string()
-    }
-}
-
-/// Lowers the calling thread's priority to `DELIVERY_THREAD_NICE`, so that attempts yield
-/// the CPU to requests. Best effort: a failure leaves the thread at the process's priority.
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority reads no memory; with `who` 0 it changes only the calling thread.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, crate::config::DELIVERY_THREAD_NICE);
     }
 }
