@@ -42,6 +42,9 @@ pub struct Serve {
     /// The address to listen on [default: 127.0.0.1:8079; 127.0.0.1:8080 with --dev]
     #[arg(long, env = "TIDEPOOL_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Also listen for the Redis protocol (RESP) on this address, for redis-cli and every Redis client [default: off]
+    #[arg(long, env = "TIDEPOOL_RESP_LISTEN", value_name = "ADDR")]
+    pub resp_listen: Option<String>,
     /// The data directory: the log, snapshots and credentials.json
     #[arg(long, env = "TIDEPOOL_DATA", value_name = "DIR", default_value = config::DATA_DIR_DEFAULT)]
     pub data: String,
@@ -244,6 +247,7 @@ impl Serve {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let Serve {
             listen,
+            resp_listen,
             data,
             mut token,
             read_only_token: mut ro,
@@ -287,6 +291,18 @@ impl Serve {
         let listen: std::net::SocketAddr = listen_text.parse().map_err(|_| {
             format!("--listen '{listen_text}' is not an address such as 127.0.0.1:8079")
         })?;
+        let resp_listen: Option<std::net::SocketAddr> = match resp_listen {
+            None => None,
+            Some(t) => Some(t.parse().map_err(|_| {
+                format!("--resp-listen '{t}' is not an address such as 127.0.0.1:6379")
+            })?),
+        };
+        if dev && resp_listen.is_some_and(|a| !a.ip().is_loopback()) {
+            return Err(
+                "--dev uses public, well-known credentials: --resp-listen must be a loopback address"
+                    .into(),
+            );
+        }
         if dev && !listen.ip().is_loopback() {
             return Err(format!(
                 "--dev uses public, well-known credentials: it listens on loopback only, not on {listen}"
@@ -468,6 +484,7 @@ impl Serve {
             qstash_next_signing_key: qnext,
             retry_backoff_unit_ms,
             listen,
+            resp_listen,
             data_dir: PathBuf::from(data),
             token,
             read_only_token: ro,

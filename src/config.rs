@@ -467,6 +467,8 @@ pub fn region(given: &str) -> Result<String, String> {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// The RESP listener's address (`--resp-listen`), if any.
+    pub resp_listen: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub token: Option<String>,
     pub read_only_token: Option<String>,
@@ -568,3 +570,19 @@ pub const RESP_UNAUTHENTICATED_BULK_BYTES_MAX: usize = 16 * 1024;
 /// RESP: the room reserved up front for a request's arguments or a bulk string, whatever its
 /// header claims: more is allocated only as the bytes arrive.
 pub const RESP_RESERVE_BYTES_MAX: usize = 64 * 1024;
+/// RESP: the most connections open at once; one more is answered Redis's `max number of
+/// clients reached` and closed (beside `HTTP_CONNECTIONS_MAX`, which HTTP's are held to).
+pub const RESP_CONNECTIONS_MAX: usize = 10_000;
+/// RESP: what a connection reads at a time, and what its buffers shrink back to when a large
+/// request or reply has passed (an idle connection holds at most this much).
+pub const RESP_READ_BYTES: usize = 4 * 1024;
+/// RESP: the most requests of one read sent to the executor as one job.
+pub const RESP_PIPELINE_COMMANDS_MAX: usize = 1024;
+/// RESP: a request begun must end within this long (HTTP's `HTTP_HEADER_READ_TIMEOUT_MS`).
+pub const RESP_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// RESP: a connection that has not authenticated is closed after this long without a request.
+pub const RESP_UNAUTHENTICATED_IDLE_MS: u64 = 10_000;
+/// RESP: an authenticated connection is closed after this long without a request, unless it
+/// is subscribed or monitoring (clients' pools reconnect; Redis's `timeout` is 0 by default,
+/// and the hosted service closes idle connections).
+pub const RESP_IDLE_TIMEOUT_MS: u64 = 300_000;

@@ -163,6 +163,10 @@ pub struct Live {
     pub delivery_attempts: Family<OutcomeLabel, Counter>,
     /// How late a message's first attempt started after it was due.
     pub delivery_lateness_seconds: Histogram,
+    /// RESP connections open now, opened since start, and the commands they sent.
+    pub resp_connections: Gauge,
+    pub resp_connections_opened: Counter,
+    pub resp_commands: Counter,
 }
 
 impl Default for Live {
@@ -172,6 +176,9 @@ impl Default for Live {
             batch_jobs: Histogram::new(exponential_buckets(1.0, 2.0, 11)),
             delivery_attempts: Family::default(),
             delivery_lateness_seconds: Histogram::new(seconds_buckets()),
+            resp_connections: Gauge::default(),
+            resp_connections_opened: Counter::default(),
+            resp_commands: Counter::default(),
         }
     }
 }
@@ -283,6 +290,21 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
         "http_requests",
         "HTTP requests answered, by route and status",
         live.http_requests.clone(),
+    );
+    r.register(
+        "resp_connections",
+        "RESP (Redis protocol) connections open now",
+        live.resp_connections.clone(),
+    );
+    r.register(
+        "resp_connections_opened",
+        "RESP connections opened since the server started",
+        live.resp_connections_opened.clone(),
+    );
+    r.register(
+        "resp_commands",
+        "Commands received over RESP since the server started",
+        live.resp_commands.clone(),
     );
     r.register_collector(Box::new(CommandSeconds(scrape.command_seconds.clone())));
     let commands: Family<CommandDb, Counter> = Family::default();

@@ -252,6 +252,18 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let resp_listener = match cfg.resp_listen {
+            None => None,
+            Some(a) => Some(
+                tokio::net::TcpListener::bind(a)
+                    .await
+                    .map_err(|e| format!("cannot listen for RESP on {a}: {e}"))?,
+            ),
+        };
+        let resp_addr = match &resp_listener {
+            Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
+            None => None,
+        };
         let setup = executor::Setup {
             acl_secret: creds.acl_secret.clone(),
             default_tokens: executor::tenants::DbTokens {
@@ -315,8 +327,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 ex.report.last_seq, ex.report.segments
             ),
         };
+        let resp_line = match resp_addr {
+            Some(a) => format!(
+                "  RESP (Redis protocol) on {a}: redis-cli -h {} -p {} --pass <token>\n",
+                a.ip(),
+                a.port()
+            ),
+            None => String::new(),
+        };
         let banner = format!(
-            "tidepool {} listening on {url}\n  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QStash read-only token: {}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}",
+            "tidepool {} listening on {url}\n{resp_line}  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QStash read-only token: {}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}",
             env!("CARGO_PKG_VERSION"),
             dir.display(),
             creds.qstash_token,
@@ -384,7 +404,20 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 }
             }
         });
+        let resp_stop = tokio::sync::oneshot::channel::<()>();
+        if let Some(l) = resp_listener {
+            let resp = Arc::new(crate::resp::Listener::new(
+                ex.tx.clone(),
+                ex.shared.clone(),
+                cfg.request_bytes_max,
+            ));
+            let stop = resp_stop.1;
+            tokio::spawn(crate::resp::serve(l, resp, async move {
+                let _ = stop.await;
+            }));
+        }
         http::serve(listener, app, shutdown).await;
+        let _ = resp_stop.0.send(());
         let (done, wait) = tokio::sync::oneshot::channel();
         if ex.tx.send(Job::Shutdown { done }).await.is_ok() {
             let _ = wait.await;

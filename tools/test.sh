@@ -10,9 +10,9 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&
   apt-get update -qq
   apt-get install -y -qq redis-server curl >/dev/null
 fi
-if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client" >/dev/null 2>&1; then
-  echo "== installing upstash-redis, qstash, pytest and prometheus-client (its OpenMetrics parser checks /metrics)"
-  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest "prometheus-client==0.21.1"
+if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client, redis" >/dev/null 2>&1; then
+  echo "== installing upstash-redis, qstash, pytest, prometheus-client (its OpenMetrics parser checks /metrics) and redis (redis-py, for the RESP listener)"
+  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest "prometheus-client==0.21.1" "redis==6.4.0"
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -33,7 +33,7 @@ cargo test --locked --all-targets --features fault-injection
 # part of its dependencies once more, for minutes and gigabytes, to test the same code.
 test -x target/debug/tidepool
 
-echo "== the official Python SDKs (upstash-redis, qstash) against tidepool"
+echo "== the official Python SDKs (upstash-redis, qstash), and redis-py over RESP, against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
 
 # Two releases of the workflow SDK are in use: the newest 1.x, and 0.2.x (package.json).

@@ -113,11 +113,21 @@ pub enum Perm {
 /// Where a command comes from: only the wording of refusals depends on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
-    /// A client's request (REST, and the RESP listener to come).
+    /// A client's REST request.
     Request,
+    /// A command from a RESP connection: what only a connection can carry (blocking
+    /// commands, XREAD's BLOCK) is not refused.
+    Connection,
     /// `redis.call` or `redis.pcall` from a script or function; `read_only` for EVAL_RO,
     /// FCALL_RO and `no-writes` code.
     Script { read_only: bool },
+}
+
+impl Origin {
+    /// A client's own command, not a script's call.
+    pub fn top_level(self) -> bool {
+        matches!(self, Origin::Request | Origin::Connection)
+    }
 }
 
 /// Facts about the server around the state that INFO and CONFIG GET report.

@@ -546,6 +546,25 @@ impl CommandInfo {
         }
     }
 
+    /// Why a RESP connection cannot run the command: only a command tidepool has no handler
+    /// for (the rest REST refuses because HTTP cannot carry them, a connection can).
+    pub fn connection_refusal(&self, args: &[Vec<u8>]) -> Option<String> {
+        if self.run.is_some() {
+            return None;
+        }
+        let why = self.rest_refusal(args)?;
+        Some(why.replacen(" over REST", "", 1))
+    }
+
+    /// Why a script cannot run the command: what REST cannot carry, except a blocking
+    /// command, which in a script runs once without blocking, as in Redis.
+    pub fn script_refusal(&self, args: &[Vec<u8>]) -> Option<String> {
+        if self.blocking && self.run.is_some() {
+            return None;
+        }
+        self.rest_refusal(args)
+    }
+
     /// Why REST cannot carry these arguments of the command, if it cannot: Redis's error
     /// text.
     pub fn rest_refusal(&self, args: &[Vec<u8>]) -> Option<String> {

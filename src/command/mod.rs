@@ -17,6 +17,7 @@
 pub mod acl;
 pub mod args;
 pub mod bitmaps;
+pub mod blocking;
 pub mod ctx;
 pub mod functions;
 pub mod geo;

@@ -82,7 +82,7 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
     if let Some(refusal) = over_limits(ctx, info, &args) {
         return refusal;
     }
-    let top_level = ctx.origin == Origin::Request;
+    let top_level = ctx.origin.top_level();
     if top_level {
         if let Some(left) = &mut ctx.limits.commands_left {
             if *left == 0 {
@@ -115,7 +115,7 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         return Reply::err(errors::DB_CAPACITY);
     }
     let client = match ctx.origin {
-        Origin::Request => ctx.client,
+        Origin::Request | Origin::Connection => ctx.client,
         Origin::Script { .. } => "lua",
     };
     ctx.server.command_starts(client, &args, info.id, top_level);
@@ -441,7 +441,7 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
                 "ERR This Redis command is not allowed from script",
             ));
         }
-        if let Some(why) = info.rest_refusal(args) {
+        if let Some(why) = info.script_refusal(args) {
             return Err(Reply::Error(why));
         }
         if info.write && origin == (Origin::Script { read_only: true }) {
@@ -450,7 +450,11 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
             ));
         }
     } else {
-        if let Some(why) = info.rest_refusal(args) {
+        let refusal = match origin {
+            Origin::Connection => info.connection_refusal(args),
+            _ => info.rest_refusal(args),
+        };
+        if let Some(why) = refusal {
             return Err(Reply::Error(why));
         }
         if !info.arity_ok(args.len()) {
@@ -461,7 +465,7 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
         (Ok(()), _) => Ok(info),
         // The Read Only token's refusal reads the same everywhere.
         (Err(Denied::Command), _) if matches!(perm, Perm::ReadOnly) => Err(noperm_command(info)),
-        (Err(d), Origin::Request) => Err(match d {
+        (Err(d), Origin::Request | Origin::Connection) => Err(match d {
             Denied::Command => noperm_command(info),
             Denied::Key => Reply::err(
                 "NOPERM this user has no permissions to access one of the keys used as arguments",
@@ -480,6 +484,50 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
                 Denied::Channel => "can't publish to the channel mentioned in the command",
             }
         ))),
+    }
+}
+
+/// A RESP connection's own command (CLIENT, WATCH, SUBSCRIBE, MONITOR, ...), which the
+/// connection runs itself: found, of the right arity, and allowed to the token with its keys
+/// and channels, as [`check`] holds every other command; only the door's refusal is not
+/// asked.
+pub fn check_connection(args: &[Vec<u8>], perm: &Perm) -> Result<(), Reply> {
+    let info = match table::global().lookup(args) {
+        Lookup::Found(i) => i,
+        Lookup::Unknown => return Err(unknown_command(args)),
+        Lookup::UnknownSubcommand(c) => {
+            return Err(Reply::Error(format!(
+                "ERR unknown subcommand '{}'. Try {} HELP.",
+                String::from_utf8_lossy(&args[1]),
+                c.name.to_ascii_uppercase()
+            )))
+        }
+    };
+    if !info.arity_ok(args.len()) {
+        return Err(arity_error(info));
+    }
+    let denied = match permitted(info, args, perm) {
+        Err(d) => Some(d),
+        Ok(()) => match (perm, info.name.as_str()) {
+            (Perm::User(_, u), "subscribe" | "ssubscribe" | "psubscribe") => {
+                let pattern = info.name == "psubscribe";
+                args[1..]
+                    .iter()
+                    .any(|c| !u.channel_allowed(c, pattern))
+                    .then_some(Denied::Channel)
+            }
+            _ => None,
+        },
+    };
+    match denied {
+        None => Ok(()),
+        Some(Denied::Command) => Err(noperm_command(info)),
+        Some(Denied::Key) => Err(Reply::err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+        )),
+        Some(Denied::Channel) => Err(Reply::err(
+            "NOPERM this user has no permissions to access one of the channels used as arguments",
+        )),
     }
 }
 

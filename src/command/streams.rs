@@ -422,7 +422,7 @@ pub struct ReadArgs<'a> {
     pub ids: &'a [Vec<u8>],
 }
 
-/// Parses `[GROUP g c] [COUNT n] [NOACK] STREAMS key ... id ...` (GROUP and NOACK only for
+/// Parses `[GROUP g c] [COUNT n] [BLOCK ms] [NOACK] STREAMS key ... id ...` (GROUP and NOACK only for
 /// XREADGROUP). Redis words the unbalanced-list error as XREAD's for both.
 pub fn parse_read(args: &[Vec<u8>], grouped: bool) -> Result<ReadArgs<'_>, Reply> {
     let mut r = ReadArgs {
@@ -441,6 +441,10 @@ pub fn parse_read(args: &[Vec<u8>], grouped: bool) -> Result<ReadArgs<'_>, Reply
             i += 3;
         } else if eq(&args[i], "count") && more > 0 {
             r.count = int_arg(&args[i + 1])?.max(0) as usize;
+            i += 2;
+        } else if eq(&args[i], "block") && more > 0 {
+            // Checked here; the waiting is a RESP connection's (`command::blocking`).
+            super::blocking::block_ms(&args[i + 1])?;
             i += 2;
         } else if grouped && eq(&args[i], "noack") {
             r.noack = true;
@@ -461,6 +465,26 @@ pub fn parse_read(args: &[Vec<u8>], grouped: bool) -> Result<ReadArgs<'_>, Reply
     }
     (r.keys, r.ids) = rest.split_at(rest.len() / 2);
     Ok(r)
+}
+
+/// XREAD's arguments with each `$` replaced by its stream's last ID now: what a blocked XREAD
+/// tries again with, so that it waits for entries added after it blocked, as in Redis.
+pub fn with_last_ids(db: &crate::state::Db, now_ms: u64, args: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = args.to_vec();
+    let Ok(ReadArgs { keys, ids, .. }) = parse_read(args, false) else {
+        return out;
+    };
+    let first_id = args.len() - ids.len();
+    for (i, (k, id)) in keys.iter().zip(ids).enumerate() {
+        if id.as_slice() == b"$" {
+            let last = match typed::read::<Box<Stream>>(db, k, now_ms) {
+                Ok(Some(s)) => s.last_id,
+                _ => StreamId::MIN,
+            };
+            out[first_id + i] = last.to_string().into_bytes();
+        }
+    }
+    out
 }
 
 pub fn xread(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {

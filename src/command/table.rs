@@ -15,8 +15,8 @@ pub use super::info::{CommandInfo, CommandTable, KeyRef, Lookup};
 use super::info::{Meta, Rest, Row};
 use super::zsets::{Direction as Dir, RangeType as Rt, SetOp as Op};
 use super::{
-    acl, bitmaps, functions, geo, hash_ttl, hashes, hll, introspect, json, keys, lists, scripting,
-    server, sets, sort, stream_groups, streams, strings, zsets,
+    acl, bitmaps, blocking, functions, geo, hash_ttl, hashes, hll, introspect, json, keys, lists,
+    scripting, server, sets, sort, stream_groups, streams, strings, zsets,
 };
 use crate::lua::Interrupt;
 use crate::reply::Reply;
@@ -81,10 +81,12 @@ const SUBSCRIBE: &str =
 const NOT_REDIS: &str = "it controls a Redis process, which tidepool is not";
 const CONFIGURED: &str = "tidepool is configured by its command-line flags (CONFIG GET reads them)";
 const BLOCK: &str = "the BLOCK option needs a connection that HTTP does not keep";
+const BLOCKING: &str = "blocking commands need a connection that HTTP does not keep";
 
 /// Every row. Grouped by family, in the order of Redis's documentation.
 fn rows() -> Vec<Row> {
     use bitmaps as b;
+    use blocking as bl;
     use geo::Form;
     use hash_ttl::TtlKind;
     use hashes as h;
@@ -260,6 +262,21 @@ fn rows() -> Vec<Row> {
         Row::new("lmove", |c, a| lists::lmove(c, a, None)),
         Row::new("rpoplpush", |c, a| lists::lmove(c, a, Some((false, true)))),
         Row::new("lmpop", lists::lmpop),
+        Row::new("blpop", |c, a| bl::bpop(c, a, true))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
+        Row::new("brpop", |c, a| bl::bpop(c, a, false))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
+        Row::new("brpoplpush", |c, a| bl::bmove(c, a, true))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
+        Row::new("blmove", |c, a| bl::bmove(c, a, false))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
+        Row::new("blmpop", |c, a| bl::bmpop(c, a, false))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
         // sets
         Row::new("sadd", sets::sadd),
         Row::new("srem", sets::srem),
@@ -317,6 +334,15 @@ fn rows() -> Vec<Row> {
         Row::new("zpopmin", |c, a| zsets::zpop(c, a, true)),
         Row::new("zpopmax", |c, a| zsets::zpop(c, a, false)),
         Row::new("zmpop", zsets::zmpop),
+        Row::new("bzpopmin", |c, a| bl::bzpop(c, a, true))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
+        Row::new("bzpopmax", |c, a| bl::bzpop(c, a, false))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
+        Row::new("bzmpop", |c, a| bl::bmpop(c, a, true))
+            .log(Rewritten)
+            .rest(Rest::No(BLOCKING)),
         Row::new("zrandmember", zsets::zrandmember),
         Row::new("zscan", zsets::zscan).read_only_token(false),
         Row::new("zunion", |c, a| {

@@ -16,6 +16,7 @@
 pub mod admin;
 mod flusher;
 pub mod pubsub;
+pub mod sessions;
 mod shares;
 pub mod snapshots;
 pub mod tenants;
@@ -38,7 +39,7 @@ use crate::state::databases::{day_of, Databases, DayUsage, DbEvent, DbId, DEFAUL
 use crate::wal::{self, WalWriter};
 use flusher::{FlushItem, Flusher, Pending};
 use pubsub::PubSub;
-pub use pubsub::{StreamItem, SubKind, SubscriberHandle};
+pub use pubsub::{StreamItem, SubKind, SubscriberHandle, Wire};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -66,6 +67,43 @@ pub struct Answer {
     pub sync_token: u64,
     /// The token matched no user (HTTP 401); nothing ran.
     pub unauthorized: bool,
+    /// A RESP connection's transaction did not run: a key it watched changed (EXEC's nil).
+    pub aborted: bool,
+}
+
+/// What a RESP connection's `Exec` carries besides a REST request's.
+#[derive(Debug, Clone, Copy)]
+pub struct Connection {
+    /// The connection's id (CLIENT ID).
+    pub id: u64,
+    /// The one command may wait (a blocking command outside MULTI): when its try finds
+    /// nothing, the executor keeps the reply until a write serves it or `Unblock` comes.
+    pub may_block: bool,
+}
+
+/// A RESP connection's own operations.
+pub enum SessionOp {
+    /// WATCH keys (answered OK once they are watched).
+    Watch {
+        db: DbId,
+        keys: Vec<Vec<u8>>,
+        reply: oneshot::Sender<()>,
+    },
+    /// UNWATCH.
+    Unwatch,
+    /// The blocked command stops waiting: its time ran out (`None`: it answers its nil), or
+    /// CLIENT UNBLOCK ... ERROR (the error text).
+    Unblock(Option<String>),
+    /// The connection closed: forget its watch and its wait.
+    Closed,
+    /// May the token run this command of the connection's own (CLIENT, WATCH, SUBSCRIBE,
+    /// ...)? The refusal, if not.
+    Check {
+        db: DbId,
+        access: Access,
+        args: Vec<Vec<u8>>,
+        reply: oneshot::Sender<Result<(), Reply>>,
+    },
 }
 
 pub enum Job {
@@ -77,12 +115,31 @@ pub enum Job {
         access: Access,
         client: Arc<str>,
         reply: oneshot::Sender<Answer>,
+        /// A RESP connection's, or a REST request's (None).
+        connection: Option<Connection>,
+    },
+    /// A RESP connection's WATCH, UNWATCH, unblock or close.
+    Session {
+        conn: u64,
+        op: SessionOp,
     },
     /// Registers an event stream: a monitor, or a subscriber to channels or patterns.
     Subscribe(SubscriberHandle),
     Unsubscribe {
         db: DbId,
         id: u64,
+    },
+    /// A RESP connection's stream `id` hears more channels or patterns.
+    SubscribeMore {
+        db: DbId,
+        id: u64,
+        more: SubKind,
+    },
+    /// A RESP connection's stream `id` stops hearing some (none named: all).
+    UnsubscribeSome {
+        db: DbId,
+        id: u64,
+        less: SubKind,
     },
     /// Periodic work: expiry of keys whose time has passed.
     Tick,
@@ -132,6 +189,26 @@ pub struct Shared {
     pub in_batch: std::sync::atomic::AtomicBool,
     /// How long the executor has been on one job, as the watchdog last saw (ms).
     pub stalled_ms: std::sync::atomic::AtomicU64,
+    /// Ids of event streams and RESP connections, from 1.
+    pub next_id: std::sync::atomic::AtomicU64,
+    /// Bumped whenever a credential may have been revoked (a database's tokens reset or
+    /// the database deleted, an ACL user changed or deleted): a RESP connection checks its
+    /// own again, and closes if it no longer holds.
+    pub credentials: Credentials,
+}
+
+/// See [`Shared::credentials`].
+#[derive(Default)]
+pub struct Credentials {
+    pub generation: std::sync::atomic::AtomicU64,
+    pub changed: tokio::sync::Notify,
+}
+
+impl Credentials {
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
 }
 
 impl Shared {
@@ -165,6 +242,8 @@ pub struct Executor {
     shared: Arc<Shared>,
     /// Monitors and subscribers, per database.
     pubsubs: BTreeMap<DbId, PubSub>,
+    /// RESP connections' watched keys and blocked commands.
+    sessions: sessions::Sessions,
     started_ms: u64,
     commands_processed: u64,
     listen_port: u16,
@@ -388,6 +467,7 @@ pub fn start(
         accounted_seq: 0,
         shared: shared.clone(),
         pubsubs: BTreeMap::new(),
+        sessions: sessions::Sessions::default(),
         started_ms: clock::wall_unix_ms(),
         commands_processed: 0,
         listen_port,
@@ -774,6 +854,255 @@ impl Executor {
         }
     }
 
+    /// Runs a request's commands (`Job::Exec`) and answers, at once or after the sync of
+    /// what it wrote or may have read. A RESP connection's EXEC fails here when a key it
+    /// watched changed; its blocking command that found nothing waits here.
+    #[allow(clippy::too_many_arguments)]
+    fn exec_job(
+        &mut self,
+        db: DbId,
+        cmds: Vec<Vec<Vec<u8>>>,
+        mode: ExecMode,
+        access: Access,
+        client: Arc<str>,
+        reply: oneshot::Sender<Answer>,
+        connection: Option<Connection>,
+        pending: &mut Vec<(u64, Pending)>,
+    ) {
+        let last_seq = self.wal.last_seq();
+        let Some(perm) = self.resolve(db, &access) else {
+            let _ = reply.send(Answer {
+                replies: Err("WRONGPASS invalid or missing auth token".into()),
+                sync_token: last_seq,
+                unauthorized: true,
+                aborted: false,
+            });
+            return;
+        };
+        let origin = match connection {
+            Some(_) => crate::command::ctx::Origin::Connection,
+            None => crate::command::ctx::Origin::Request,
+        };
+        if let (Some(c), ExecMode::Multi) = (connection, mode) {
+            let now = self.now();
+            let dbs = self.machine.dbs();
+            let broken = self.sessions.take_watch(c.id, |d, k| {
+                dbs.get(d).is_none_or(|db| db.get(k, now).is_none())
+            });
+            if broken {
+                let _ = reply.send(Answer {
+                    replies: Ok(Vec::new()),
+                    sync_token: last_seq,
+                    unauthorized: false,
+                    aborted: true,
+                });
+                return;
+            }
+        }
+        let before = last_seq;
+        let blocking = connection.filter(|c| c.may_block && cmds.len() == 1);
+        let args = blocking.and_then(|_| cmds.first().cloned());
+        let replies = self.exec(db, cmds, mode, &perm, &client, origin);
+        if let (Some(c), Some(args), Ok([only])) = (blocking, args, replies.as_deref()) {
+            if matches!(only, Reply::Nil | Reply::NilArray) {
+                self.block(c.id, db, args, access, client, only.clone(), reply);
+                self.serve_ready(pending);
+                return;
+            }
+        }
+        self.answer_after(before, replies, reply, pending);
+        self.serve_ready(pending);
+    }
+
+    /// Sends an `Exec`'s answer now, or after the sync of what it wrote (or, for a read, of
+    /// the last key-value record it may show).
+    fn answer_after(
+        &mut self,
+        before: u64,
+        replies: Result<Vec<Reply>, String>,
+        reply: oneshot::Sender<Answer>,
+        pending: &mut Vec<(u64, Pending)>,
+    ) {
+        let last_seq = self.wal.last_seq();
+        // What it wrote, or else the last key-value record it may have read.
+        let needs = if last_seq != before {
+            last_seq
+        } else {
+            self.kv_seq
+        };
+        let answer = move |failure: Option<&str>| {
+            let replies = match failure {
+                None => replies,
+                Some(e) => Err(e.to_string()),
+            };
+            let _ = reply.send(Answer {
+                replies,
+                sync_token: last_seq,
+                unauthorized: false,
+                aborted: false,
+            });
+        };
+        // A read of durable state answers now, not after the rest of the batch.
+        if needs <= self.shared.log.durable_seq.load(Ordering::SeqCst)
+            && self.fsync == FsyncMode::Always
+            && self.poisoned().is_none()
+        {
+            answer(None);
+        } else {
+            pending.push((needs, Box::new(answer)));
+        }
+    }
+
+    /// Keeps a blocking command that found nothing until a write to one of its keys serves
+    /// it, or its connection's `Unblock` comes.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &mut self,
+        conn: u64,
+        db: DbId,
+        mut args: Vec<Vec<u8>>,
+        access: Access,
+        client: Arc<str>,
+        timeout_reply: Reply,
+        reply: oneshot::Sender<Answer>,
+    ) {
+        let table = crate::command::table::global();
+        let crate::command::table::Lookup::Found(info) = table.lookup(&args) else {
+            return;
+        };
+        if info.name == "xread" {
+            // It waits for entries after those there now, not after each new one's `$`.
+            let now = self.now();
+            if let Some(d) = self.machine.dbs().get(db) {
+                args = crate::command::streams::with_last_ids(d, now, &args);
+            }
+        }
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for r in info.key_refs(&args) {
+            if !keys.iter().any(|k| k.as_slice() == r.key) {
+                keys.push(r.key.to_vec());
+            }
+        }
+        self.sessions.block(
+            conn,
+            keys,
+            sessions::BlockedParts {
+                db,
+                args,
+                access,
+                client,
+                timeout_reply,
+                reply,
+            },
+        );
+    }
+
+    /// Tries again the blocked commands whose keys were written, in the order they blocked,
+    /// until none is left to serve: a served command may write a key another waits on
+    /// (BLMOVE's destination).
+    fn serve_ready(&mut self, pending: &mut Vec<(u64, Pending)>) {
+        while let Some((_, conns)) = self.sessions.next_ready() {
+            for conn in conns {
+                let Some(b) = self.sessions.unblock(conn) else {
+                    continue;
+                };
+                // Its connection is gone: it takes nothing.
+                if b.reply.is_closed() {
+                    continue;
+                }
+                let Some(perm) = self.resolve(b.db, &b.access) else {
+                    let _ = b.reply.send(Answer {
+                        replies: Err("WRONGPASS invalid or missing auth token".into()),
+                        sync_token: self.wal.last_seq(),
+                        unauthorized: true,
+                        aborted: false,
+                    });
+                    continue;
+                };
+                let before = self.wal.last_seq();
+                let replies = self.exec(
+                    b.db,
+                    vec![b.args.clone()],
+                    ExecMode::Each,
+                    &perm,
+                    &b.client,
+                    crate::command::ctx::Origin::Connection,
+                );
+                // Still nothing for it (or a key of another type, which Redis does not wake
+                // it for): it waits on, in its place.
+                let waits = match replies.as_deref() {
+                    Ok([Reply::Nil | Reply::NilArray]) => true,
+                    Ok([Reply::Error(e)]) => e.starts_with("WRONGTYPE"),
+                    _ => false,
+                };
+                if waits && self.wal.last_seq() == before {
+                    self.block(
+                        conn,
+                        b.db,
+                        b.args,
+                        b.access,
+                        b.client,
+                        b.timeout_reply,
+                        b.reply,
+                    );
+                    continue;
+                }
+                self.answer_after(before, replies, b.reply, pending);
+            }
+        }
+    }
+
+    /// A RESP connection's WATCH, UNWATCH, unblock or close.
+    fn session_op(&mut self, conn: u64, op: SessionOp, pending: &mut Vec<(u64, Pending)>) {
+        match op {
+            SessionOp::Watch { db, keys, reply } => {
+                let now = self.now();
+                let d = self.machine.dbs().get(db);
+                let keys = keys
+                    .into_iter()
+                    .map(|k| {
+                        let expired = d.is_none_or(|d| d.get(&k, now).is_none());
+                        (k, expired)
+                    })
+                    .collect();
+                self.sessions.watch(conn, db, keys);
+                let _ = reply.send(());
+            }
+            SessionOp::Unwatch => self.sessions.unwatch(conn),
+            SessionOp::Unblock(error) => {
+                if let Some(b) = self.sessions.unblock(conn) {
+                    let replies = match error {
+                        None => Ok(vec![b.timeout_reply]),
+                        Some(e) => Ok(vec![Reply::Error(e)]),
+                    };
+                    let _ = b.reply.send(Answer {
+                        replies,
+                        sync_token: self.wal.last_seq(),
+                        unauthorized: false,
+                        aborted: false,
+                    });
+                }
+            }
+            SessionOp::Closed => {
+                self.sessions.unwatch(conn);
+                self.sessions.unblock(conn);
+            }
+            SessionOp::Check {
+                db,
+                access,
+                args,
+                reply,
+            } => {
+                let verdict = match self.resolve(db, &access) {
+                    Some(perm) => pipeline::check_connection(&args, &perm),
+                    None => Err(Reply::err("WRONGPASS invalid or missing auth token")),
+                };
+                let _ = reply.send(verdict);
+            }
+        }
+        let _ = pending;
+    }
+
     /// Runs one job of a batch; a reply that waits for the log goes into `pending` with the
     /// record it waits for.
     fn handle_job(
@@ -794,46 +1123,9 @@ impl Executor {
                 access,
                 client,
                 reply,
-            } => {
-                let last_seq = self.wal.last_seq();
-                let Some(perm) = self.resolve(db, &access) else {
-                    let _ = reply.send(Answer {
-                        replies: Err("WRONGPASS invalid or missing auth token".into()),
-                        sync_token: last_seq,
-                        unauthorized: true,
-                    });
-                    return;
-                };
-                let before = last_seq;
-                let replies = self.exec(db, cmds, mode, &perm, &client);
-                let last_seq = self.wal.last_seq();
-                // What it wrote, or else the last key-value record it may have read.
-                let needs = if last_seq != before {
-                    last_seq
-                } else {
-                    self.kv_seq
-                };
-                let answer = move |failure: Option<&str>| {
-                    let replies = match failure {
-                        None => replies,
-                        Some(e) => Err(e.to_string()),
-                    };
-                    let _ = reply.send(Answer {
-                        replies,
-                        sync_token: last_seq,
-                        unauthorized: false,
-                    });
-                };
-                // A read of durable state answers now, not after the rest of the batch.
-                if needs <= self.shared.log.durable_seq.load(Ordering::SeqCst)
-                    && self.fsync == FsyncMode::Always
-                    && self.poisoned().is_none()
-                {
-                    answer(None);
-                } else {
-                    pending.push((needs, Box::new(answer)));
-                }
-            }
+                connection,
+            } => self.exec_job(db, cmds, mode, access, client, reply, connection, pending),
+            Job::Session { conn, op } => self.session_op(conn, op, pending),
             Job::Subscribe(mut handle) => {
                 // A stream of a database deleted meanwhile ends at once; one of a
                 // database whose daily limit is spent does not open.
@@ -861,6 +1153,16 @@ impl Executor {
             Job::Unsubscribe { db, id } => {
                 if let Some(p) = self.pubsubs.get_mut(&db) {
                     p.remove(id);
+                }
+            }
+            Job::SubscribeMore { db, id, more } => {
+                if let Some(p) = self.pubsubs.get_mut(&db) {
+                    p.extend(id, more);
+                }
+            }
+            Job::UnsubscribeSome { db, id, less } => {
+                if let Some(p) = self.pubsubs.get_mut(&db) {
+                    p.shrink(id, less);
                 }
             }
             Job::Tick => self.tick(),
@@ -1049,6 +1351,7 @@ impl Executor {
         mode: ExecMode,
         perm: &Perm,
         client: &str,
+        origin: crate::command::ctx::Origin,
     ) -> Result<Vec<Reply>, String> {
         // After a failed log write or sync nothing is answered from memory, reads included:
         // the failed write changed it, and the disk may not hold that change.
@@ -1137,6 +1440,7 @@ impl Executor {
             Some(scripts),
             &mut logged,
         );
+        ctx.origin = origin;
         ctx.limits = crate::command::ctx::Limits {
             commands_left,
             data_bytes_max,
@@ -1203,10 +1507,38 @@ impl Executor {
 
     /// Logs a request's commands of database `db`.
     fn append_commands(&mut self, db: DbId, ts: u64, cmds: Vec<Vec<Vec<u8>>>) {
+        self.touched(db, &cmds);
         if db == DEFAULT_DB {
             self.append(ts, &Record::KvCommands(cmds));
         } else {
             self.append(ts, &Record::KvCommandsIn { db, cmds });
+        }
+    }
+
+    /// What a key-value record wrote breaks the watches on its keys and wakes the commands
+    /// blocked on them; an ACL change makes RESP connections check their credentials again.
+    fn touched(&mut self, db: DbId, cmds: &[Vec<Vec<u8>>]) {
+        let table = crate::command::table::global();
+        for args in cmds {
+            let Some(name) = args.first() else { continue };
+            if name.eq_ignore_ascii_case(b"acl") {
+                self.shared.credentials.bump();
+                continue;
+            }
+            if self.sessions.is_empty() {
+                continue;
+            }
+            if name.eq_ignore_ascii_case(b"flushall") || name.eq_ignore_ascii_case(b"flushdb") {
+                self.sessions.touch_all(db);
+                continue;
+            }
+            if let crate::command::table::Lookup::Found(info) = table.lookup(args) {
+                for r in info.key_refs_with(args, true) {
+                    if r.write {
+                        self.sessions.touch(db, r.key);
+                    }
+                }
+            }
         }
     }
 
@@ -1283,6 +1615,7 @@ impl Executor {
                     arm_acl_secrets(&self.tokens, self.machine.parts().dbs, Some(*id));
                 }
                 DbEvent::ResetTokens { id } => {
+                    self.shared.credentials.bump();
                     arm_acl_secrets(&self.tokens, self.machine.parts().dbs, Some(*id));
                     // Every stream of the database was opened with a token this reset revokes
                     // (only the Standard token opens one): they end now, as the tokens do.
@@ -1291,6 +1624,7 @@ impl Executor {
                     }
                 }
                 DbEvent::Delete { id } => {
+                    self.shared.credentials.bump();
                     // Dropping its streams' senders ends them.
                     self.pubsubs.remove(id);
                     self.scripts.forget(*id);

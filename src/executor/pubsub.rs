@@ -42,6 +42,61 @@ pub enum SubKind {
     Patterns(Vec<Vec<u8>>),
 }
 
+/// How a stream's events are written: as the payloads of server-sent events (the HTTP side
+/// frames them), or as a RESP connection's push replies (RESP2 arrays, RESP3 pushes; a
+/// MONITOR line as a status reply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    Sse,
+    Resp2,
+    Resp3,
+    /// A RESP connection's SSUBSCRIBE: its messages are `smessage` (RESP2 or RESP3).
+    Shard(bool),
+}
+
+/// One event (`message`, channel, payload) as `wire` writes it.
+fn event(wire: Wire, parts: &[&[u8]]) -> Bytes {
+    let (head, parts) = match wire {
+        Wire::Sse => return line(parts),
+        Wire::Resp2 | Wire::Shard(false) => (b'*', parts),
+        Wire::Resp3 | Wire::Shard(true) => (b'>', parts),
+    };
+    let mut out = Vec::with_capacity(16 + parts.iter().map(|p| p.len() + 16).sum::<usize>());
+    out.push(head);
+    out.extend_from_slice(parts.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (i, p) in parts.iter().enumerate() {
+        let p: &[u8] = if i == 0 && matches!(wire, Wire::Shard(_)) && *p == b"message" {
+            b"smessage"
+        } else {
+            p
+        };
+        out.push(b'$');
+        out.extend_from_slice(p.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+    Bytes::from(out)
+}
+
+/// Events written once for each wire that hears them.
+#[derive(Default)]
+struct Encoded([Option<Bytes>; 5]);
+
+impl Encoded {
+    fn get(&mut self, wire: Wire, parts: &[&[u8]]) -> Bytes {
+        let i = match wire {
+            Wire::Sse => 0,
+            Wire::Resp2 => 1,
+            Wire::Resp3 => 2,
+            Wire::Shard(false) => 3,
+            Wire::Shard(true) => 4,
+        };
+        self.0[i].get_or_insert_with(|| event(wire, parts)).clone()
+    }
+}
+
 /// One event stream as the executor sees it.
 pub struct SubscriberHandle {
     pub id: u64,
@@ -56,6 +111,7 @@ pub struct SubscriberHandle {
     pub queued: Arc<AtomicUsize>,
     /// Told whether the stream opened (None) or why it was refused, before its first event.
     pub opened: Option<tokio::sync::oneshot::Sender<Option<String>>>,
+    pub wire: Wire,
 }
 
 impl SubscriberHandle {
@@ -109,26 +165,98 @@ impl PubSub {
         if let Some(o) = h.opened.take() {
             let _ = o.send(None);
         }
+        // A RESP connection answers its own SUBSCRIBE and MONITOR.
+        let confirm = h.wire == Wire::Sse;
         match &h.kind {
             SubKind::Monitor => {
-                if h.deliver(Bytes::from_static(b"\"OK\"")) {
+                if !confirm || h.deliver(Bytes::from_static(b"\"OK\"")) {
                     self.monitors.push(h);
                 }
             }
             SubKind::Channels(chs) => {
                 for (i, ch) in chs.iter().enumerate() {
-                    h.deliver(line(&[b"subscribe", ch, (i + 1).to_string().as_bytes()]));
+                    if confirm {
+                        h.deliver(line(&[b"subscribe", ch, (i + 1).to_string().as_bytes()]));
+                    }
                     self.channels.entry(ch.clone()).or_default().push(h.id);
                 }
                 self.subs.insert(h.id, h);
             }
             SubKind::Patterns(pats) => {
                 for (i, p) in pats.iter().enumerate() {
-                    h.deliver(line(&[b"psubscribe", p, (i + 1).to_string().as_bytes()]));
+                    if confirm {
+                        h.deliver(line(&[b"psubscribe", p, (i + 1).to_string().as_bytes()]));
+                    }
                     self.patterns.push((p.clone(), h.id));
                 }
                 self.subs.insert(h.id, h);
             }
+        }
+    }
+
+    /// A RESP connection subscribes to more channels or patterns on its stream `id`.
+    pub fn extend(&mut self, id: u64, more: SubKind) {
+        let Some(h) = self.subs.get_mut(&id) else {
+            return;
+        };
+        match (&mut h.kind, more) {
+            (SubKind::Channels(have), SubKind::Channels(new)) => {
+                for ch in new {
+                    if !have.contains(&ch) {
+                        have.push(ch.clone());
+                        self.channels.entry(ch).or_default().push(id);
+                    }
+                }
+            }
+            (SubKind::Patterns(have), SubKind::Patterns(new)) => {
+                for p in new {
+                    if !have.contains(&p) {
+                        have.push(p.clone());
+                        self.patterns.push((p, id));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A RESP connection unsubscribes from some channels or patterns of its stream `id`
+    /// (none named: all); a stream left with none is removed.
+    pub fn shrink(&mut self, id: u64, less: SubKind) {
+        let Some(h) = self.subs.get_mut(&id) else {
+            return;
+        };
+        let (SubKind::Channels(names) | SubKind::Patterns(names)) = less else {
+            return;
+        };
+        let left = match &mut h.kind {
+            SubKind::Channels(have) => {
+                let gone: Vec<Vec<u8>> = have
+                    .iter()
+                    .filter(|c| names.is_empty() || names.contains(c))
+                    .cloned()
+                    .collect();
+                have.retain(|c| !gone.contains(c));
+                for ch in gone {
+                    if let Some(ids) = self.channels.get_mut(&ch) {
+                        ids.retain(|x| *x != id);
+                        if ids.is_empty() {
+                            self.channels.remove(&ch);
+                        }
+                    }
+                }
+                have.len()
+            }
+            SubKind::Patterns(have) => {
+                have.retain(|p| !(names.is_empty() || names.contains(p)));
+                self.patterns
+                    .retain(|(p, x)| *x != id || !(names.is_empty() || names.contains(p)));
+                have.len()
+            }
+            SubKind::Monitor => 1,
+        };
+        if left == 0 {
+            self.subs.remove(&id);
         }
     }
 
@@ -155,10 +283,10 @@ impl PubSub {
         let mut n = 0;
         let mut gone = Vec::new();
         if let Some(ids) = self.channels.get(channel) {
-            let ev = line(&[b"message", channel, msg]);
+            let mut ev = Encoded::default();
             for id in ids {
                 match self.subs.get(id) {
-                    Some(h) if h.deliver(ev.clone()) => n += 1,
+                    Some(h) if h.deliver(ev.get(h.wire, &[b"message", channel, msg])) => n += 1,
                     _ => gone.push(*id),
                 }
             }
@@ -166,7 +294,9 @@ impl PubSub {
         for (pat, id) in &self.patterns {
             if glob_match(pat, channel, false) {
                 match self.subs.get(id) {
-                    Some(h) if h.deliver(line(&[b"pmessage", pat, channel, msg])) => n += 1,
+                    Some(h) if h.deliver(event(h.wire, &[b"pmessage", pat, channel, msg])) => {
+                        n += 1
+                    }
                     _ => gone.push(*id),
                 }
             }
@@ -189,8 +319,17 @@ impl PubSub {
             text.push(b' ');
             repr(&mut text, a);
         }
-        let ev = Bytes::from(text);
-        self.monitors.retain(|m| m.deliver(ev.clone()));
+        let mut resp = Vec::with_capacity(text.len() + 3);
+        resp.push(b'+');
+        resp.extend_from_slice(&text);
+        resp.extend_from_slice(b"\r\n");
+        let (ev, resp) = (Bytes::from(text), Bytes::from(resp));
+        self.monitors.retain(|m| {
+            m.deliver(match m.wire {
+                Wire::Sse => ev.clone(),
+                _ => resp.clone(),
+            })
+        });
     }
 
     /// Ends every stream, saying why (the HTTP side writes it as a comment a client ignores,

@@ -26,7 +26,7 @@ use response::Encoding;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::net::TcpListener;
@@ -58,7 +58,6 @@ pub struct App {
     /// The URL clients reach this server at (its listening address), for the documents and
     /// answers that name it.
     pub url: String,
-    next_stream_id: AtomicU64,
 }
 
 impl App {
@@ -80,7 +79,6 @@ impl App {
             read_only: false,
             request_bytes_max: REQUEST_BYTES_MAX,
             url: "http://127.0.0.1".into(),
-            next_stream_id: AtomicU64::new(1),
         }
     }
 }
@@ -323,6 +321,7 @@ async fn execute(
             replies: Ok(vec![r]),
             sync_token: app.shared.log.last_seq.load(Ordering::Acquire),
             unauthorized: false,
+            aborted: false,
         })
     };
     if let Some(answer) = kill.and_then(|what| killed(app, what)) {
@@ -343,6 +342,7 @@ async fn execute(
         access,
         client,
         reply,
+        connection: None,
     };
     if app.tx.send(job).await.is_err() {
         return Err(gone());
@@ -910,7 +910,7 @@ async fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Respon
         );
     }
     let (tx, rx) = mpsc::channel(config::SUBSCRIBER_BUFFER_EVENTS_MAX);
-    let id = app.next_stream_id.fetch_add(1, Ordering::Relaxed);
+    let id = app.shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
     let lagged = Arc::new(AtomicBool::new(false));
     let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let notice_head = format!(
@@ -948,6 +948,7 @@ async fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Respon
         lagged: lagged.clone(),
         queued: queued.clone(),
         opened: Some(opened),
+        wire: crate::executor::Wire::Sse,
     };
     let busy = || {
         error(

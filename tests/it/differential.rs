@@ -1851,7 +1851,7 @@ fn random_commands_match_redis() {
         .unwrap_or(0);
     let mut r = TestRng(seed);
     let mut done = 0;
-    let mut doors_used = [0usize; 7];
+    let mut doors_used = vec![0usize; DOORS.len()];
     let mut history: Vec<String> = Vec::new();
     // How many of the last commands a failure report shows (TIDEPOOL_DIFF_HISTORY).
     let history_max: usize = std::env::var("TIDEPOOL_DIFF_HISTORY")

@@ -29,6 +29,7 @@ mod one_pipeline;
 mod properties;
 mod readme;
 mod replay;
+mod resp;
 mod scripting;
 mod server_commands;
 mod snapshots;

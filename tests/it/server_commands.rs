@@ -179,6 +179,10 @@ fn client_subcommands_a_rest_client_sends() {
     for (c, want) in cases {
         let bytes: Vec<Vec<u8>> = c.iter().map(|a| a.as_bytes().to_vec()).collect();
         for door in DOORS {
+            // Over RESP the list holds the connection itself (tests/it/resp.rs).
+            if *door == Door::Resp && c[1] == "LIST" {
+                continue;
+            }
             assert_eq!(&t.cmd_via(*door, &bytes), want, "{c:?} via {door:?}");
         }
     }

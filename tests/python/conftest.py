@@ -28,6 +28,11 @@ def server(request):
     line = proc.stdout.readline()
     m = re.search(r"(http://\S+)", line)
     assert m, f"no start line: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+    if "--resp-listen" in flags:
+        # The RESP listener's line follows: "  RESP (Redis protocol) on 127.0.0.1:PORT: ..."
+        r = re.search(r"on ([0-9.]+):(\d+):", proc.stdout.readline())
+        assert r, "no RESP line"
+        request.module.RESP_PORT = int(r.group(2))
     yield m.group(1)
     proc.terminate()
     assert proc.wait(timeout=20) == 0

@@ -54,6 +54,8 @@ pub mod sink;
 pub struct Server {
     pub child: Child,
     pub addr: String,
+    /// The RESP listener's address (every test server has one).
+    pub resp_addr: Option<String>,
     pub stderr_path: PathBuf,
     /// The data directory (its `credentials.json` holds a generated admin token).
     pub data: PathBuf,
@@ -143,6 +145,8 @@ impl Server {
                 TOKEN,
                 "--read-only-token",
                 RO_TOKEN,
+                "--resp-listen",
+                "127.0.0.1:0",
                 "--data",
             ])
             .arg(data)
@@ -173,11 +177,23 @@ impl Server {
             .ok_or_else(|| format!("unexpected start line {line}"))?
             .trim()
             .to_string();
+        // The RESP line follows, when the listener is on.
+        let mut resp_addr = None;
+        if let Some(Ok(l)) = lines.next() {
+            if let Some(rest) = l.trim().strip_prefix("RESP (Redis protocol) on ") {
+                let a = rest.split(':').take(2).collect::<Vec<_>>().join(":");
+                resp_addr = Some(a.clone());
+                if let Ok(mut m) = resp_addresses().lock() {
+                    m.insert(addr.clone(), a);
+                }
+            }
+        }
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Ok(Server {
             child,
             addr,
+            resp_addr,
             stderr_path,
             data: data.to_path_buf(),
         })
@@ -328,6 +344,16 @@ pub struct Http {
     addr: String,
     pub token: String,
     reader: BufReader<TcpStream>,
+    /// The RESP door's connection, opened (and authenticated with `token`) at first use.
+    resp: Option<Redis>,
+}
+
+/// Each test server's RESP address, by its HTTP address: any client of a server can take
+/// the RESP door.
+pub fn resp_addresses() -> &'static std::sync::Mutex<std::collections::HashMap<String, String>> {
+    static M: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+        std::sync::OnceLock::new();
+    M.get_or_init(Default::default)
 }
 
 impl Http {
@@ -339,7 +365,25 @@ impl Http {
             addr: addr.to_string(),
             token: token.to_string(),
             reader: BufReader::new(s),
+            resp: None,
         }
+    }
+
+    /// Sends `args` over the server's RESP listener, authenticated with this client's token;
+    /// None when the server has no RESP listener.
+    pub fn resp_cmd(&mut self, args: &[Vec<u8>]) -> Option<Canon> {
+        if self.resp.is_none() {
+            let addr = resp_addresses().lock().ok()?.get(&self.addr)?.clone();
+            let mut r = Redis::connect_addr(&addr);
+            let auth = r.cmd(&[b"AUTH".to_vec(), self.token.as_bytes().to_vec()]);
+            if auth != Canon::Str(b"OK".to_vec()) {
+                // A refused credential answers as REST answers it.
+                return Some(Canon::Err("WRONGPASS invalid or missing auth token".into()));
+            }
+            self.resp = Some(r);
+        }
+        let r = self.resp.as_mut()?;
+        Some(r.cmd(args))
     }
 
     pub fn request(
@@ -513,6 +557,8 @@ pub enum Door {
     Pipeline,
     /// `POST /multi-exec` holding just this command.
     MultiExec,
+    /// The RESP listener, as redis-cli and every Redis client send it.
+    Resp,
 }
 
 pub const DOORS: &[Door] = &[
@@ -523,6 +569,7 @@ pub const DOORS: &[Door] = &[
     Door::BodyLast,
     Door::Pipeline,
     Door::MultiExec,
+    Door::Resp,
 ];
 
 /// Percent-encodes everything but unreserved characters (so `/`, `?`, `&`, `+`, `%` and
@@ -597,6 +644,10 @@ impl Http {
                     },
                 }
             }
+            Door::Resp => match self.resp_cmd(args) {
+                Some(c) => c,
+                None => self.cmd(args),
+            },
             _ => self.cmd(args),
         }
     }
@@ -709,11 +760,29 @@ pub struct Redis {
 
 impl Redis {
     pub fn connect(port: u16) -> Redis {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect redis");
+        Redis::connect_addr(&format!("127.0.0.1:{port}"))
+    }
+
+    pub fn connect_addr(addr: &str) -> Redis {
+        let s = TcpStream::connect(addr).expect("connect redis");
         s.set_nodelay(true).ok();
+        s.set_read_timeout(Some(Duration::from_secs(60))).ok();
         Redis {
             r: BufReader::new(s),
         }
+    }
+
+    /// Sends raw bytes (a malformed request, a pipeline).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.r.get_mut().write_all(bytes).expect("write redis");
+    }
+
+    /// Reads one reply; None when the connection is closed.
+    pub fn read(&mut self) -> Option<Canon> {
+        if self.r.fill_buf().ok()?.is_empty() {
+            return None;
+        }
+        Some(read_resp(&mut self.r))
     }
 
     pub fn cmd(&mut self, args: &[Vec<u8>]) -> Canon {

@@ -1,5 +1,5 @@
-//! Redis's request grammar (issue 28's first part): what a RESP client sends, read
-//! incrementally from a connection's buffer.
+//! Redis's request grammar: what a RESP client sends, read incrementally from a
+//! connection's buffer.
 //!
 //! A request is a multibulk (`*<n>\r\n` then n times `$<len>\r\n<bytes>\r\n`) or an inline
 //! line, as redis-cli sends a typed command (`SET a "b c"\n`), exactly as Redis's
@@ -26,11 +26,18 @@ impl ProtocolError {
         ProtocolError(text.into())
     }
 
-    /// The error reply's text, as Redis writes it.
+    /// The error reply's text, as Redis writes it (a request past the database's size limit
+    /// has the hosted service's text).
     pub fn reply_text(&self) -> String {
+        if self.0 == TOO_LARGE {
+            return format!("ERR {TOO_LARGE}");
+        }
         format!("ERR Protocol error: {}", self.0)
     }
 }
+
+/// A request past `Reader::request_bytes_max` (the hosted service's words).
+const TOO_LARGE: &str = "max request size exceeded";
 
 /// What one step of reading gives: the bytes it used, and a whole request when one ended.
 type Step = Result<(usize, Option<Vec<Vec<u8>>>), ProtocolError>;
@@ -43,14 +50,29 @@ struct Multibulk {
     args: Vec<Vec<u8>>,
     /// The length of the bulk string being read, once its `$` line is read.
     bulk: Option<usize>,
+    /// The bytes of its arguments so far.
+    bytes: usize,
 }
 
 /// One connection's request reader.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Reader {
     multibulk: Option<Multibulk>,
     /// Whether the connection has authenticated (the larger limits apply).
     pub authenticated: bool,
+    /// The largest request, its arguments' bytes together (the database's request size
+    /// limit, as over REST); a larger one closes the connection with the hosted text.
+    pub request_bytes_max: usize,
+}
+
+impl Default for Reader {
+    fn default() -> Reader {
+        Reader {
+            multibulk: None,
+            authenticated: false,
+            request_bytes_max: usize::MAX,
+        }
+    }
 }
 
 /// The end of the line that starts at `from` (the index of its `\r`), if it has one.
@@ -112,16 +134,36 @@ impl Reader {
     /// whole yet (read more and call again). An empty request (an empty line, `*0`, `*-1`)
     /// is skipped, as Redis skips it.
     pub fn next(&mut self, buf: &mut Vec<u8>) -> Result<Option<Vec<Vec<u8>>>, ProtocolError> {
+        let mut at = 0;
+        let r = self.next_at(buf, &mut at);
+        buf.drain(..at);
+        r
+    }
+
+    /// The next request in `buf` from `*at`, which then moves past it: the caller removes
+    /// what was read once, after many requests, so a pipeline of many small requests costs
+    /// no copy per request.
+    pub fn next_at(
+        &mut self,
+        buf: &[u8],
+        at: &mut usize,
+    ) -> Result<Option<Vec<Vec<u8>>>, ProtocolError> {
         loop {
-            let (consumed, request) = self.step(buf)?;
-            buf.drain(..consumed);
+            let rest = buf.get(*at..).unwrap_or_default();
+            let (consumed, request) = self.step(rest)?;
+            *at += consumed;
             match request {
                 Some(r) if r.is_empty() => continue,
                 Some(r) => return Ok(Some(r)),
-                None if consumed > 0 && !buf.is_empty() => continue,
+                None if consumed > 0 && *at < buf.len() => continue,
                 None => return Ok(None),
             }
         }
+    }
+
+    /// Whether a request has begun and not ended (its first bytes are read).
+    pub fn in_request(&self) -> bool {
+        self.multibulk.is_some()
     }
 
     /// Reads what it can from the start of `buf`: the bytes it used, and a whole request when
@@ -131,7 +173,7 @@ impl Reader {
             match buf.first() {
                 None => return Ok((0, None)),
                 Some(b'*') => return self.multibulk_header(buf),
-                Some(_) => return inline(buf),
+                Some(_) => return inline(buf, self.request_bytes_max),
             }
         }
         self.bulk(buf)
@@ -157,6 +199,7 @@ impl Reader {
             left: n,
             args: Vec::with_capacity(reserve),
             bulk: None,
+            bytes: 0,
         });
         Ok((end + 2, None))
     }
@@ -164,6 +207,7 @@ impl Reader {
     /// Reads the next bulk string of the multibulk being read (its `$` line, or its bytes).
     fn bulk(&mut self, buf: &[u8]) -> Step {
         let authenticated = self.authenticated;
+        let request_bytes_max = self.request_bytes_max;
         let Some(m) = self.multibulk.as_mut() else {
             return Ok((0, None));
         };
@@ -187,6 +231,10 @@ impl Reader {
             if !authenticated && len > RESP_UNAUTHENTICATED_BULK_BYTES_MAX {
                 return Err(ProtocolError::new("unauthenticated bulk length"));
             }
+            m.bytes = m.bytes.saturating_add(len);
+            if m.bytes > request_bytes_max {
+                return Err(ProtocolError::new(TOO_LARGE));
+            }
             m.bulk = Some(len);
             return Ok((end + 2, None));
         };
@@ -208,7 +256,7 @@ impl Reader {
 }
 
 /// An inline request: one line, split into arguments as Redis's `sdssplitargs` splits it.
-fn inline(buf: &[u8]) -> Step {
+fn inline(buf: &[u8], request_bytes_max: usize) -> Step {
     let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
         if buf.len() > RESP_LINE_BYTES_MAX {
             return Err(ProtocolError::new("too big inline request"));
@@ -217,6 +265,9 @@ fn inline(buf: &[u8]) -> Step {
     };
     if nl > RESP_LINE_BYTES_MAX {
         return Err(ProtocolError::new("too big inline request"));
+    }
+    if nl > request_bytes_max {
+        return Err(ProtocolError::new(TOO_LARGE));
     }
     let mut line = &buf[..nl];
     if let Some(stripped) = line.strip_suffix(b"\r") {
@@ -439,6 +490,22 @@ mod tests {
     }
 
     /// Before AUTH, a request of more than 10 arguments or an argument over 16 KB is refused.
+    /// The database's request size limit holds over RESP as over REST, before the bytes
+    /// arrive.
+    #[test]
+    fn a_request_past_the_size_limit_is_refused_with_the_hosted_text() {
+        let mut r = authed();
+        r.request_bytes_max = 10;
+        assert_eq!(
+            read_all(&mut r, b"*2\r\n$3\r\nGET\r\n$8\r\n").map_err(|e| e.reply_text()),
+            Err("ERR max request size exceeded".to_string())
+        );
+        let mut r = authed();
+        r.request_bytes_max = 10;
+        assert!(read_all(&mut r, b"*2\r\n$3\r\nGET\r\n$7\r\nabcdefg\r\n").is_ok());
+        assert!(read_all(&mut r, b"GET abcdefghijk\r\n").is_err());
+    }
+
     #[test]
     fn unauthenticated_limits() {
         let many = format!("*11\r\n{}", "$1\r\na\r\n".repeat(11));

@@ -1,0 +1,198 @@
+//! Replies as a RESP connection reads them: RESP2, or RESP3 after `HELLO 3`, where a
+//! command's reply takes the type Redis 7 gives it (a map for HGETALL and CONFIG GET, a set
+//! for SMEMBERS, a double for ZSCORE, member-score pairs for WITHSCORES, one null).
+
+use crate::reply::Reply;
+
+/// What shape a command's reply takes in RESP3, beyond the RESP2 one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Plain,
+    /// A flat array of pairs, as a map.
+    Map,
+    /// An array, as a set.
+    Set,
+    /// A bulk string holding a number, as a double.
+    Double,
+    /// An array of bulk strings holding numbers (or nils), as doubles.
+    Doubles,
+    /// A flat array `member, score, ...`, as pairs `[member, double]`.
+    ScorePairs,
+    /// `[key, member, score]`, the score as a double (BZPOPMIN).
+    KeyMemberScore,
+}
+
+/// The RESP3 shape of `args`' reply.
+pub fn shape(args: &[Vec<u8>]) -> Shape {
+    let Some(name) = args.first() else {
+        return Shape::Plain;
+    };
+    let name = name.to_ascii_lowercase();
+    let has = |w: &str| {
+        args.iter()
+            .skip(1)
+            .any(|a| a.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    match name.as_slice() {
+        b"hgetall" => Shape::Map,
+        b"config" if args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"get")) => Shape::Map,
+        b"smembers" | b"sinter" | b"sunion" | b"sdiff" => Shape::Set,
+        b"zscore" | b"zincrby" => Shape::Double,
+        b"zadd" if has("incr") => Shape::Double,
+        b"zmscore" => Shape::Doubles,
+        b"zrange" | b"zrangebyscore" | b"zrevrange" | b"zrevrangebyscore" | b"zrandmember"
+        | b"zunion" | b"zinter" | b"zdiff"
+            if has("withscores") =>
+        {
+            Shape::ScorePairs
+        }
+        b"zpopmin" | b"zpopmax" => Shape::ScorePairs,
+        b"bzpopmin" | b"bzpopmax" => Shape::KeyMemberScore,
+        _ => Shape::Plain,
+    }
+}
+
+/// Writes `r` in RESP2, or in RESP3 with the shape of its command.
+pub fn reply(out: &mut Vec<u8>, r: &Reply, resp3: bool, shape: Shape) {
+    if !resp3 {
+        r.write_resp2(out);
+        return;
+    }
+    match (shape, r) {
+        (_, Reply::Error(_)) => r.write_resp2(out),
+        (Shape::Map, Reply::Array(items)) if items.len() % 2 == 0 => {
+            head(out, b'%', items.len() / 2);
+            for i in items {
+                plain3(out, i);
+            }
+        }
+        (Shape::Set, Reply::Array(items)) => {
+            head(out, b'~', items.len());
+            for i in items {
+                plain3(out, i);
+            }
+        }
+        (Shape::Double, Reply::Bulk(b)) => double(out, b),
+        (Shape::Doubles, Reply::Array(items)) => {
+            head(out, b'*', items.len());
+            for i in items {
+                match i {
+                    Reply::Bulk(b) => double(out, b),
+                    other => plain3(out, other),
+                }
+            }
+        }
+        (Shape::ScorePairs, Reply::Array(items)) if items.len() % 2 == 0 => {
+            head(out, b'*', items.len() / 2);
+            for pair in items.chunks(2) {
+                head(out, b'*', 2);
+                plain3(out, &pair[0]);
+                match &pair[1] {
+                    Reply::Bulk(b) => double(out, b),
+                    other => plain3(out, other),
+                }
+            }
+        }
+        (Shape::KeyMemberScore, Reply::Array(items)) if items.len() == 3 => {
+            head(out, b'*', 3);
+            plain3(out, &items[0]);
+            plain3(out, &items[1]);
+            match &items[2] {
+                Reply::Bulk(b) => double(out, b),
+                other => plain3(out, other),
+            }
+        }
+        _ => plain3(out, r),
+    }
+}
+
+/// RESP3 with no shape of its own: RESP2's, with one null.
+fn plain3(out: &mut Vec<u8>, r: &Reply) {
+    match r {
+        Reply::Nil | Reply::NilArray => out.extend_from_slice(b"_\r\n"),
+        Reply::Array(items) => {
+            head(out, b'*', items.len());
+            for i in items {
+                plain3(out, i);
+            }
+        }
+        other => other.write_resp2(out),
+    }
+}
+
+fn head(out: &mut Vec<u8>, kind: u8, n: usize) {
+    out.push(kind);
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A RESP3 double from a score's text (`inf`, `-inf` as RESP3 spells them).
+fn double(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b',');
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A map reply written in RESP2 as a flat array, in RESP3 as a map (HELLO's).
+pub fn map(out: &mut Vec<u8>, pairs: &[(&str, Reply)], resp3: bool) {
+    head(
+        out,
+        if resp3 { b'%' } else { b'*' },
+        pairs.len() * if resp3 { 1 } else { 2 },
+    );
+    for (k, v) in pairs {
+        Reply::bulk(k.as_bytes()).write_resp2(out);
+        if resp3 {
+            plain3(out, v);
+        } else {
+            v.write_resp2(out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(r: &Reply, resp3: bool, args: &[&str]) -> String {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let mut out = Vec::new();
+        reply(&mut out, r, resp3, shape(&args));
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn resp3_gives_each_reply_its_type() {
+        let pairs = Reply::bulks(["f", "v"]);
+        assert_eq!(
+            w(&pairs, false, &["HGETALL", "h"]),
+            "*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(
+            w(&pairs, true, &["HGETALL", "h"]),
+            "%1\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        assert_eq!(w(&Reply::Nil, true, &["GET", "k"]), "_\r\n");
+        assert_eq!(w(&Reply::NilArray, true, &["BLPOP", "k", "1"]), "_\r\n");
+        assert_eq!(
+            w(&Reply::bulk("1.5"), true, &["ZSCORE", "z", "m"]),
+            ",1.5\r\n"
+        );
+        assert_eq!(
+            w(
+                &Reply::bulks(["a", "1"]),
+                true,
+                &["ZRANGE", "z", "0", "-1", "WITHSCORES"]
+            ),
+            "*1\r\n*2\r\n$1\r\na\r\n,1\r\n"
+        );
+        assert_eq!(
+            w(&Reply::bulks(["a"]), true, &["SMEMBERS", "s"]),
+            "~1\r\n$1\r\na\r\n"
+        );
+        assert_eq!(
+            w(&Reply::err("ERR x"), true, &["HGETALL", "h"]),
+            "-ERR x\r\n"
+        );
+    }
+}

@@ -1,0 +1,407 @@
+//! The RESP listener (issue 28): one store behind two protocols. What a REST client writes a
+//! RESP client reads at once and the reverse, a REST write wakes a RESP BLPOP and breaks a
+//! RESP WATCH, and bad input is answered with Redis's protocol error and a closed connection.
+
+use crate::common::*;
+use std::time::{Duration, Instant};
+
+fn ok() -> Canon {
+    Canon::Str(b"OK".to_vec())
+}
+
+fn bulk(s: &str) -> Canon {
+    Canon::Str(s.as_bytes().to_vec())
+}
+
+/// A RESP connection to `server`, authenticated with the Standard token.
+fn resp(server: &Server) -> Redis {
+    let mut r = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP listener"));
+    assert_eq!(r.cmd_str(&["AUTH", TOKEN]), ok());
+    r
+}
+
+#[test]
+fn nothing_runs_before_auth_and_every_token_kind_authenticates() {
+    let dir = TempDir::new("resp-auth");
+    let server = Server::start(dir.path(), &[]);
+    let mut r = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP listener"));
+    assert_eq!(
+        r.cmd_str(&["GET", "k"]),
+        Canon::Err("NOAUTH Authentication required.".into())
+    );
+    assert_eq!(
+        r.cmd_str(&["AUTH", "wrong"]),
+        Canon::Err("WRONGPASS invalid username-password pair or user is disabled.".into())
+    );
+    assert_eq!(r.cmd_str(&["AUTH", "default", TOKEN]), ok());
+    assert_eq!(r.cmd_str(&["SET", "k", "v"]), ok());
+    // The Read Only token reads and may not write, as over REST.
+    let mut ro = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(ro.cmd_str(&["AUTH", RO_TOKEN]), ok());
+    assert_eq!(ro.cmd_str(&["GET", "k"]), bulk("v"));
+    assert!(matches!(ro.cmd_str(&["SET", "k", "w"]), Canon::Err(e) if e.starts_with("NOPERM")));
+    // An ACL user: by its password, and by its REST token.
+    assert_eq!(
+        r.cmd_str(&["ACL", "SETUSER", "ann", "on", ">pw", "~a*", "+@all"]),
+        ok()
+    );
+    let mut ann = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(ann.cmd_str(&["AUTH", "ann", "pw"]), ok());
+    assert_eq!(ann.cmd_str(&["SET", "a1", "x"]), ok());
+    assert!(matches!(ann.cmd_str(&["SET", "b1", "x"]), Canon::Err(e) if e.starts_with("NOPERM")));
+    let Canon::Str(token) = r.cmd_str(&["ACL", "RESTTOKEN", "ann", "pw"]) else {
+        panic!("no token");
+    };
+    let token = String::from_utf8(token).expect("utf-8");
+    let mut by_token = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(by_token.cmd_str(&["AUTH", &token]), ok());
+    assert_eq!(by_token.cmd_str(&["GET", "a1"]), bulk("x"));
+    // Deleting the user closes the connections it authenticated.
+    assert_eq!(r.cmd_str(&["ACL", "DELUSER", "ann"]), Canon::Int(1));
+    for c in [&mut ann, &mut by_token] {
+        let closed = (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            c.read().is_none()
+        });
+        assert!(closed, "a revoked credential's connection stayed open");
+    }
+}
+
+#[test]
+fn rest_and_resp_see_one_store() {
+    let dir = TempDir::new("resp-mixed");
+    let server = Server::start(dir.path(), &[]);
+    let mut http = server.client();
+    let mut r = resp(&server);
+    assert_eq!(http.cmd_str(&["SET", "from-rest", "1"]), ok());
+    assert_eq!(r.cmd_str(&["GET", "from-rest"]), bulk("1"));
+    assert_eq!(r.cmd_str(&["HSET", "from-resp", "f", "v"]), Canon::Int(1));
+    assert_eq!(http.cmd_str(&["HGET", "from-resp", "f"]), bulk("v"));
+    // A pipeline of many commands in one write, answered in order.
+    let mut raw = Vec::new();
+    for i in 0..500 {
+        raw.extend_from_slice(
+            format!(
+                "*3\r\n$5\r\nRPUSH\r\n$1\r\nl\r\n${}\r\n{i}\r\n",
+                i.to_string().len()
+            )
+            .as_bytes(),
+        );
+    }
+    r.send_raw(&raw);
+    for i in 0..500 {
+        assert_eq!(r.read(), Some(Canon::Int(i + 1)));
+    }
+    assert_eq!(http.cmd_str(&["LLEN", "l"]), Canon::Int(500));
+    // Inline commands, as redis-cli sends typed ones.
+    r.send_raw(b"SET inline \"a b\"\r\nGET inline\r\n");
+    assert_eq!(r.read(), Some(ok()));
+    assert_eq!(r.read(), Some(bulk("a b")));
+}
+
+#[test]
+fn a_rest_write_breaks_a_resp_watch_and_wakes_a_resp_blpop() {
+    let dir = TempDir::new("resp-watch");
+    let server = Server::start(dir.path(), &[]);
+    let mut http = server.client();
+    let mut r = resp(&server);
+    // Unchanged: the transaction runs.
+    assert_eq!(r.cmd_str(&["WATCH", "w"]), ok());
+    assert_eq!(r.cmd_str(&["MULTI"]), ok());
+    assert_eq!(r.cmd_str(&["INCR", "w"]), Canon::Str(b"QUEUED".to_vec()));
+    assert_eq!(r.cmd_str(&["EXEC"]), Canon::Arr(vec![Canon::Int(1)]));
+    // Changed over REST between WATCH and EXEC: it fails, and nothing ran.
+    assert_eq!(r.cmd_str(&["WATCH", "w"]), ok());
+    assert_eq!(http.cmd_str(&["SET", "w", "10"]), ok());
+    assert_eq!(r.cmd_str(&["MULTI"]), ok());
+    assert_eq!(r.cmd_str(&["INCR", "w"]), Canon::Str(b"QUEUED".to_vec()));
+    assert_eq!(r.cmd_str(&["EXEC"]), Canon::Nil);
+    assert_eq!(http.cmd_str(&["GET", "w"]), bulk("10"));
+    // A key that expires after WATCH breaks it too; FLUSHALL does.
+    assert_eq!(http.cmd_str(&["SET", "t", "1", "PX", "50"]), ok());
+    assert_eq!(r.cmd_str(&["WATCH", "t"]), ok());
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(r.cmd_str(&["MULTI"]), ok());
+    assert_eq!(
+        r.cmd_str(&["SET", "x", "1"]),
+        Canon::Str(b"QUEUED".to_vec())
+    );
+    assert_eq!(r.cmd_str(&["EXEC"]), Canon::Nil);
+    // A queued command with a wrong arity discards the transaction.
+    assert_eq!(r.cmd_str(&["MULTI"]), ok());
+    assert!(matches!(r.cmd_str(&["GET"]), Canon::Err(e) if e.contains("wrong number")));
+    assert_eq!(
+        r.cmd_str(&["EXEC"]),
+        Canon::Err("EXECABORT Transaction discarded because of previous errors.".into())
+    );
+    assert_eq!(
+        r.cmd_str(&["EXEC"]),
+        Canon::Err("ERR EXEC without MULTI".into())
+    );
+
+    // BLPOP waits for a REST RPUSH, and is logged as the LPOP it did.
+    let addr = server.resp_addr.clone().expect("RESP");
+    let waiter = std::thread::spawn(move || {
+        let mut w = Redis::connect_addr(&addr);
+        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
+        let t = Instant::now();
+        (w.cmd_str(&["BLPOP", "q", "10"]), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(http.cmd_str(&["RPUSH", "q", "job"]), Canon::Int(1));
+    let (got, waited) = waiter.join().expect("waiter");
+    assert_eq!(got, Canon::Arr(vec![bulk("q"), bulk("job")]));
+    assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    assert_eq!(http.cmd_str(&["EXISTS", "q"]), Canon::Int(0));
+    // Its time runs out: nil. Over REST it is refused, as before.
+    assert_eq!(r.cmd_str(&["BRPOP", "q", "0.1"]), Canon::Nil);
+    assert!(
+        matches!(http.cmd_str(&["BLPOP", "q", "1"]), Canon::Err(e) if e.contains("blocking commands"))
+    );
+    // In MULTI it does not block.
+    assert_eq!(r.cmd_str(&["MULTI"]), ok());
+    assert_eq!(
+        r.cmd_str(&["BLPOP", "q", "0"]),
+        Canon::Str(b"QUEUED".to_vec())
+    );
+    assert_eq!(r.cmd_str(&["EXEC"]), Canon::Arr(vec![Canon::Nil]));
+    // BLMOVE onto another list wakes the one waiting there.
+    let addr = server.resp_addr.clone().expect("RESP");
+    let second = std::thread::spawn(move || {
+        let mut w = Redis::connect_addr(&addr);
+        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
+        w.cmd_str(&["BLPOP", "dst", "10"])
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let addr = server.resp_addr.clone().expect("RESP");
+    let first = std::thread::spawn(move || {
+        let mut w = Redis::connect_addr(&addr);
+        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
+        w.cmd_str(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "10"])
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(http.cmd_str(&["RPUSH", "src", "item"]), Canon::Int(1));
+    assert_eq!(first.join().expect("first"), bulk("item"));
+    assert_eq!(
+        second.join().expect("second"),
+        Canon::Arr(vec![bulk("dst"), bulk("item")])
+    );
+    // A client that closes while it waits takes nothing.
+    let mut gone = resp(&server);
+    gone.send_raw(b"*3\r\n$5\r\nBLPOP\r\n$2\r\nq2\r\n$1\r\n0\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(http.cmd_str(&["RPUSH", "q2", "kept"]), Canon::Int(1));
+    assert_eq!(http.cmd_str(&["LPOP", "q2"]), bulk("kept"));
+    // After a restart the log holds the effects, not the waits.
+    drop(r);
+    server.terminate();
+    let server = Server::start(dir.path(), &[]);
+    let mut http = server.client();
+    assert_eq!(http.cmd_str(&["EXISTS", "src", "dst", "q"]), Canon::Int(0));
+    assert_eq!(http.cmd_str(&["GET", "w"]), bulk("10"));
+}
+
+#[test]
+fn subscribers_and_monitors_hear_both_protocols() {
+    let dir = TempDir::new("resp-pubsub");
+    let server = Server::start(dir.path(), &[]);
+    let mut http = server.client();
+    let mut sub = resp(&server);
+    assert_eq!(
+        sub.cmd_str(&["SUBSCRIBE", "news"]),
+        Canon::Arr(vec![bulk("subscribe"), bulk("news"), Canon::Int(1)])
+    );
+    sub.send_raw(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$2\r\nn*\r\n");
+    assert_eq!(
+        sub.read(),
+        Some(Canon::Arr(vec![
+            bulk("psubscribe"),
+            bulk("n*"),
+            Canon::Int(2)
+        ]))
+    );
+    assert_eq!(
+        sub.cmd_str(&["GET", "k"]),
+        Canon::Err("ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context".into())
+    );
+    assert_eq!(http.cmd_str(&["PUBLISH", "news", "hi"]), Canon::Int(2));
+    assert_eq!(
+        sub.read(),
+        Some(Canon::Arr(vec![bulk("message"), bulk("news"), bulk("hi")]))
+    );
+    assert_eq!(
+        sub.read(),
+        Some(Canon::Arr(vec![
+            bulk("pmessage"),
+            bulk("n*"),
+            bulk("news"),
+            bulk("hi")
+        ]))
+    );
+    assert_eq!(
+        sub.cmd_str(&["UNSUBSCRIBE"]),
+        Canon::Arr(vec![bulk("unsubscribe"), bulk("news"), Canon::Int(1)])
+    );
+    assert_eq!(http.cmd_str(&["PUBLISH", "news", "again"]), Canon::Int(1));
+    let mut mon = resp(&server);
+    assert_eq!(mon.cmd_str(&["MONITOR"]), ok());
+    assert_eq!(http.cmd_str(&["SET", "m", "1"]), ok());
+    match mon.read() {
+        Some(Canon::Str(line)) => {
+            let line = String::from_utf8_lossy(&line).into_owned();
+            assert!(line.ends_with("\"SET\" \"m\" \"1\""), "{line}");
+        }
+        other => panic!("monitor gave {other:?}"),
+    }
+}
+
+#[test]
+fn malformed_requests_get_the_protocol_error_and_a_closed_connection() {
+    let dir = TempDir::new("resp-bad");
+    let server = Server::start(dir.path(), &["--max-request-bytes", "1000"]);
+    for (bytes, want) in [
+        (
+            &b"*1\r\n$x\r\n"[..],
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (b"*abc\r\n", "ERR Protocol error: invalid multibulk length"),
+        (b"*1\r\n*1\r\n", "ERR Protocol error: expected '$', got '*'"),
+        (
+            b"*2\r\n$3\r\nSET\r\n$2000\r\n",
+            "ERR max request size exceeded",
+        ),
+        (
+            b"*1\r\n$999999999999\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+    ] {
+        let mut r = resp(&server);
+        r.send_raw(bytes);
+        assert_eq!(r.read(), Some(Canon::Err(want.into())), "{bytes:?}");
+        assert_eq!(r.read(), None, "{bytes:?}: the connection stays open");
+    }
+    // Before AUTH a claimed large request is refused at once.
+    let mut r = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    r.send_raw(b"*20000\r\n");
+    assert_eq!(
+        r.read(),
+        Some(Canon::Err(
+            "ERR Protocol error: unauthenticated multibulk length".into()
+        ))
+    );
+    // The server still answers.
+    let mut r = resp(&server);
+    assert_eq!(r.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
+}
+
+#[test]
+fn client_commands_see_their_own_database_only() {
+    let dir = TempDir::new("resp-client");
+    let server = Server::start(dir.path(), &[]);
+    let mut a = resp(&server);
+    let mut b = resp(&server);
+    assert_eq!(a.cmd_str(&["CLIENT", "SETNAME", "worker-a"]), ok());
+    assert_eq!(a.cmd_str(&["CLIENT", "GETNAME"]), bulk("worker-a"));
+    let Canon::Int(id_a) = a.cmd_str(&["CLIENT", "ID"]) else {
+        panic!("no id")
+    };
+    let Canon::Str(list) = b.cmd_str(&["CLIENT", "LIST"]) else {
+        panic!("no list")
+    };
+    let list = String::from_utf8_lossy(&list).into_owned();
+    assert!(
+        list.contains(&format!("id={id_a} ")) && list.contains("name=worker-a"),
+        "{list}"
+    );
+    assert_eq!(
+        b.cmd_str(&["CLIENT", "KILL", "ID", &id_a.to_string()]),
+        Canon::Int(1)
+    );
+    let closed = (0..50).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        a.read().is_none()
+    });
+    assert!(closed);
+    assert_eq!(b.cmd_str(&["SELECT", "0"]), ok());
+    assert_eq!(
+        b.cmd_str(&["SELECT", "1"]),
+        Canon::Err("ERR DB index is out of range".into())
+    );
+    assert_eq!(b.cmd_str(&["QUIT"]), ok());
+    assert_eq!(b.read(), None);
+}
+
+/// redis-cli as a user runs it: a command on the command line, typed commands on its input
+/// (sent inline), and redis-benchmark's short run.
+#[test]
+fn redis_cli_and_redis_benchmark_work() {
+    let have = |p: &str| {
+        std::process::Command::new(p)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("redis-cli") {
+        // Installed with redis-server, which the differential tests require.
+        assert!(
+            std::env::var("TIDEPOOL_SKIP_REDIS").as_deref() == Ok("1"),
+            "redis-cli is missing"
+        );
+        return;
+    }
+    let dir = TempDir::new("resp-cli");
+    let server = Server::start(dir.path(), &[]);
+    let addr = server.resp_addr.clone().expect("RESP");
+    let port = addr.rsplit(':').next().expect("port");
+    let cli = |input: Option<&str>, args: &[&str]| -> String {
+        use std::io::Write;
+        let mut c = std::process::Command::new("redis-cli");
+        c.args(["-p", port, "--pass", TOKEN, "--no-auth-warning"])
+            .args(args);
+        c.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut child = c.spawn().expect("redis-cli");
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            stdin.write_all(text.as_bytes()).expect("stdin");
+        }
+        let out = child.wait_with_output().expect("redis-cli output");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(cli(None, &["SET", "greeting", "hello world"]), "OK\n");
+    assert_eq!(cli(None, &["GET", "greeting"]), "hello world\n");
+    let typed = cli(
+        Some("INCR n\nINCR n\nLPUSH l \"a b\" c\nLRANGE l 0 -1\n"),
+        &[],
+    );
+    assert_eq!(typed, "1\n2\n2\nc\na b\n");
+    let mut http = server.client();
+    assert_eq!(
+        http.cmd_str(&["GET", "greeting"]),
+        Canon::Str(b"hello world".to_vec())
+    );
+    if have("redis-benchmark") {
+        let out = std::process::Command::new("redis-benchmark")
+            .args([
+                "-p",
+                port,
+                "-a",
+                TOKEN,
+                "-q",
+                "-t",
+                "set,get,lpush,lpop,incr",
+                "-n",
+                "2000",
+                "-c",
+                "10",
+            ])
+            .output()
+            .expect("redis-benchmark");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for t in ["SET", "GET", "LPUSH", "LPOP", "INCR"] {
+            assert!(text.contains(&format!("{t}: ")), "{text}");
+        }
+        assert!(!text.contains("ERR"), "{text}");
+    }
+}
