@@ -14,6 +14,7 @@
 //!     target/release/tidepool-bench --instructions [--requests N] [--against PATH]
 //!
 //!     target/release/tidepool-bench --memory [--only NAME]
+//!     target/release/tidepool-bench --resp [--rounds N]
 //!
 //!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
 //!
@@ -39,6 +40,7 @@ mod delivery;
 mod instructions;
 mod memory;
 mod noisy;
+mod resp;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -748,6 +750,9 @@ struct Cli {
     /// What a key costs: resident memory against redis-server, per data set
     #[arg(long, group = "form")]
     memory: bool,
+    /// The RESP listener against redis-server with redis-benchmark, and idle connections
+    #[arg(long, group = "form")]
+    resp: bool,
     /// Serve the bare-hyper ceiling on this port (the load form starts it itself)
     #[arg(long, value_name = "PORT", hide = true)]
     ceiling_server: Option<u16>,
@@ -839,6 +844,11 @@ fn run() -> Result<(), String> {
     }
     if cli.replay {
         let r = replay(&bin, &tmp, cli.commands, cli.singles);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if cli.resp {
+        let r = resp::run(&bin, &tmp, rounds, cli.requests.max(100) * 50);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }

@@ -45,6 +45,12 @@ pub struct Serve {
     /// Also listen for the Redis protocol (RESP) on this address, for redis-cli and every Redis client [default: off]
     #[arg(long, env = "TIDEPOOL_RESP_LISTEN", value_name = "ADDR")]
     pub resp_listen: Option<String>,
+    /// The RESP listener speaks TLS with this certificate chain (PEM) [default: plain TCP]
+    #[arg(long, env = "TIDEPOOL_RESP_TLS_CERT", value_name = "PEM")]
+    pub resp_tls_cert: Option<String>,
+    /// The private key (PEM) of --resp-tls-cert
+    #[arg(long, env = "TIDEPOOL_RESP_TLS_KEY", value_name = "PEM")]
+    pub resp_tls_key: Option<String>,
     /// The data directory: the log, snapshots and credentials.json
     #[arg(long, env = "TIDEPOOL_DATA", value_name = "DIR", default_value = config::DATA_DIR_DEFAULT)]
     pub data: String,
@@ -248,6 +254,8 @@ impl Serve {
         let Serve {
             listen,
             resp_listen,
+            resp_tls_cert,
+            resp_tls_key,
             data,
             mut token,
             read_only_token: mut ro,
@@ -296,6 +304,16 @@ impl Serve {
             Some(t) => Some(t.parse().map_err(|_| {
                 format!("--resp-listen '{t}' is not an address such as 127.0.0.1:6379")
             })?),
+        };
+        let resp_tls = match (resp_tls_cert, resp_tls_key) {
+            (None, None) => None,
+            (Some(c), Some(k)) if resp_listen.is_some() => {
+                Some((PathBuf::from(c), PathBuf::from(k)))
+            }
+            (Some(_), Some(_)) => {
+                return Err("--resp-tls-cert and --resp-tls-key need --resp-listen".into())
+            }
+            _ => return Err("--resp-tls-cert and --resp-tls-key go together".into()),
         };
         if dev && resp_listen.is_some_and(|a| !a.ip().is_loopback()) {
             return Err(
@@ -485,6 +503,7 @@ impl Serve {
             retry_backoff_unit_ms,
             listen,
             resp_listen,
+            resp_tls,
             data_dir: PathBuf::from(data),
             token,
             read_only_token: ro,

@@ -469,6 +469,8 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The RESP listener's address (`--resp-listen`), if any.
     pub resp_listen: Option<SocketAddr>,
+    /// Its TLS certificate chain and key (`--resp-tls-cert`, `--resp-tls-key`), if any.
+    pub resp_tls: Option<(PathBuf, PathBuf)>,
     pub data_dir: PathBuf,
     pub token: Option<String>,
     pub read_only_token: Option<String>,

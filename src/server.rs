@@ -260,6 +260,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
                     .map_err(|e| format!("cannot listen for RESP on {a}: {e}"))?,
             ),
         };
+        let resp_tls = match &cfg.resp_tls {
+            None => None,
+            Some((cert, key)) => Some(crate::resp::tls::acceptor(cert, key)?),
+        };
         let resp_addr = match &resp_listener {
             Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
             None => None,
@@ -329,9 +333,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
         };
         let resp_line = match resp_addr {
             Some(a) => format!(
-                "  RESP (Redis protocol) on {a}: redis-cli -h {} -p {} --pass <token>\n",
+                "  RESP (Redis protocol) on {a}: redis-cli -h {} -p {}{} --pass <token>\n",
                 a.ip(),
-                a.port()
+                a.port(),
+                if cfg.resp_tls.is_some() { " --tls" } else { "" }
             ),
             None => String::new(),
         };
@@ -412,7 +417,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 cfg.request_bytes_max,
             ));
             let stop = resp_stop.1;
-            tokio::spawn(crate::resp::serve(l, resp, async move {
+            tokio::spawn(crate::resp::serve(l, resp, resp_tls, async move {
                 let _ = stop.await;
             }));
         }

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test of tidepool, installing first what the tests need on a bare Debian machine:
-# redis-server (differential tests), curl (the README's commands) and the official SDKs.
+# redis-server (differential tests; redis-cli and redis-benchmark for the RESP listener), curl
+# (the README's commands), openssl and the official SDKs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
-  echo "== installing redis-server and curl (the README's commands are run as written)"
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1 \
+   || ! command -v openssl >/dev/null 2>&1; then
+  echo "== installing redis-server (with redis-cli and redis-benchmark), curl (the README's commands are run as written) and openssl (a test's TLS certificate)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq redis-server curl >/dev/null
+  apt-get install -y -qq redis-server curl openssl >/dev/null
 fi
 if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client, redis" >/dev/null 2>&1; then
   echo "== installing upstash-redis, qstash, pytest, prometheus-client (its OpenMetrics parser checks /metrics) and redis (redis-py, for the RESP listener)"

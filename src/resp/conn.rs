@@ -22,9 +22,13 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
+
+/// A connection's byte stream: TCP, or TLS over it.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 /// What every RESP connection shares.
 pub struct Listener {
@@ -51,6 +55,7 @@ impl Listener {
 pub async fn serve(
     listener: TcpListener,
     l: Arc<Listener>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -77,6 +82,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let l = l.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let local = stream
                 .local_addr()
@@ -86,7 +92,18 @@ pub async fn serve(
             metrics.resp_connections_opened.inc();
             metrics.resp_connections.inc();
             let mut c = Conn::new(l.clone(), peer, local);
-            c.run(&mut stream).await;
+            match tls {
+                None => c.run(&mut stream).await,
+                Some(acceptor) => {
+                    // A handshake is a request head: it must end in time.
+                    let limit = Duration::from_millis(config::RESP_REQUEST_TIMEOUT_MS);
+                    if let Ok(Ok(mut s)) =
+                        tokio::time::timeout(limit, acceptor.accept(stream)).await
+                    {
+                        c.run(&mut s).await;
+                    }
+                }
+            }
             c.close().await;
             l.shared.metrics.resp_connections.dec();
             drop(slot);
@@ -228,7 +245,7 @@ impl Conn {
         !self.channels.is_empty() || !self.patterns.is_empty() || !self.shards.is_empty()
     }
 
-    async fn run(&mut self, stream: &mut TcpStream) {
+    async fn run<S: Stream>(&mut self, stream: &mut S) {
         let mut buf: Vec<u8> = Vec::with_capacity(config::RESP_READ_BYTES);
         loop {
             // Every whole request read so far, up to a batch's worth.
@@ -361,7 +378,7 @@ impl Conn {
     }
 
     /// Writes what is buffered; false when the connection is gone.
-    async fn write_out(&mut self, stream: &mut TcpStream) -> bool {
+    async fn write_out<S: Stream>(&mut self, stream: &mut S) -> bool {
         if self.out.is_empty() {
             return true;
         }
@@ -417,7 +434,7 @@ impl Conn {
     }
 
     /// Answers the requests of one read, in order.
-    async fn handle(&mut self, requests: Vec<Vec<Vec<u8>>>, stream: &mut TcpStream) -> Then {
+    async fn handle<S: Stream>(&mut self, requests: Vec<Vec<Vec<u8>>>, stream: &mut S) -> Then {
         self.l
             .shared
             .metrics
@@ -454,7 +471,7 @@ impl Conn {
     }
 
     /// One request.
-    async fn command(&mut self, args: Vec<Vec<u8>>, stream: &mut TcpStream) -> Then {
+    async fn command<S: Stream>(&mut self, args: Vec<Vec<u8>>, stream: &mut S) -> Then {
         let name = args[0].to_ascii_lowercase();
         if let Ok(mut s) = self.me.shown.lock() {
             s.last_command = String::from_utf8_lossy(&name).into_owned();
@@ -583,18 +600,16 @@ impl Conn {
 
     /// A command for the executor: kept for the batch, or (a blocking one, SCRIPT KILL) run
     /// on its own.
-    async fn plain(&mut self, args: Vec<Vec<u8>>, stream: &mut TcpStream) -> Then {
+    async fn plain<S: Stream>(&mut self, args: Vec<Vec<u8>>, stream: &mut S) -> Then {
         let Lookup::Found(info) = table::global().lookup(&args) else {
             self.batch.push(args);
             return Then::Go;
         };
-        if let (Some(what), Some(a)) = (table::global().interrupt_of(&args), &self.auth) {
+        if let (Some(what), Some(a)) = (table::global().interrupt_of(&args), self.auth.clone()) {
             if a.access == Access::Full {
-                if let Some(r) = self.l.shared.scripts.kill(what, a.db) {
-                    self.flush_batch().await;
-                    self.put_plain(r);
-                    return Then::Go;
-                }
+                self.flush_batch().await;
+                self.kill(what, a, args).await;
+                return Then::Go;
             }
         }
         if info.blocking {
@@ -605,6 +620,51 @@ impl Conn {
         }
         self.batch.push(args);
         Then::Go
+    }
+
+    /// SCRIPT KILL or FUNCTION KILL: answered at once while a script of the database runs;
+    /// otherwise sent to the executor, and while it waits there (behind a script that started
+    /// meanwhile) it keeps watching for a script to stop, as the REST side does.
+    async fn kill(&mut self, what: crate::lua::Interrupt, a: Auth, args: Vec<Vec<u8>>) {
+        let scripts = self.l.shared.scripts.clone();
+        if let Some(r) = scripts.kill(what, a.db) {
+            self.put_plain(r);
+            return;
+        }
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Exec {
+            db: a.db,
+            cmds: vec![args],
+            mode: ExecMode::Each,
+            access: a.access,
+            client: self.peer.clone(),
+            reply,
+            connection: Some(Connection {
+                id: self.id,
+                may_block: false,
+            }),
+        };
+        if self.l.tx.send(job).await.is_err() {
+            self.put_plain(Reply::err("ERR the server is shutting down"));
+            return;
+        }
+        tokio::pin!(rx);
+        let poll = Duration::from_millis(config::SCRIPT_KILL_POLL_MS);
+        let r = loop {
+            tokio::select! {
+                answer = &mut rx => break match answer {
+                    Ok(Answer { replies: Ok(mut r), .. }) => r.pop().unwrap_or(Reply::Nil),
+                    Ok(Answer { replies: Err(e), .. }) => Reply::Error(e),
+                    Err(_) => Reply::err("ERR the server is shutting down"),
+                },
+                _ = tokio::time::sleep(poll) => {
+                    if let Some(r) = scripts.kill(what, a.db) {
+                        break r;
+                    }
+                }
+            }
+        };
+        self.put_plain(r);
     }
 
     /// Sends the batch to the executor and writes its replies.
@@ -676,7 +736,12 @@ impl Conn {
 
     /// A blocking command: its try now, then (when it found nothing) its wait, until a write
     /// serves it or `wait_ms` passes (0: no limit).
-    async fn blocking(&mut self, args: Vec<Vec<u8>>, wait_ms: u64, stream: &mut TcpStream) -> Then {
+    async fn blocking<S: Stream>(
+        &mut self,
+        args: Vec<Vec<u8>>,
+        wait_ms: u64,
+        stream: &mut S,
+    ) -> Then {
         let shape = if self.resp3 {
             write::shape(&args)
         } else {

@@ -13,6 +13,7 @@
 pub mod clients;
 pub mod conn;
 pub mod read;
+pub mod tls;
 pub mod write;
 
 pub use conn::{serve, Listener};

@@ -405,3 +405,115 @@ fn redis_cli_and_redis_benchmark_work() {
         assert!(!text.contains("ERR"), "{text}");
     }
 }
+
+/// `--resp-tls-cert` and `--resp-tls-key`: the listener speaks TLS with a certificate made
+/// here; redis-cli connects with `--tls`, and a plain connection gets nothing.
+#[test]
+fn the_listener_speaks_tls_when_given_a_certificate() {
+    let dir = TempDir::new("resp-tls");
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])
+        .expect("certificate");
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, made.cert.pem()).expect("write cert");
+    std::fs::write(&key, made.signing_key.serialize_pem()).expect("write key");
+    let data = dir.path().join("data");
+    let server = Server::start(
+        &data,
+        &[
+            "--resp-tls-cert",
+            cert.to_str().expect("path"),
+            "--resp-tls-key",
+            key.to_str().expect("path"),
+        ],
+    );
+    let addr = server.resp_addr.clone().expect("RESP");
+    let port = addr.rsplit(':').next().expect("port");
+    // A plain RESP client gets no answer from a TLS listener.
+    let mut plain = std::net::TcpStream::connect(&addr).expect("connect");
+    plain
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    use std::io::{Read, Write};
+    let _ = plain.write_all(b"*1\r\n$4\r\nPING\r\n");
+    let mut buf = [0u8; 5];
+    assert!(!matches!(plain.read(&mut buf), Ok(5) if &buf == b"+PONG"));
+    let have_cli = std::process::Command::new("redis-cli")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_cli {
+        assert!(
+            std::env::var("TIDEPOOL_SKIP_REDIS").as_deref() == Ok("1"),
+            "redis-cli is missing"
+        );
+        return;
+    }
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            port,
+            "--tls",
+            "--cacert",
+            cert.to_str().expect("path"),
+        ])
+        .args([
+            "--pass",
+            TOKEN,
+            "--no-auth-warning",
+            "SET",
+            "over-tls",
+            "yes",
+        ])
+        .output()
+        .expect("redis-cli");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "OK\n", "{out:?}");
+    let mut http = server.client();
+    assert_eq!(
+        http.cmd_str(&["GET", "over-tls"]),
+        Canon::Str(b"yes".to_vec())
+    );
+    // Bad files are refused at start, naming the flag.
+    let bad = Server::try_start(
+        &dir.path().join("data2"),
+        &[
+            "--resp-tls-cert",
+            key.to_str().expect("path"),
+            "--resp-tls-key",
+            key.to_str().expect("path"),
+        ],
+    );
+    assert!(
+        matches!(&bad, Err(e) if e.contains("--resp-tls-cert")),
+        "{:?}",
+        bad.as_ref().err()
+    );
+}
+
+/// SCRIPT KILL from another RESP connection stops a script that keeps the executor busy.
+#[test]
+fn script_kill_works_from_another_connection() {
+    let dir = TempDir::new("resp-kill");
+    let server = Server::start(dir.path(), &[]);
+    let addr = server.resp_addr.clone().expect("RESP");
+    let runner = std::thread::spawn(move || {
+        let mut r = Redis::connect_addr(&addr);
+        assert_eq!(r.cmd_str(&["AUTH", TOKEN]), ok());
+        r.cmd_str(&["EVAL", "while true do pcall(function() end) end", "0"])
+    });
+    let mut k = resp(&server);
+    let mut answered = Canon::Nil;
+    while !runner.is_finished() {
+        answered = k.cmd_str(&["SCRIPT", "KILL"]);
+        if answered == ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(answered, ok());
+    match runner.join().expect("runner") {
+        Canon::Err(e) => assert!(e.contains("killed by user"), "{e}"),
+        other => panic!("the script answered {other:?}"),
+    }
+    assert!(matches!(k.cmd_str(&["SCRIPT", "KILL"]), Canon::Err(e) if e.starts_with("NOTBUSY")));
+}

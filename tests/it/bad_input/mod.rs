@@ -1,7 +1,8 @@
 //! Bad input, one module per surface: the REST request forms, commands' arguments, Lua,
-//! JSON and JSONPath, the delivery API's headers and bodies, RESTORE payloads, and the log
-//! reader. Every case asserts a clear error (the right status and a JSON `{"error": ...}`,
-//! Redis's own text where redis-server has the command) and a server that still answers.
+//! JSON and JSONPath, the delivery API's headers and bodies, RESTORE payloads, the RESP
+//! listener's frames, and the log reader. Every case asserts a clear error (the right status
+//! and a JSON `{"error": ...}` over HTTP, Redis's protocol error over RESP, Redis's own text
+//! where redis-server has the command) and a server that still answers.
 //! Where a parser is recursive, one case goes ten times past its depth limit.
 
 mod commands;
@@ -9,6 +10,7 @@ mod json;
 mod log;
 mod lua;
 mod qstash;
+mod resp;
 mod rest;
 mod restore;
 
@@ -45,6 +47,7 @@ fn the_suite_has_at_least_200_cases() {
         + json::CASES_LEN
         + qstash::CASES_LEN
         + restore::CASES_LEN
-        + log::CASES_LEN;
+        + log::CASES_LEN
+        + resp::CASES_LEN;
     assert!(n >= 200, "{n} cases");
 }
