@@ -59,7 +59,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let slots = Arc::new(tokio::sync::Semaphore::new(config::RESP_CONNECTIONS_MAX));
+    let slots = Arc::new(tokio::sync::Semaphore::new(connection_cap()));
     loop {
         let (mut stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -109,6 +109,17 @@ pub async fn serve(
             drop(slot);
         });
     }
+}
+
+/// How many RESP connections may be open at once: `RESP_CONNECTIONS_MAX`, or fewer when the
+/// process may open fewer descriptors (half of what is left after the reserve: the HTTP
+/// listener counts on the same descriptors).
+fn connection_cap() -> usize {
+    let by_descriptors = match crate::sys::open_files_limit() {
+        Some(n) => (n as usize).saturating_sub(config::HTTP_DESCRIPTORS_RESERVED) / 2,
+        None => config::RESP_CONNECTIONS_MAX,
+    };
+    config::RESP_CONNECTIONS_MAX.min(by_descriptors).max(1)
 }
 
 /// Who a connection authenticated as.

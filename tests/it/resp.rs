@@ -517,3 +517,83 @@ fn script_kill_works_from_another_connection() {
     }
     assert!(matches!(k.cmd_str(&["SCRIPT", "KILL"]), Canon::Err(e) if e.starts_with("NOTBUSY")));
 }
+
+/// A named database's token opens that database over RESP, and resetting its tokens or
+/// deleting it closes the connections they opened; FLUSHALL breaks a WATCH.
+#[test]
+fn a_database_token_picks_its_database_and_a_reset_closes_its_connections() {
+    let dir = TempDir::new("resp-dbs");
+    let server = Server::start(dir.path(), &["--admin-token", "resp-admin"]);
+    let mut admin = Http::connect(&server.addr, "resp-admin");
+    let r = admin.post("/_admin/databases", br#"{"name":"app"}"#);
+    assert_eq!(r.status, 201, "{}", r.text());
+    let app = r.json();
+    let token = app["token"].as_str().expect("token").to_string();
+    let mut default = resp(&server);
+    assert_eq!(default.cmd_str(&["SET", "k", "default"]), ok());
+    let mut a = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(a.cmd_str(&["AUTH", &token]), ok());
+    assert_eq!(a.cmd_str(&["GET", "k"]), Canon::Nil);
+    assert_eq!(a.cmd_str(&["SET", "k", "app"]), ok());
+    assert_eq!(default.cmd_str(&["GET", "k"]), bulk("default"));
+    // FLUSHALL in the app database breaks a watch there, and not one in the default one.
+    assert_eq!(a.cmd_str(&["WATCH", "k"]), ok());
+    assert_eq!(default.cmd_str(&["WATCH", "k"]), ok());
+    let mut a2 = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(a2.cmd_str(&["AUTH", &token]), ok());
+    assert_eq!(a2.cmd_str(&["FLUSHALL"]), ok());
+    for c in [&mut a, &mut default] {
+        assert_eq!(c.cmd_str(&["MULTI"]), ok());
+        assert_eq!(c.cmd_str(&["PING"]), Canon::Str(b"QUEUED".to_vec()));
+    }
+    assert_eq!(a.cmd_str(&["EXEC"]), Canon::Nil);
+    assert_eq!(
+        default.cmd_str(&["EXEC"]),
+        Canon::Arr(vec![Canon::Str(b"PONG".to_vec())])
+    );
+    // The reset revokes the token: its connections close; the default one's stays.
+    let r = admin.post("/_admin/databases/app/reset", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    for c in [&mut a, &mut a2] {
+        let closed = (0..50).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            c.read().is_none()
+        });
+        assert!(closed, "a connection of a reset token stayed open");
+    }
+    assert_eq!(default.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
+}
+
+/// The RESP connection cap follows the descriptors the process may open, as HTTP's does:
+/// past it a client gets Redis's text, and the server goes on.
+#[test]
+fn connections_past_the_cap_get_redis_refusal() {
+    let dir = TempDir::new("resp-cap");
+    let server =
+        Server::try_start_under(&["prlimit", "--nofile=200:200", "--"], dir.path(), &[], &[])
+            .expect("start under prlimit");
+    let addr = server.resp_addr.clone().expect("RESP");
+    let mut open = Vec::new();
+    let mut refused = None;
+    for _ in 0..300 {
+        let mut r = Redis::connect_addr(&addr);
+        r.send_raw(format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{TOKEN}\r\n", TOKEN.len()).as_bytes());
+        match r.read() {
+            Some(Canon::Str(s)) if s == b"OK" => open.push(r),
+            other => {
+                refused = other;
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(Canon::Err("ERR max number of clients reached".into())),
+        "{} connections were accepted",
+        open.len()
+    );
+    drop(open);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut r = resp(&server);
+    assert_eq!(r.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
+}
