@@ -182,6 +182,8 @@ struct Conn {
     batch: Vec<Vec<Vec<u8>>>,
     /// Bytes read while a command was blocked, for the next requests.
     carry: Vec<u8>,
+    /// The last command's name (CLIENT LIST's `cmd`), kept here and shown once per read.
+    last_command: Vec<u8>,
 }
 
 impl Conn {
@@ -226,6 +228,7 @@ impl Conn {
             out: Vec::new(),
             batch: Vec::new(),
             carry: Vec::new(),
+            last_command: Vec::new(),
             l,
         }
     }
@@ -478,15 +481,17 @@ impl Conn {
             s.shard_subscriptions = self.shards.len();
             s.multi = self.multi.as_ref().map_or(-1, |m| m.len() as i64);
             s.monitor = self.monitor;
+            s.last_command.clear();
+            s.last_command
+                .push_str(&String::from_utf8_lossy(&self.last_command));
         }
     }
 
     /// One request.
     async fn command<S: Stream>(&mut self, args: Vec<Vec<u8>>, stream: &mut S) -> Then {
         let name = args[0].to_ascii_lowercase();
-        if let Ok(mut s) = self.me.shown.lock() {
-            s.last_command = String::from_utf8_lossy(&name).into_owned();
-        }
+        self.last_command.clear();
+        self.last_command.extend_from_slice(&name);
         // Before AUTH only AUTH, HELLO and QUIT.
         if self.auth.is_none() && !matches!(name.as_slice(), b"auth" | b"hello" | b"quit") {
             self.flush_batch().await;
@@ -1335,28 +1340,34 @@ impl Conn {
                     .await;
             }
         }
-        let list = match slot {
-            1 => &mut self.patterns,
-            2 => &mut self.shards,
-            _ => &mut self.channels,
+        // Each confirmation counts what is left after it, as Redis's do.
+        let others = match slot {
+            0 => self.patterns.len(),
+            1 => self.channels.len(),
+            _ => 0,
         };
-        list.retain(|c| !gone.contains(c));
-        if list.is_empty() {
+        if gone.is_empty() {
+            self.push_reply(confirm, Reply::Nil, others);
+        }
+        for n in gone {
+            let list = match slot {
+                1 => &mut self.patterns,
+                2 => &mut self.shards,
+                _ => &mut self.channels,
+            };
+            list.retain(|c| *c != n);
+            let count = list.len() + others;
+            self.push_reply(confirm, Reply::Bulk(n), count);
+        }
+        let emptied = match slot {
+            1 => self.patterns.is_empty(),
+            2 => self.shards.is_empty(),
+            _ => self.channels.is_empty(),
+        };
+        if emptied {
             if let Some(ev) = &mut self.events {
                 ev.ids[slot] = 0;
             }
-        }
-        if gone.is_empty() {
-            let count = self.channels.len() + self.patterns.len();
-            self.push_reply(confirm, Reply::Nil, count);
-        }
-        for n in gone {
-            let count = if slot == 2 {
-                self.shards.len()
-            } else {
-                self.channels.len() + self.patterns.len()
-            };
-            self.push_reply(confirm, Reply::Bulk(n), count);
         }
     }
 

@@ -245,6 +245,25 @@ fn subscribers_and_monitors_hear_both_protocols() {
         Canon::Arr(vec![bulk("unsubscribe"), bulk("news"), Canon::Int(1)])
     );
     assert_eq!(http.cmd_str(&["PUBLISH", "news", "again"]), Canon::Int(1));
+    assert_eq!(
+        sub.read(),
+        Some(Canon::Arr(vec![
+            bulk("pmessage"),
+            bulk("n*"),
+            bulk("news"),
+            bulk("again")
+        ]))
+    );
+    // Each confirmation counts what is left after it, as Redis's do.
+    let confirm = |kind: &str, name: &str, n: i64| {
+        Some(Canon::Arr(vec![bulk(kind), bulk(name), Canon::Int(n)]))
+    };
+    sub.send_raw(b"*3\r\n$9\r\nSUBSCRIBE\r\n$1\r\na\r\n$1\r\nb\r\n");
+    assert_eq!(sub.read(), confirm("subscribe", "a", 2));
+    assert_eq!(sub.read(), confirm("subscribe", "b", 3));
+    sub.send_raw(b"*3\r\n$11\r\nUNSUBSCRIBE\r\n$1\r\na\r\n$1\r\nb\r\n");
+    assert_eq!(sub.read(), confirm("unsubscribe", "a", 2));
+    assert_eq!(sub.read(), confirm("unsubscribe", "b", 1));
     let mut mon = resp(&server);
     assert_eq!(mon.cmd_str(&["MONITOR"]), ok());
     assert_eq!(http.cmd_str(&["SET", "m", "1"]), ok());
