@@ -57,8 +57,53 @@ fn info_reply(t: &CommandTable, i: &CommandInfo) -> Reply {
 }
 
 /// One COMMAND DOCS entry: `name, [summary, ..., group, ..., subcommands?]`.
+/// Redis 7.0's own COMMAND DOCS, with every argument (`tools/gen-command-docs.py`).
+const REDIS_7_0_DOCS: &str = include_str!("redis-7.0-command-docs.json");
+
+/// Redis 7.0's documentation of command `name` (`x|y` for a subcommand), as its reply.
+fn redis_docs(name: &str) -> Option<Reply> {
+    static DOCS: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> =
+        std::sync::OnceLock::new();
+    let docs = DOCS.get_or_init(|| serde_json::from_str(REDIS_7_0_DOCS).unwrap_or_default());
+    let doc = match name.split_once('|') {
+        None => docs.get(name)?,
+        Some((parent, _)) => {
+            let fields = docs.get(parent)?.as_array()?;
+            let at = fields
+                .iter()
+                .position(|f| f.as_str() == Some("subcommands"))?;
+            let subs = fields.get(at + 1)?.as_array()?;
+            let at = subs.iter().position(|s| s.as_str() == Some(name))?;
+            subs.get(at + 1)?
+        }
+    };
+    Some(json_reply(doc))
+}
+
+/// A reply stored as typed JSON: a string is a bulk string, a number an integer, a list an
+/// array, `{"status": text}` a status reply, null a nil.
+fn json_reply(v: &serde_json::Value) -> Reply {
+    match v {
+        serde_json::Value::String(s) => Reply::bulk(s.as_bytes()),
+        serde_json::Value::Number(n) => Reply::Int(n.as_i64().unwrap_or(0)),
+        serde_json::Value::Array(items) => Reply::Array(items.iter().map(json_reply).collect()),
+        serde_json::Value::Object(o) => match o.get("status").and_then(|s| s.as_str()) {
+            Some(s) => Reply::Status(s.to_string()),
+            None => Reply::Nil,
+        },
+        serde_json::Value::Bool(b) => Reply::Int(i64::from(*b)),
+        serde_json::Value::Null => Reply::Nil,
+    }
+}
+
+/// A command's COMMAND DOCS entry: Redis 7.0's own, with its arguments, for the commands of its
+/// table; the summary and group (and subcommands) for the newer ones.
 fn docs_reply(t: &CommandTable, i: &CommandInfo, out: &mut Vec<Reply>) {
     out.push(Reply::bulk(i.name.as_str()));
+    if let Some(doc) = redis_docs(&i.name) {
+        out.push(doc);
+        return;
+    }
     let mut doc = vec![
         Reply::bulk("summary"),
         Reply::bulk(i.summary.as_str()),
