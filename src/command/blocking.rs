@@ -85,7 +85,7 @@ pub fn bpop(ctx: &mut Ctx, a: &[Vec<u8>], left: bool) -> Reply {
 }
 
 /// BRPOPLPUSH `source destination timeout` (as RPOPLPUSH) and BLMOVE `source destination
-/// LEFT|RIGHT LEFT|RIGHT timeout` (as LMOVE): the item moved, or nil.
+/// LEFT|RIGHT LEFT|RIGHT timeout` (as LMOVE): the item moved, or a null array.
 pub fn bmove(ctx: &mut Ctx, a: &[Vec<u8>], rpoplpush: bool) -> Reply {
     let Some((timeout, rest)) = a.split_last() else {
         return Reply::Nil;
@@ -94,11 +94,16 @@ pub fn bmove(ctx: &mut Ctx, a: &[Vec<u8>], rpoplpush: bool) -> Reply {
     let mut moved: Vec<Vec<u8>> = rest.to_vec();
     moved[0] = arg(if rpoplpush { "RPOPLPUSH" } else { "LMOVE" });
     let sides = rpoplpush.then_some((false, true));
-    let reply = lists::lmove(ctx, &moved, sides);
-    if let Reply::Bulk(_) = reply {
-        ctx.log_as(moved);
+    match lists::lmove(ctx, &moved, sides) {
+        Reply::Bulk(item) => {
+            ctx.log_as(moved);
+            Reply::Bulk(item)
+        }
+        // Nothing moved: the null array, as Redis answers a blocking move's timeout (and its
+        // try inside MULTI), where LMOVE answers a null bulk string.
+        Reply::Nil => Reply::NilArray,
+        other => other,
     }
-    reply
 }
 
 /// BLMPOP `timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]` (as LMPOP) and BZMPOP

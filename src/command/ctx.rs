@@ -184,6 +184,10 @@ pub trait Server {
     /// monitors as sent by `client`.
     /// `id` is the command's place in the table (`CommandInfo::id`).
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>], id: usize, top_level: bool);
+    /// The same, for a command MONITOR does not show (`CommandInfo::unmonitored`).
+    fn unmonitored_command_starts(&mut self, id: usize, top_level: bool);
+    /// The running script or function wrote: SCRIPT KILL may no longer stop it.
+    fn script_wrote(&mut self) {}
 
     /// Sends a message to a channel's subscribers; how many received it.
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
@@ -207,6 +211,7 @@ impl Server for Replay {
         None
     }
     fn command_starts(&mut self, _: &str, _: &[Vec<u8>], _: usize, _: bool) {}
+    fn unmonitored_command_starts(&mut self, _: usize, _: bool) {}
 
     fn publish(&mut self, _: &[u8], _: &[u8]) -> i64 {
         0

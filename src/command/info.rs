@@ -505,6 +505,9 @@ pub struct CommandInfo {
     pub denyoom: bool,
     /// The `noscript` flag: refused from Lua.
     pub noscript: bool,
+    /// Not shown to MONITOR: Redis's `admin` and `skip_monitor` flags, and every ACL
+    /// subcommand (their arguments hold passwords), as Redis shows none of them.
+    pub unmonitored: bool,
     /// One line, for COMMAND DOCS.
     pub summary: String,
     /// Redis 7.0's key specifications (fixed ones for the commands newer than its table).
@@ -761,6 +764,7 @@ impl CommandTable {
                 movable_keys: has("movablekeys"),
                 denyoom: has("denyoom"),
                 noscript: has("noscript"),
+                unmonitored: has("admin") || has("skip_monitor") || name.starts_with("acl|"),
                 category_read: cat("@read"),
                 category_dangerous: cat("@dangerous"),
                 arity: r.arity,
@@ -999,6 +1003,7 @@ impl CommandInfo {
             flags: Vec::new(),
             denyoom: false,
             noscript: false,
+            unmonitored: false,
             summary: String::new(),
             key_specs: None,
             id: 0,
@@ -1086,6 +1091,7 @@ fn upstash_entry(name: &str, arity: i32, summary: &str) -> CommandInfo {
             "stale".into(),
         ],
         noscript: true,
+        unmonitored: true,
         summary: summary.into(),
         ..CommandInfo::blank()
     }

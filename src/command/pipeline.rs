@@ -118,7 +118,11 @@ pub fn run_checked(ctx: &mut Ctx, args: Vec<Vec<u8>>) -> Reply {
         Origin::Request | Origin::Connection => ctx.client,
         Origin::Script { .. } => "lua",
     };
-    ctx.server.command_starts(client, &args, info.id, top_level);
+    if info.unmonitored {
+        ctx.server.unmonitored_command_starts(info.id, top_level);
+    } else {
+        ctx.server.command_starts(client, &args, info.id, top_level);
+    }
     if !info.write && read_bytes(ctx.db, info, &args, ctx.now_ms) > config::REPLY_BYTES_MAX {
         return Reply::err(errors::reply_too_large());
     }
@@ -196,7 +200,12 @@ impl Ctx<'_> {
                 );
                 inner.origin = Origin::Script { read_only };
                 inner.limits = limits;
-                run_checked(&mut inner, argv)
+                let before = inner.logged.len();
+                let reply = run_checked(&mut inner, argv);
+                if inner.logged.len() != before {
+                    inner.server.script_wrote();
+                }
+                reply
             };
             f(&mut call)
         };

@@ -1052,6 +1052,22 @@ impl Executor {
         }
     }
 
+    /// Database `db`'s tokens were reset or it was deleted: the commands blocked in it were
+    /// sent with a token that no longer opens it, and end unanswered (their connections
+    /// close) before a write with the new token could serve them.
+    fn end_waits(&mut self, db: DbId) {
+        for conn in self.sessions.blocked_in(db) {
+            if let Some(b) = self.sessions.unblock(conn) {
+                let _ = b.reply.send(Answer {
+                    replies: Err("WRONGPASS invalid or missing auth token".into()),
+                    sync_token: self.wal.last_seq(),
+                    unauthorized: true,
+                    aborted: false,
+                });
+            }
+        }
+    }
+
     /// A RESP connection's WATCH, UNWATCH, unblock or close.
     fn session_op(&mut self, conn: u64, op: SessionOp, pending: &mut Vec<(u64, Pending)>) {
         match op {
@@ -1616,6 +1632,7 @@ impl Executor {
                 }
                 DbEvent::ResetTokens { id } => {
                     self.shared.credentials.bump();
+                    self.end_waits(*id);
                     arm_acl_secrets(&self.tokens, self.machine.parts().dbs, Some(*id));
                     // Every stream of the database was opened with a token this reset revokes
                     // (only the Standard token opens one): they end now, as the tokens do.
@@ -1625,6 +1642,7 @@ impl Executor {
                 }
                 DbEvent::Delete { id } => {
                     self.shared.credentials.bump();
+                    self.end_waits(*id);
                     // Dropping its streams' senders ends them.
                     self.pubsubs.remove(id);
                     self.scripts.forget(*id);
@@ -1738,6 +1756,13 @@ impl Server for Around<'_> {
         self.refusal.clone()
     }
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>], id: usize, top_level: bool) {
+        self.unmonitored_command_starts(id, top_level);
+        self.pubsub.feed_monitors(client, args);
+    }
+    fn script_wrote(&mut self) {
+        self.shared.scripts.note_write();
+    }
+    fn unmonitored_command_starts(&mut self, id: usize, top_level: bool) {
         *self.commands_processed += 1;
         self.started += 1;
         if top_level {
@@ -1752,7 +1777,6 @@ impl Server for Around<'_> {
             }
             self.usage.count(id);
         }
-        self.pubsub.feed_monitors(client, args);
     }
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
         self.pubsub.publish(channel, message)

@@ -118,15 +118,13 @@ impl Sessions {
         }
     }
 
-    /// A record emptied database `db` (FLUSHALL, FLUSHDB): every watch on it breaks.
+    /// A record emptied database `db` (FLUSHALL, FLUSHDB): the watches on its keys that
+    /// existed when they were watched break (one created since broke its watch already), as
+    /// in Redis 7.0, where a flush touches only the keys it removes.
     pub fn touch_all(&mut self, db: DbId) {
-        for ((d, _), list) in &self.watchers {
-            if *d == db {
-                for c in list {
-                    if let Some(w) = self.watching.get_mut(c) {
-                        w.broken = true;
-                    }
-                }
+        for w in self.watching.values_mut() {
+            if w.keys.iter().any(|(d, _, absent)| *d == db && !*absent) {
+                w.broken = true;
             }
         }
     }
@@ -181,8 +179,13 @@ impl Sessions {
         None
     }
 
-    pub fn get_blocked(&self, conn: u64) -> Option<&Blocked> {
-        self.blocked.get(&conn)
+    /// The connections blocked in database `db`.
+    pub fn blocked_in(&self, db: DbId) -> Vec<u64> {
+        self.blocked
+            .iter()
+            .filter(|(_, b)| b.db == db)
+            .map(|(c, _)| *c)
+            .collect()
     }
 }
 

@@ -58,6 +58,9 @@ pub struct ScriptControl {
     db: std::sync::atomic::AtomicU32,
     /// The time limit of the Lua code running now, for the error that stops it.
     limit_ms: std::sync::atomic::AtomicU64,
+    /// The Lua code running now has written: SCRIPT KILL and FUNCTION KILL refuse to stop it
+    /// (UNKILLABLE), so that no script is left half applied.
+    wrote: std::sync::atomic::AtomicBool,
 }
 
 /// What a kill command stops: SCRIPT KILL a script, FUNCTION KILL a function (the command
@@ -77,6 +80,11 @@ const KILLED: u8 = 1;
 const TIMED_OUT: u8 = 2;
 
 impl ScriptControl {
+    /// The running Lua code wrote (see `wrote`).
+    pub fn note_write(&self) {
+        self.wrote.store(true, Ordering::Release);
+    }
+
     /// SCRIPT KILL or FUNCTION KILL (`what`), arriving while the executor may be busy:
     /// `Some(reply)` when a script or function of database `db` is running (told to stop,
     /// when it is of the kind named), `None` when nothing of it runs (the executor answers
@@ -89,6 +97,11 @@ impl ScriptControl {
         }
         let running = self.running.load(Ordering::Acquire);
         match (running, function) {
+            (RUNNING_SCRIPT, false) | (RUNNING_FUNCTION, true)
+                if self.wrote.load(Ordering::Acquire) =>
+            {
+                Some(Reply::err("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command."))
+            }
             (RUNNING_SCRIPT, false) | (RUNNING_FUNCTION, true) => {
                 self.stop.store(KILLED, Ordering::Release);
                 Some(Reply::ok())
@@ -458,6 +471,7 @@ impl Scripts {
     /// past the time limit or when it is killed.
     fn arm(&self, running: u8) -> mlua::Result<()> {
         self.control.stop.store(GO_ON, Ordering::Release);
+        self.control.wrote.store(false, Ordering::Release);
         self.control.running.store(running, Ordering::Release);
         let started = Instant::now();
         self.run_started.set(started);

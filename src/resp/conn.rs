@@ -282,15 +282,17 @@ impl Conn {
                     *t = Instant::now();
                 }
                 let then = self.handle(requests, stream).await;
-                // What arrived while a command was blocked follows what was read before.
-                if !self.carry.is_empty() {
+                // What arrived while a command was blocked follows what was read before, and
+                // is read now: it may end a request begun before the wait.
+                let carried = !self.carry.is_empty();
+                if carried {
                     buf.append(&mut self.carry);
                 }
                 if !self.write_out(stream).await || then == Then::Close {
                     return;
                 }
                 // Some requests may still be whole in the buffer.
-                if failed.is_none() && !buf.is_empty() && !self.reader.in_request() {
+                if failed.is_none() && (carried || !buf.is_empty() && !self.reader.in_request()) {
                     continue;
                 }
             }
@@ -359,9 +361,58 @@ impl Conn {
             return true;
         };
         match self.check_credential(&a.token).await {
-            Some((db, access)) => db == a.db && access == a.access,
-            None => false,
+            Some((db, access)) if db == a.db && access == a.access => {}
+            _ => return false,
         }
+        // An ACL user's channel rules may have changed: its subscriptions and its monitor must
+        // still be allowed, or the connection closes, as Redis closes it.
+        if matches!(a.access, Access::Token(_)) {
+            let with = |cmd: &str, names: &[Vec<u8>]| {
+                let mut args = vec![cmd.as_bytes().to_vec()];
+                args.extend(names.iter().cloned());
+                args
+            };
+            let mut asks = Vec::new();
+            if !self.channels.is_empty() {
+                asks.push(with("SUBSCRIBE", &self.channels));
+            }
+            if !self.patterns.is_empty() {
+                asks.push(with("PSUBSCRIBE", &self.patterns));
+            }
+            if !self.shards.is_empty() {
+                asks.push(with("SSUBSCRIBE", &self.shards));
+            }
+            if self.monitor {
+                asks.push(with("MONITOR", &[]));
+            }
+            for args in asks {
+                if !self.permits(&a, args).await {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Whether the executor allows `args` to this connection's user now.
+    async fn permits(&self, a: &Auth, args: Vec<Vec<u8>>) -> bool {
+        let (reply, rx) = oneshot::channel();
+        let op = SessionOp::Check {
+            db: a.db,
+            access: a.access.clone(),
+            args,
+            reply,
+        };
+        if self
+            .l
+            .tx
+            .send(Job::Session { conn: self.id, op })
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        matches!(rx.await, Ok(Ok(())))
     }
 
     /// The database and access a token opens now.
@@ -548,12 +599,14 @@ impl Conn {
                 b"exec" | b"discard" | b"multi" | b"watch" | b"quit" | b"reset"
             )
         {
-            if own && !matches!(name.as_slice(), b"select" | b"client") {
+            // The connection's own commands do not run inside a transaction here (Redis
+            // queues some of them): refused, and the transaction with them.
+            if own {
                 self.multi_failed = true;
                 self.put_plain(Reply::err("ERR Command not allowed inside a transaction"));
                 return Then::Go;
             }
-            return self.queue(args);
+            return self.queue(args).await;
         }
         if !own {
             return self.plain(args, stream).await;
@@ -561,15 +614,7 @@ impl Conn {
         self.flush_batch().await;
         if !matches!(
             name.as_slice(),
-            b"auth"
-                | b"hello"
-                | b"quit"
-                | b"reset"
-                | b"multi"
-                | b"exec"
-                | b"discard"
-                | b"unwatch"
-                | b"ping"
+            b"auth" | b"hello" | b"quit" | b"reset" | b"ping"
         ) && !self.allowed(&args).await
         {
             return Then::Go;
@@ -587,6 +632,9 @@ impl Conn {
             b"exec" => self.exec_command(&args).await,
             b"discard" => self.discard(&args).await,
             b"watch" => self.watch(args).await,
+            b"unwatch" if args.len() != 1 => {
+                self.put_plain(Reply::Error(crate::reply::errors::wrong_arity("unwatch")))
+            }
             b"unwatch" => {
                 if self.watching {
                     self.session(SessionOp::Unwatch).await;
@@ -766,6 +814,10 @@ impl Conn {
         let Some(a) = self.auth.clone() else {
             return Then::Go;
         };
+        // The replies before it leave now, not after the wait.
+        if !self.write_out(stream).await {
+            return Then::Close;
+        }
         let (reply, rx) = oneshot::channel();
         let job = Job::Exec {
             db: a.db,
@@ -827,6 +879,14 @@ impl Conn {
                         break None;
                     }
                 }
+                // A subscribed RESP3 connection hears its messages while it waits.
+                item = next_event(&mut self.events) => {
+                    let ok = self.write_event(item) && self.drain_events();
+                    if !ok || !self.write_out(stream).await {
+                        self.session(SessionOp::Closed).await;
+                        break None;
+                    }
+                }
             }
         };
         self.carry = carry;
@@ -866,6 +926,16 @@ impl Conn {
         if a.access == Access::Full {
             return true;
         }
+        // The Read Only token runs transactions of reads, as /multi-exec does.
+        let name = args[0].to_ascii_lowercase();
+        if a.access == Access::ReadOnly
+            && matches!(
+                name.as_slice(),
+                b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch"
+            )
+        {
+            return true;
+        }
         let (reply, rx) = oneshot::channel();
         self.session(SessionOp::Check {
             db: a.db,
@@ -893,7 +963,7 @@ impl Conn {
 
     /// A command inside MULTI: queued, or refused (and the transaction with it) when it is
     /// unknown or has the wrong number of arguments, as Redis checks before it queues.
-    fn queue(&mut self, args: Vec<Vec<u8>>) -> Then {
+    async fn queue(&mut self, args: Vec<Vec<u8>>) -> Then {
         let refusal = match table::global().lookup(&args) {
             Lookup::Found(info) if !info.arity_ok(args.len()) => {
                 Some(crate::command::pipeline::arity_error(info))
@@ -911,6 +981,8 @@ impl Conn {
                 self.multi_failed = true;
                 self.put_plain(r);
             }
+            // A token's rights, keys included, are checked as it is queued, as Redis does.
+            None if !self.allowed(&args).await => self.multi_failed = true,
             None => {
                 if let Some(q) = &mut self.multi {
                     q.push(args);
@@ -1189,7 +1261,7 @@ impl Conn {
             }
         }
         if self.auth.is_none() {
-            self.put_plain(Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));
+            self.put_plain(Reply::err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"));
             return;
         }
         if let Some(n) = setname {
@@ -1211,7 +1283,11 @@ impl Conn {
             ("role", Reply::bulk("master")),
             ("modules", Reply::Array(Vec::new())),
         ];
-        write::map(&mut self.out, &pairs, self.resp3);
+        match self.reply_mode {
+            ReplyMode::On => write::map(&mut self.out, &pairs, self.resp3),
+            ReplyMode::Off => {}
+            ReplyMode::Skip => self.reply_mode = ReplyMode::On,
+        }
     }
 
     /// RESET: the connection as it was after AUTH's absence: no transaction, watch,
@@ -1449,21 +1525,55 @@ impl Conn {
             b"list" => {
                 self.show();
                 let now = Instant::now();
-                let ids: Option<Vec<u64>> = match args.get(2) {
+                // None: every client; Some(false): none (no replicas here).
+                let mut ids: Option<Vec<u64>> = None;
+                let mut kind: Option<Option<bool>> = None;
+                match args.get(2) {
                     Some(w) if w.eq_ignore_ascii_case(b"id") && args.len() > 3 => {
-                        args[3..].iter().map(|a| crate::num::parse_i64(a).map(|n| n as u64)).collect()
+                        let parsed: Option<Vec<u64>> = args[3..]
+                            .iter()
+                            .map(|a| crate::num::parse_i64(a).filter(|n| *n > 0).map(|n| n as u64))
+                            .collect();
+                        match parsed {
+                            Some(v) => ids = Some(v),
+                            None => {
+                                self.put_plain(Reply::err("ERR Invalid client ID"));
+                                return Then::Go;
+                            }
+                        }
                     }
-                    Some(w) if w.eq_ignore_ascii_case(b"type") && args.len() == 4 => None,
-                    None => None,
+                    Some(w) if w.eq_ignore_ascii_case(b"type") && args.len() == 4 => {
+                        kind = match args[3].to_ascii_lowercase().as_slice() {
+                            b"normal" => Some(Some(false)),
+                            b"pubsub" => Some(Some(true)),
+                            b"master" | b"replica" | b"slave" => Some(None),
+                            _ => {
+                                self.put_plain(Reply::Error(format!(
+                                    "ERR Unknown client type '{}'",
+                                    String::from_utf8_lossy(&args[3])
+                                )));
+                                return Then::Go;
+                            }
+                        };
+                    }
+                    None => {}
                     Some(_) => {
                         self.put_plain(Reply::err(crate::reply::errors::SYNTAX));
                         return Then::Go;
                     }
-                };
+                }
                 let mut text = String::new();
                 for c in db.map(|d| self.l.clients.of(d)).unwrap_or_default() {
                     if ids.as_ref().is_some_and(|ids| !ids.contains(&c.id)) {
                         continue;
+                    }
+                    if let Some(want) = kind {
+                        let pubsub = c.shown.lock().is_ok_and(|s| {
+                            s.subscriptions + s.patterns + s.shard_subscriptions > 0
+                        });
+                        if want != Some(pubsub) {
+                            continue;
+                        }
                     }
                     text.push_str(&c.line(now));
                     text.push('\n');

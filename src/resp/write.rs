@@ -20,6 +20,14 @@ pub enum Shape {
     ScorePairs,
     /// `[key, member, score]`, the score as a double (BZPOPMIN).
     KeyMemberScore,
+    /// `[member, score]`, the score as a double (ZPOPMIN without a count).
+    MemberScore,
+    /// A flat array `field, value, ...`, as pairs `[field, value]` (HRANDFIELD WITHVALUES).
+    Pairs,
+    /// An array of `[key, value]` pairs, as a map (XREAD, XREADGROUP).
+    KeyedMap,
+    /// An array of `[longitude, latitude]` or nil, as doubles (GEOPOS).
+    Positions,
 }
 
 /// The RESP3 shape of `args`' reply.
@@ -46,7 +54,13 @@ pub fn shape(args: &[Vec<u8>]) -> Shape {
         {
             Shape::ScorePairs
         }
-        b"zpopmin" | b"zpopmax" => Shape::ScorePairs,
+        b"zpopmin" | b"zpopmax" if args.len() > 2 => Shape::ScorePairs,
+        b"zpopmin" | b"zpopmax" => Shape::MemberScore,
+        b"hrandfield" if has("withvalues") => Shape::Pairs,
+        b"xread" | b"xreadgroup" => Shape::KeyedMap,
+        b"spop" if args.len() > 2 => Shape::Set,
+        b"geopos" => Shape::Positions,
+        b"geodist" => Shape::Double,
         b"bzpopmin" | b"bzpopmax" => Shape::KeyMemberScore,
         _ => Shape::Plain,
     }
@@ -89,6 +103,52 @@ pub fn reply(out: &mut Vec<u8>, r: &Reply, resp3: bool, shape: Shape) {
                 plain3(out, &pair[0]);
                 match &pair[1] {
                     Reply::Bulk(b) => double(out, b),
+                    other => plain3(out, other),
+                }
+            }
+        }
+        (Shape::MemberScore, Reply::Array(items)) if items.len() == 2 => {
+            head(out, b'*', 2);
+            plain3(out, &items[0]);
+            match &items[1] {
+                Reply::Bulk(b) => double(out, b),
+                other => plain3(out, other),
+            }
+        }
+        (Shape::Pairs, Reply::Array(items)) if items.len() % 2 == 0 => {
+            head(out, b'*', items.len() / 2);
+            for pair in items.chunks(2) {
+                head(out, b'*', 2);
+                plain3(out, &pair[0]);
+                plain3(out, &pair[1]);
+            }
+        }
+        (Shape::KeyedMap, Reply::Array(items))
+            if items
+                .iter()
+                .all(|i| matches!(i, Reply::Array(kv) if kv.len() == 2)) =>
+        {
+            head(out, b'%', items.len());
+            for i in items {
+                if let Reply::Array(kv) = i {
+                    plain3(out, &kv[0]);
+                    plain3(out, &kv[1]);
+                }
+            }
+        }
+        (Shape::Positions, Reply::Array(items)) => {
+            head(out, b'*', items.len());
+            for i in items {
+                match i {
+                    Reply::Array(ll) => {
+                        head(out, b'*', ll.len());
+                        for c in ll {
+                            match c {
+                                Reply::Bulk(b) => double(out, b),
+                                other => plain3(out, other),
+                            }
+                        }
+                    }
                     other => plain3(out, other),
                 }
             }
@@ -193,6 +253,30 @@ mod tests {
         assert_eq!(
             w(&Reply::err("ERR x"), true, &["HGETALL", "h"]),
             "-ERR x\r\n"
+        );
+        assert_eq!(
+            w(&Reply::bulks(["b", "2"]), true, &["ZPOPMIN", "z"]),
+            "*2\r\n$1\r\nb\r\n,2\r\n"
+        );
+        assert_eq!(
+            w(
+                &Reply::bulks(["f", "v"]),
+                true,
+                &["HRANDFIELD", "h", "1", "WITHVALUES"]
+            ),
+            "*1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+        );
+        let read = Reply::Array(vec![Reply::Array(vec![
+            Reply::bulk("s"),
+            Reply::Array(vec![]),
+        ])]);
+        assert_eq!(
+            w(&read, true, &["XREAD", "STREAMS", "s", "0"]),
+            "%1\r\n$1\r\ns\r\n*0\r\n"
+        );
+        assert_eq!(
+            w(&Reply::NilArray, true, &["XREAD", "STREAMS", "s", "0"]),
+            "_\r\n"
         );
     }
 }

@@ -616,3 +616,144 @@ fn connections_past_the_cap_get_redis_refusal() {
     let mut r = resp(&server);
     assert_eq!(r.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
 }
+
+/// The review of issue 28, each finding's regression: a command blocked with a token that a
+/// reset revokes ends with its connection and takes nothing written with the new token.
+#[test]
+fn a_reset_ends_the_commands_blocked_with_the_old_token() {
+    let dir = TempDir::new("resp-revoked-wait");
+    let server = Server::start(dir.path(), &["--admin-token", "resp-admin"]);
+    let mut admin = Http::connect(&server.addr, "resp-admin");
+    let app = admin.post("/_admin/databases", br#"{"name":"app"}"#).json();
+    let old = app["token"].as_str().expect("token").to_string();
+    let addr = server.resp_addr.clone().expect("RESP");
+    let waiter = std::thread::spawn(move || {
+        let mut w = Redis::connect_addr(&addr);
+        assert_eq!(w.cmd_str(&["AUTH", &old]), ok());
+        w.send_raw(b"*6\r\n$6\r\nBLMOVE\r\n$3\r\nsrc\r\n$3\r\ndst\r\n$4\r\nLEFT\r\n$5\r\nRIGHT\r\n$1\r\n0\r\n");
+        w.read()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let reset = admin.post("/_admin/databases/app/reset", b"").json();
+    let new = reset["token"].as_str().expect("token").to_string();
+    let mut c = Http::connect(&server.addr, &new);
+    assert_eq!(c.cmd_str(&["RPUSH", "src", "secret"]), Canon::Int(1));
+    let got = waiter.join().expect("waiter");
+    assert!(
+        !matches!(got, Some(Canon::Str(_))),
+        "the revoked wait was served: {got:?}"
+    );
+    assert_eq!(
+        c.cmd_str(&["LRANGE", "src", "0", "-1"]),
+        Canon::Arr(vec![bulk("secret")])
+    );
+    assert_eq!(c.cmd_str(&["EXISTS", "dst"]), Canon::Int(0));
+}
+
+/// Review finding: requests that arrived while a command was blocked, the first of them begun
+/// before the wait, are all answered.
+#[test]
+fn requests_sent_behind_a_blocking_command_are_all_answered() {
+    let dir = TempDir::new("resp-behind-block");
+    let server = Server::start(dir.path(), &[]);
+    let mut r = resp(&server);
+    let mut bytes = b"*3\r\n$5\r\nBLPOP\r\n$6\r\nnolist\r\n$5\r\n0.001\r\n".to_vec();
+    for _ in 0..500 {
+        bytes.extend_from_slice(b"*2\r\n$3\r\nGET\r\n$1\r\nx\r\n");
+    }
+    r.send_raw(&bytes);
+    assert_eq!(r.read(), Some(Canon::Nil));
+    for i in 0..500 {
+        assert_eq!(r.read(), Some(Canon::Nil), "reply {i}");
+    }
+    // A request split across the wait.
+    r.send_raw(b"*3\r\n$5\r\nBLPOP\r\n$1\r\nq\r\n$1\r\n0\r\n*3\r\n$3\r\nSE");
+    std::thread::sleep(Duration::from_millis(100));
+    r.send_raw(b"T\r\n$2\r\npa\r\n$1\r\nb\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let mut http = server.client();
+    assert_eq!(http.cmd_str(&["RPUSH", "q", "x"]), Canon::Int(1));
+    assert_eq!(r.read(), Some(Canon::Arr(vec![bulk("q"), bulk("x")])));
+    assert_eq!(r.read(), Some(ok()));
+    // A blocking move that times out answers the null array, as Redis's does.
+    assert_eq!(
+        r.cmd_str(&["BLMOVE", "none", "dst", "LEFT", "RIGHT", "0.01"]),
+        Canon::Nil
+    );
+}
+
+/// Review findings: MONITOR shows no ACL command (passwords) and no login; SCRIPT KILL does
+/// not stop a script that wrote (UNKILLABLE); an ACL user without MULTI is refused it, and a
+/// key it may not touch is refused as it is queued.
+#[test]
+fn monitors_see_no_passwords_and_scripts_that_wrote_are_unkillable() {
+    let dir = TempDir::new("resp-review");
+    let server = Server::start(dir.path(), &[]);
+    let mut mon = resp(&server);
+    assert_eq!(mon.cmd_str(&["MONITOR"]), ok());
+    let mut r = resp(&server);
+    assert_eq!(
+        r.cmd_str(&[
+            "ACL",
+            "SETUSER",
+            "u5",
+            "on",
+            ">supersecret",
+            "~a*",
+            "+get",
+            "+set"
+        ]),
+        ok()
+    );
+    let mut u = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(u.cmd_str(&["AUTH", "u5", "supersecret"]), ok());
+    assert_eq!(r.cmd_str(&["SET", "marker", "1"]), ok());
+    match mon.read() {
+        Some(Canon::Str(line)) => {
+            let line = String::from_utf8_lossy(&line).into_owned();
+            assert!(
+                line.ends_with("\"SET\" \"marker\" \"1\""),
+                "the monitor saw {line}"
+            );
+        }
+        other => panic!("monitor gave {other:?}"),
+    }
+    assert!(matches!(u.cmd_str(&["MULTI"]), Canon::Err(e) if e.starts_with("NOPERM")));
+    assert_eq!(
+        r.cmd_str(&["ACL", "SETUSER", "u5", "+multi", "+exec"]),
+        ok()
+    );
+    assert_eq!(u.cmd_str(&["MULTI"]), ok());
+    assert!(matches!(u.cmd_str(&["GET", "b1"]), Canon::Err(e) if e.starts_with("NOPERM")));
+    assert!(matches!(u.cmd_str(&["EXEC"]), Canon::Err(e) if e.starts_with("EXECABORT")));
+    // A script that wrote cannot be killed; it ends at its time limit.
+    let addr = server.resp_addr.clone().expect("RESP");
+    let runner = std::thread::spawn(move || {
+        let mut w = Redis::connect_addr(&addr);
+        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
+        w.cmd_str(&["EVAL", "redis.call('set','w','1') while true do end", "0"])
+    });
+    let mut answered = Canon::Nil;
+    while !runner.is_finished() {
+        answered = r.cmd_str(&["SCRIPT", "KILL"]);
+        if matches!(&answered, Canon::Err(e) if e.starts_with("UNKILLABLE")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        matches!(&answered, Canon::Err(e) if e.starts_with("UNKILLABLE")),
+        "{answered:?}"
+    );
+    let _ = runner.join();
+    // CLIENT LIST's filters are checked.
+    assert_eq!(
+        r.cmd_str(&["CLIENT", "LIST", "ID", "abc"]),
+        Canon::Err("ERR Invalid client ID".into())
+    );
+    assert_eq!(
+        r.cmd_str(&["CLIENT", "LIST", "TYPE", "bogus"]),
+        Canon::Err("ERR Unknown client type 'bogus'".into())
+    );
+    assert_eq!(r.cmd_str(&["CLIENT", "LIST", "TYPE", "master"]), bulk(""));
+}
