@@ -143,15 +143,6 @@ fn gets(port: u16, for_: Duration) -> Result<(f64, f64), String> {
     Ok((pct(&mut lat, 0.50), pct(&mut lat, 0.99)))
 }
 
-fn rss_kib(pid: u32) -> Result<u64, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or("no VmRSS".into())
-}
-
 /// `only`: run only the phases whose names ("throughput", "pending", "get") contain it.
 pub fn run(
     bin: &Path,
@@ -271,7 +262,7 @@ pub fn run(
         let (server, base) = start(bin, &tmp.join("memory"))?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let pid = server.0.id();
-        let before = rss_kib(pid)?;
+        let before = super::rss_kib(pid)?;
         let batches = pending / 100;
         let next = Arc::new(AtomicU64::new(0));
         let item = serde_json::json!({"destination": "http://127.0.0.1:9/pending", "headers": {"upstash-delay": "1h"}, "body": "x"});
@@ -293,7 +284,7 @@ pub fn run(
             t.await.map_err(|e| e.to_string())??;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = rss_kib(pid)?;
+        let after = super::rss_kib(pid)?;
         let per_msg = (after.saturating_sub(before) * 1024) as f64 / (batches * 100) as f64;
         drop(server);
         rows.push(format!("| memory per pending delayed message ({} pending) | {per_msg:.0} bytes (RSS {} -> {} MiB) | <= 400 bytes |", batches * 100, before / 1024, after / 1024));

@@ -63,6 +63,17 @@ fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
+/// A process's resident memory, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "no VmRSS".to_string())
+}
+
 fn wait_port(port: u16) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {

@@ -113,22 +113,12 @@ fn sets() -> Vec<DataSet> {
 /// Arguments sent per round trip while loading.
 const BATCH_ARGS: usize = 30_000;
 
-fn rss_kib(pid: u32) -> Result<u64, String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| "no VmRSS".to_string())
-}
-
 /// RSS once it stops moving (a restart's replay, or the allocator settling).
 fn settled_rss(pid: u32) -> Result<u64, String> {
-    let mut last = rss_kib(pid)?;
+    let mut last = super::rss_kib(pid)?;
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(250));
-        let now = rss_kib(pid)?;
+        let now = super::rss_kib(pid)?;
         if now == last {
             return Ok(now);
         }

@@ -102,19 +102,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn rss_kib(pid: u32) -> Result<u64, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .ok_or("no VmRSS".into())
-}
-
 /// Opens `n` connections to `port` and authenticates each; the server's resident memory
 /// before and after, in KiB.
 fn idle_connections(pid: u32, port: u16, n: usize) -> Result<(u64, u64), String> {
-    let before = rss_kib(pid)?;
+    let before = super::rss_kib(pid)?;
     let mut conns = Vec::with_capacity(n);
     let auth = b"*2\r\n$4\r\nAUTH\r\n$5\r\nbench\r\n";
     for _ in 0..n {
@@ -128,7 +119,7 @@ fn idle_connections(pid: u32, port: u16, n: usize) -> Result<(u64, u64), String>
         conns.push(s);
     }
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let after = rss_kib(pid)?;
+    let after = super::rss_kib(pid)?;
     drop(conns);
     Ok((before, after))
 }

@@ -431,13 +431,7 @@ pub fn check(args: &[Vec<u8>], perm: &Perm, origin: Origin) -> Result<&'static C
         Lookup::Found(i) => i,
         _ if script => return Err(Reply::err("ERR Unknown Redis command called from script")),
         Lookup::Unknown => return Err(unknown_command(args)),
-        Lookup::UnknownSubcommand(c) => {
-            return Err(Reply::Error(format!(
-                "ERR unknown subcommand '{}'. Try {} HELP.",
-                String::from_utf8_lossy(&args[1]),
-                c.name.to_ascii_uppercase()
-            )))
-        }
+        Lookup::UnknownSubcommand(c) => return Err(unknown_subcommand(c, args)),
     };
     if script {
         if !info.arity_ok(args.len()) {
@@ -504,13 +498,7 @@ pub fn check_connection(args: &[Vec<u8>], perm: &Perm) -> Result<(), Reply> {
     let info = match table::global().lookup(args) {
         Lookup::Found(i) => i,
         Lookup::Unknown => return Err(unknown_command(args)),
-        Lookup::UnknownSubcommand(c) => {
-            return Err(Reply::Error(format!(
-                "ERR unknown subcommand '{}'. Try {} HELP.",
-                String::from_utf8_lossy(&args[1]),
-                c.name.to_ascii_uppercase()
-            )))
-        }
+        Lookup::UnknownSubcommand(c) => return Err(unknown_subcommand(c, args)),
     };
     if !info.arity_ok(args.len()) {
         return Err(arity_error(info));
@@ -683,6 +671,15 @@ pub fn replayable(args: &[Vec<u8>]) -> Result<&'static CommandInfo, String> {
         ));
     }
     Ok(info)
+}
+
+/// Redis's refusal of a subcommand its container does not have.
+pub fn unknown_subcommand(container: &CommandInfo, args: &[Vec<u8>]) -> Reply {
+    Reply::Error(format!(
+        "ERR unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(args.get(1).map(|a| a.as_slice()).unwrap_or_default()),
+        container.name.to_ascii_uppercase()
+    ))
 }
 
 pub fn arity_error(info: &CommandInfo) -> Reply {

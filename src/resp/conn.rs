@@ -695,19 +695,7 @@ impl Conn {
             self.put_plain(r);
             return;
         }
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Exec {
-            db: a.db,
-            cmds: vec![args],
-            mode: ExecMode::Each,
-            access: a.access,
-            client: self.peer.clone(),
-            reply,
-            connection: Some(Connection {
-                id: self.id,
-                may_block: false,
-            }),
-        };
+        let (job, rx) = self.job(a.db, a.access, vec![args], ExecMode::Each, false);
         if self.l.tx.send(job).await.is_err() {
             self.put_plain(Reply::err("ERR the server is shutting down"));
             return;
@@ -729,6 +717,31 @@ impl Conn {
             }
         };
         self.put_plain(r);
+    }
+
+    /// This connection's `Exec` job for `cmds`, and where its answer comes.
+    fn job(
+        &self,
+        db: DbId,
+        access: Access,
+        cmds: Vec<Vec<Vec<u8>>>,
+        mode: ExecMode,
+        may_block: bool,
+    ) -> (Job, oneshot::Receiver<Answer>) {
+        let (reply, rx) = oneshot::channel();
+        let job = Job::Exec {
+            db,
+            cmds,
+            mode,
+            access,
+            client: self.peer.clone(),
+            reply,
+            connection: Some(Connection {
+                id: self.id,
+                may_block,
+            }),
+        };
+        (job, rx)
     }
 
     /// Sends the batch to the executor and writes its replies.
@@ -777,19 +790,7 @@ impl Conn {
         may_block: bool,
     ) -> Option<Answer> {
         let a = self.auth.as_ref()?;
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Exec {
-            db: a.db,
-            cmds,
-            mode,
-            access: a.access.clone(),
-            client: self.peer.clone(),
-            reply,
-            connection: Some(Connection {
-                id: self.id,
-                may_block,
-            }),
-        };
+        let (job, rx) = self.job(a.db, a.access.clone(), cmds, mode, may_block);
         self.l.tx.send(job).await.ok()?;
         let answer = rx.await.ok()?;
         if answer.unauthorized {
@@ -818,19 +819,7 @@ impl Conn {
         if !self.write_out(stream).await {
             return Then::Close;
         }
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Exec {
-            db: a.db,
-            cmds: vec![args],
-            mode: ExecMode::Each,
-            access: a.access.clone(),
-            client: self.peer.clone(),
-            reply,
-            connection: Some(Connection {
-                id: self.id,
-                may_block: true,
-            }),
-        };
+        let (job, rx) = self.job(a.db, a.access.clone(), vec![args], ExecMode::Each, true);
         if self.l.tx.send(job).await.is_err() {
             self.put_plain(Reply::err("ERR the server is shutting down"));
             return Then::Go;
@@ -970,11 +959,9 @@ impl Conn {
             }
             Lookup::Found(_) => None,
             Lookup::Unknown => Some(crate::command::pipeline::unknown_command(&args)),
-            Lookup::UnknownSubcommand(c) => Some(Reply::Error(format!(
-                "ERR unknown subcommand '{}'. Try {} HELP.",
-                String::from_utf8_lossy(&args[1]),
-                c.name.to_ascii_uppercase()
-            ))),
+            Lookup::UnknownSubcommand(c) => {
+                Some(crate::command::pipeline::unknown_subcommand(c, &args))
+            }
         };
         match refusal {
             Some(r) => {
@@ -1187,24 +1174,14 @@ impl Conn {
 
     /// `ACL RESTTOKEN user password` in the default database, run as its Standard token.
     async fn rest_token(&self, user: &str, password: &str) -> Option<String> {
-        let (reply, rx) = oneshot::channel();
-        let job = Job::Exec {
-            db: crate::state::databases::DEFAULT_DB,
-            cmds: vec![vec![
-                b"ACL".to_vec(),
-                b"RESTTOKEN".to_vec(),
-                user.as_bytes().to_vec(),
-                password.as_bytes().to_vec(),
-            ]],
-            mode: ExecMode::Each,
-            access: Access::Full,
-            client: self.peer.clone(),
-            reply,
-            connection: Some(Connection {
-                id: self.id,
-                may_block: false,
-            }),
-        };
+        let cmd = vec![
+            b"ACL".to_vec(),
+            b"RESTTOKEN".to_vec(),
+            user.as_bytes().to_vec(),
+            password.as_bytes().to_vec(),
+        ];
+        let db = crate::state::databases::DEFAULT_DB;
+        let (job, rx) = self.job(db, Access::Full, vec![cmd], ExecMode::Each, false);
         self.l.tx.send(job).await.ok()?;
         match rx.await.ok()?.replies.ok()?.pop()? {
             Reply::Bulk(t) => String::from_utf8(t).ok(),
