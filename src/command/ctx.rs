@@ -191,6 +191,18 @@ pub trait Server {
 
     /// Sends a message to a channel's subscribers; how many received it.
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64;
+    /// SPUBLISH: the same to a shard channel's subscribers (SSUBSCRIBE), a namespace of
+    /// their own.
+    fn publish_shard(&mut self, _channel: &[u8], _message: &[u8]) -> i64 {
+        0
+    }
+    /// The shard channels with at least one subscriber, and how many a shard channel has.
+    fn shard_channels(&self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    fn shard_subscribers(&self, _channel: &[u8]) -> usize {
+        0
+    }
     /// The channels with at least one subscriber.
     fn channels(&self) -> Vec<Vec<u8>>;
     /// How many streams subscribe to `channel`.

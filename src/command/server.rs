@@ -103,9 +103,14 @@ pub fn config_get(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Array(out)
 }
 
-/// `PUBLISH` and `SPUBLISH` (one node: a shard channel is a channel).
+/// `PUBLISH`.
 pub fn publish(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
     Reply::Int(ctx.server.publish(&a[1], &a[2]))
+}
+
+/// `SPUBLISH`: to the shard channel's subscribers (SSUBSCRIBE over RESP) only, as in Redis.
+pub fn spublish(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
+    Reply::Int(ctx.server.publish_shard(&a[1], &a[2]))
 }
 
 /// The PUBSUB subcommands.
@@ -143,11 +148,24 @@ pub fn pubsub(ctx: &mut Ctx, sub: PubSub, a: &[Vec<u8>]) -> Reply {
                 .collect(),
         ),
         PubSub::NumPat => Reply::Int(ctx.server.patterns() as i64),
-        PubSub::ShardChannels => Reply::Array(vec![]),
+        PubSub::ShardChannels => {
+            let pat = a.get(2);
+            Reply::Array(
+                ctx.server
+                    .shard_channels()
+                    .into_iter()
+                    .filter(|c| pat.is_none_or(|p| glob_match(p, c, false)))
+                    .map(Reply::Bulk)
+                    .collect(),
+            )
+        }
         PubSub::ShardNumSub => Reply::Array(
             a[2..]
                 .iter()
-                .flat_map(|c| [Reply::bulk(c.as_slice()), Reply::Int(0)])
+                .flat_map(|c| {
+                    let n = ctx.server.shard_subscribers(c);
+                    [Reply::bulk(c.as_slice()), Reply::Int(n as i64)]
+                })
                 .collect(),
         ),
         PubSub::Help => Reply::Array(

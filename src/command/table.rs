@@ -541,7 +541,7 @@ fn rows() -> Vec<Row> {
         Row::refused("unwatch", TRANSACTION),
         // pub/sub
         Row::new("publish", sv::publish).publishes(),
-        Row::new("spublish", sv::publish).publishes(),
+        Row::new("spublish", sv::spublish).publishes(),
         Row::new("pubsub|channels", |c, a| sv::pubsub(c, sv::PubSub::Channels, a)),
         Row::new("pubsub|numsub", |c, a| sv::pubsub(c, sv::PubSub::NumSub, a)),
         Row::new("pubsub|numpat", |c, a| sv::pubsub(c, sv::PubSub::NumPat, a)),

@@ -1781,6 +1781,15 @@ impl Server for Around<'_> {
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
         self.pubsub.publish(channel, message)
     }
+    fn publish_shard(&mut self, channel: &[u8], message: &[u8]) -> i64 {
+        self.pubsub.publish_shard(channel, message)
+    }
+    fn shard_channels(&self) -> Vec<Vec<u8>> {
+        self.pubsub.shard_channels()
+    }
+    fn shard_subscribers(&self, channel: &[u8]) -> usize {
+        self.pubsub.shard_subscribers_of(channel)
+    }
     fn channels(&self) -> Vec<Vec<u8>> {
         self.pubsub.channels()
     }

@@ -146,6 +146,8 @@ pub struct PubSub {
     monitors: Vec<SubscriberHandle>,
     subs: HashMap<u64, SubscriberHandle>,
     channels: HashMap<Vec<u8>, Vec<u64>>,
+    /// Shard channels (SSUBSCRIBE): a namespace of their own, which only SPUBLISH reaches.
+    shard: HashMap<Vec<u8>, Vec<u64>>,
     patterns: Vec<(Vec<u8>, u64)>,
 }
 
@@ -174,11 +176,15 @@ impl PubSub {
                 }
             }
             SubKind::Channels(chs) => {
+                let map = match h.wire {
+                    Wire::Shard(_) => &mut self.shard,
+                    _ => &mut self.channels,
+                };
                 for (i, ch) in chs.iter().enumerate() {
                     if confirm {
                         h.deliver(line(&[b"subscribe", ch, (i + 1).to_string().as_bytes()]));
                     }
-                    self.channels.entry(ch.clone()).or_default().push(h.id);
+                    map.entry(ch.clone()).or_default().push(h.id);
                 }
                 self.subs.insert(h.id, h);
             }
@@ -199,12 +205,16 @@ impl PubSub {
         let Some(h) = self.subs.get_mut(&id) else {
             return;
         };
+        let map = match h.wire {
+            Wire::Shard(_) => &mut self.shard,
+            _ => &mut self.channels,
+        };
         match (&mut h.kind, more) {
             (SubKind::Channels(have), SubKind::Channels(new)) => {
                 for ch in new {
                     if !have.contains(&ch) {
                         have.push(ch.clone());
-                        self.channels.entry(ch).or_default().push(id);
+                        map.entry(ch).or_default().push(id);
                     }
                 }
             }
@@ -229,6 +239,10 @@ impl PubSub {
         let (SubKind::Channels(names) | SubKind::Patterns(names)) = less else {
             return;
         };
+        let map = match h.wire {
+            Wire::Shard(_) => &mut self.shard,
+            _ => &mut self.channels,
+        };
         let left = match &mut h.kind {
             SubKind::Channels(have) => {
                 let gone: Vec<Vec<u8>> = have
@@ -238,10 +252,10 @@ impl PubSub {
                     .collect();
                 have.retain(|c| !gone.contains(c));
                 for ch in gone {
-                    if let Some(ids) = self.channels.get_mut(&ch) {
+                    if let Some(ids) = map.get_mut(&ch) {
                         ids.retain(|x| *x != id);
                         if ids.is_empty() {
-                            self.channels.remove(&ch);
+                            map.remove(&ch);
                         }
                     }
                 }
@@ -264,11 +278,15 @@ impl PubSub {
         self.monitors.retain(|m| m.id != id);
         if let Some(h) = self.subs.remove(&id) {
             if let SubKind::Channels(chs) = &h.kind {
+                let map = match h.wire {
+                    Wire::Shard(_) => &mut self.shard,
+                    _ => &mut self.channels,
+                };
                 for ch in chs {
-                    if let Some(ids) = self.channels.get_mut(ch) {
+                    if let Some(ids) = map.get_mut(ch) {
                         ids.retain(|x| *x != id);
                         if ids.is_empty() {
-                            self.channels.remove(ch);
+                            map.remove(ch);
                         }
                     }
                 }
@@ -305,6 +323,35 @@ impl PubSub {
             self.remove(id);
         }
         n
+    }
+
+    /// SPUBLISH: sends `msg` to the subscribers of shard channel `channel` (SSUBSCRIBE) only;
+    /// how many received it.
+    pub fn publish_shard(&mut self, channel: &[u8], msg: &[u8]) -> i64 {
+        let mut n = 0;
+        let mut gone = Vec::new();
+        if let Some(ids) = self.shard.get(channel) {
+            let mut ev = Encoded::default();
+            for id in ids {
+                match self.subs.get(id) {
+                    Some(h) if h.deliver(ev.get(h.wire, &[b"message", channel, msg])) => n += 1,
+                    _ => gone.push(*id),
+                }
+            }
+        }
+        for id in gone {
+            self.remove(id);
+        }
+        n
+    }
+
+    /// The shard channels with at least one subscriber.
+    pub fn shard_channels(&self) -> Vec<Vec<u8>> {
+        self.shard.keys().cloned().collect()
+    }
+
+    pub fn shard_subscribers_of(&self, channel: &[u8]) -> usize {
+        self.shard.get(channel).map(|v| v.len()).unwrap_or(0)
     }
 
     /// Sends one MONITOR line for a command about to run.

@@ -264,6 +264,28 @@ fn subscribers_and_monitors_hear_both_protocols() {
     sub.send_raw(b"*3\r\n$11\r\nUNSUBSCRIBE\r\n$1\r\na\r\n$1\r\nb\r\n");
     assert_eq!(sub.read(), confirm("unsubscribe", "a", 2));
     assert_eq!(sub.read(), confirm("unsubscribe", "b", 1));
+    // Shard channels are a namespace of their own: SPUBLISH reaches SSUBSCRIBE only, and
+    // PUBSUB SHARDCHANNELS and SHARDNUMSUB count them.
+    let mut shard = resp(&server);
+    assert_eq!(
+        shard.cmd_str(&["SSUBSCRIBE", "s1"]),
+        Canon::Arr(vec![bulk("ssubscribe"), bulk("s1"), Canon::Int(1)])
+    );
+    assert_eq!(
+        http.cmd_str(&["PUBSUB", "SHARDCHANNELS"]),
+        Canon::Arr(vec![bulk("s1")])
+    );
+    assert_eq!(
+        http.cmd_str(&["PUBSUB", "SHARDNUMSUB", "s1"]),
+        Canon::Arr(vec![bulk("s1"), Canon::Int(1)])
+    );
+    assert_eq!(http.cmd_str(&["PUBLISH", "s1", "not-shard"]), Canon::Int(0));
+    assert_eq!(http.cmd_str(&["SPUBLISH", "s1", "hi"]), Canon::Int(1));
+    assert_eq!(
+        shard.read(),
+        Some(Canon::Arr(vec![bulk("smessage"), bulk("s1"), bulk("hi")]))
+    );
+    assert_eq!(http.cmd_str(&["PUBSUB", "CHANNELS"]), Canon::Arr(vec![]));
     let mut mon = resp(&server);
     assert_eq!(mon.cmd_str(&["MONITOR"]), ok());
     assert_eq!(http.cmd_str(&["SET", "m", "1"]), ok());
