@@ -261,6 +261,9 @@ impl Conn {
 
     async fn run<S: Stream>(&mut self, stream: &mut S) {
         let mut buf: Vec<u8> = Vec::with_capacity(config::RESP_READ_BYTES);
+        // When the request being read began: it must end within RESP_REQUEST_TIMEOUT_MS
+        // however its bytes trickle in.
+        let mut begun: Option<tokio::time::Instant> = None;
         loop {
             // Every whole request read so far, up to a batch's worth.
             let mut at = 0;
@@ -278,6 +281,8 @@ impl Conn {
             }
             buf.drain(..at);
             if !requests.is_empty() {
+                // What is left is the beginning of a new request.
+                begun = None;
                 if let Ok(mut t) = self.me.last_active.lock() {
                     *t = Instant::now();
                 }
@@ -306,8 +311,16 @@ impl Conn {
                 buf.shrink_to(config::RESP_READ_BYTES);
             }
             // Wait for more input, an event, a kill or a change of credentials.
-            let limit = if self.reader.in_request() || !buf.is_empty() {
-                Some(config::RESP_REQUEST_TIMEOUT_MS)
+            let partial = self.reader.in_request() || !buf.is_empty();
+            if !partial {
+                begun = None;
+            }
+            let now = tokio::time::Instant::now();
+            let limit = if partial {
+                let since = *begun.get_or_insert(now);
+                let left = Duration::from_millis(config::RESP_REQUEST_TIMEOUT_MS)
+                    .saturating_sub(now.saturating_duration_since(since));
+                Some(left.as_millis() as u64)
             } else if self.auth.is_none() {
                 Some(config::RESP_UNAUTHENTICATED_IDLE_MS)
             } else if self.subscribed() || self.monitor {

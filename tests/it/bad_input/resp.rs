@@ -132,3 +132,36 @@ fn malformed_resp_gets_the_protocol_error_and_a_closed_connection() {
     assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
     assert_eq!(r.cmd_str(&["PING"]), Canon::s("PONG"));
 }
+
+/// A request whose bytes trickle in is closed when it has not ended within the request
+/// timeout, however often a byte arrives (`RESP_REQUEST_TIMEOUT_MS`, 10 s): a slow client
+/// cannot hold a connection for ever with one request.
+#[test]
+fn a_request_that_trickles_in_is_closed_at_its_deadline() {
+    let dir = TempDir::new("bad-resp-slow");
+    let server = Server::start(dir.path(), &[]);
+    let addr = server.resp_addr.clone().expect("RESP");
+    let mut s = authed(&addr);
+    let started = std::time::Instant::now();
+    let body = b"*2\r\n$3\r\nGET\r\n$100\r\n";
+    let _ = s.write_all(body);
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(500));
+        if s.write_all(b"x").is_err() {
+            closed = true;
+            break;
+        }
+        s.set_read_timeout(Some(Duration::from_millis(1)))
+            .expect("timeout");
+        let mut b = [0u8; 1];
+        if matches!(s.read(&mut b), Ok(0)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a trickling request was kept open for 20 s");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(9), "closed after {waited:?}");
+    still_answers(&server);
+}
