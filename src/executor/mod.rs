@@ -244,6 +244,8 @@ pub struct Executor {
     pubsubs: BTreeMap<DbId, PubSub>,
     /// RESP connections' watched keys and blocked commands.
     sessions: sessions::Sessions,
+    /// The next `exec` tries a blocked command again (`Around::retry`).
+    retrying: bool,
     started_ms: u64,
     commands_processed: u64,
     listen_port: u16,
@@ -468,6 +470,7 @@ pub fn start(
         shared: shared.clone(),
         pubsubs: BTreeMap::new(),
         sessions: sessions::Sessions::default(),
+        retrying: false,
         started_ms: clock::wall_unix_ms(),
         commands_processed: 0,
         listen_port,
@@ -1020,6 +1023,7 @@ impl Executor {
                     continue;
                 };
                 let before = self.wal.last_seq();
+                self.retrying = true;
                 let replies = self.exec(
                     b.db,
                     vec![b.args.clone()],
@@ -1369,6 +1373,7 @@ impl Executor {
         client: &str,
         origin: crate::command::ctx::Origin,
     ) -> Result<Vec<Reply>, String> {
+        let retry = std::mem::take(&mut self.retrying);
         // After a failed log write or sync nothing is answered from memory, reads included:
         // the failed write changed it, and the disk may not hold that change.
         if self.read_only.is_none() {
@@ -1395,8 +1400,15 @@ impl Executor {
         }
         let began = scratch.then(std::time::Instant::now);
         let ts = self.now();
-        self.count_request(db_id, ts);
-        let commands_left = self.commands_left(db_id);
+        if !retry {
+            self.count_request(db_id, ts);
+        }
+        // A retry was within the daily limit when it was sent.
+        let commands_left = if retry {
+            None
+        } else {
+            self.commands_left(db_id)
+        };
         let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
         let refusal = self.write_refusal();
         let Executor {
@@ -1445,6 +1457,7 @@ impl Executor {
             started: 0,
             snapshot_asked: None,
             memory_max: self.memory_bytes_max.unwrap_or(0),
+            retry,
         };
         let mut ctx = Ctx::new(
             db,
@@ -1733,6 +1746,9 @@ struct Around<'a> {
     snapshot_asked: Option<(bool, usize)>,
     /// `--max-memory` (0: none), for INFO memory and CONFIG GET maxmemory.
     memory_max: u64,
+    /// A blocked command tried again after a write: it was counted and shown to MONITOR
+    /// when it was sent, and is neither again.
+    retry: bool,
 }
 
 impl Around<'_> {
@@ -1756,6 +1772,9 @@ impl Server for Around<'_> {
         self.refusal.clone()
     }
     fn command_starts(&mut self, client: &str, args: &[Vec<u8>], id: usize, top_level: bool) {
+        if self.retry {
+            return;
+        }
         self.unmonitored_command_starts(id, top_level);
         self.pubsub.feed_monitors(client, args);
     }
@@ -1763,6 +1782,9 @@ impl Server for Around<'_> {
         self.shared.scripts.note_write();
     }
     fn unmonitored_command_starts(&mut self, id: usize, top_level: bool) {
+        if self.retry {
+            return;
+        }
         *self.commands_processed += 1;
         self.started += 1;
         if top_level {

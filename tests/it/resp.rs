@@ -779,3 +779,46 @@ fn monitors_see_no_passwords_and_scripts_that_wrote_are_unkillable() {
     );
     assert_eq!(r.cmd_str(&["CLIENT", "LIST", "TYPE", "master"]), bulk(""));
 }
+
+/// A blocked command woken by writes that do not serve it is shown to MONITOR once, when it
+/// was sent, and is counted once, as in Redis.
+#[test]
+fn a_blocked_command_is_monitored_and_counted_once() {
+    let dir = TempDir::new("resp-retry");
+    let server = Server::start(dir.path(), &[]);
+    let mut mon = resp(&server);
+    assert_eq!(mon.cmd_str(&["MONITOR"]), ok());
+    let addr = server.resp_addr.clone().expect("RESP");
+    let waiter = std::thread::spawn(move || {
+        let mut w = Redis::connect_addr(&addr);
+        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
+        w.cmd_str(&["BLPOP", "k", "10"])
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut http = server.client();
+    // A string at the key, its deletion, then an item: two wake-ups that do not serve it.
+    assert_eq!(http.cmd_str(&["SET", "k", "s"]), ok());
+    assert_eq!(http.cmd_str(&["DEL", "k"]), Canon::Int(1));
+    assert_eq!(http.cmd_str(&["RPUSH", "k", "v"]), Canon::Int(1));
+    assert_eq!(
+        waiter.join().expect("waiter"),
+        Canon::Arr(vec![bulk("k"), bulk("v")])
+    );
+    let mut lines = Vec::new();
+    for _ in 0..4 {
+        match mon.read() {
+            Some(Canon::Str(l)) => lines.push(String::from_utf8_lossy(&l).into_owned()),
+            other => panic!("monitor gave {other:?}"),
+        }
+    }
+    let blpops = lines.iter().filter(|l| l.contains("\"BLPOP\"")).count();
+    assert_eq!(blpops, 1, "{lines:?}");
+    assert!(lines[3].contains("\"RPUSH\""), "{lines:?}");
+    // INFO's command count: AUTH and MONITOR are the connections' own; BLPOP (once), SET,
+    // DEL, RPUSH and this INFO are the executor's.
+    let Canon::Str(info) = http.cmd_str(&["INFO", "stats"]) else {
+        panic!("no INFO")
+    };
+    let info = String::from_utf8_lossy(&info).into_owned();
+    assert!(info.contains("total_commands_processed:5\r\n"), "{info}");
+}
