@@ -12,34 +12,14 @@ number, an array a JSON list, and a status reply (RESP2's `+deprecated` in doc_f
 `+optional` in an argument's flags) is {"status": text}. Commands are keyed by name.
 """
 import json
-import socket
+import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from redis_reply import request  # noqa: E402
+
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
-s = socket.create_connection(("127.0.0.1", port))
-f = s.makefile("rb")
-s.sendall(b"*2\r\n$7\r\nCOMMAND\r\n$4\r\nDOCS\r\n")
-
-
-def read():
-    line = f.readline()
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"+":
-        return {"status": rest.decode()}
-    if kind == b"-":
-        raise SystemExit(rest.decode())
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode()
-    if kind == b"*":
-        n = int(rest)
-        return None if n < 0 else [read() for _ in range(n)]
-    raise SystemExit(f"unexpected reply type {kind!r}")
-
-
-flat = read()
+flat = request(port, "COMMAND", "DOCS", status=lambda text: {"status": text})
 docs = {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
 json.dump(dict(sorted(docs.items())), sys.stdout, separators=(",", ":"))
 sys.stdout.write("\n")

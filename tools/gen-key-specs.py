@@ -6,31 +6,13 @@ every command's (and subcommand's) key specifications, as Redis finds keys for A
     python3 tools/gen-key-specs.py 6399 > src/command/redis-7.0-key-specs.json
 """
 import json
-import socket
+import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from redis_reply import request  # noqa: E402
+
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
-s = socket.create_connection(("127.0.0.1", port))
-f = s.makefile("rb")
-s.sendall(b"*1\r\n$7\r\nCOMMAND\r\n")
-
-
-def read():
-    line = f.readline()
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"+":
-        return rest.decode()
-    if kind == b"-":
-        raise SystemExit(rest.decode())
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode()
-    if kind == b"*":
-        n = int(rest)
-        return None if n < 0 else [read() for _ in range(n)]
-    raise SystemExit(f"unexpected reply line {line!r}")
 
 
 def pairs(items):
@@ -61,7 +43,7 @@ def walk(c):
         walk(sub)
 
 
-for c in read():
+for c in request(port, "COMMAND"):
     walk(c)
 json.dump(out, sys.stdout, sort_keys=True, separators=(",", ":"))
 print()

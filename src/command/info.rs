@@ -555,8 +555,7 @@ impl CommandInfo {
         if self.run.is_some() {
             return None;
         }
-        let why = self.rest_refusal(args)?;
-        Some(why.replacen(" over REST", "", 1))
+        self.refusal(args, "")
     }
 
     /// Why a script cannot run the command: what REST cannot carry, except a blocking
@@ -571,6 +570,11 @@ impl CommandInfo {
     /// Why REST cannot carry these arguments of the command, if it cannot: Redis's error
     /// text.
     pub fn rest_refusal(&self, args: &[Vec<u8>]) -> Option<String> {
+        self.refusal(args, " over REST")
+    }
+
+    /// The refusal of a row REST cannot carry, `over` naming the door (or nothing).
+    fn refusal(&self, args: &[Vec<u8>], over: &str) -> Option<String> {
         let why = match self.rest {
             Rest::Yes => return None,
             Rest::No(why) => why,
@@ -586,7 +590,7 @@ impl CommandInfo {
             }
         };
         Some(format!(
-            "ERR '{}' is not supported over REST: {why}",
+            "ERR '{}' is not supported{over}: {why}",
             self.name.replace('|', " ").to_ascii_uppercase()
         ))
     }

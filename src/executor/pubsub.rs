@@ -298,17 +298,14 @@ impl PubSub {
     /// Sends `msg` to every subscriber of `channel` and every matching pattern; returns how many
     /// received it.
     pub fn publish(&mut self, channel: &[u8], msg: &[u8]) -> i64 {
-        let mut n = 0;
         let mut gone = Vec::new();
-        if let Some(ids) = self.channels.get(channel) {
-            let mut ev = Encoded::default();
-            for id in ids {
-                match self.subs.get(id) {
-                    Some(h) if h.deliver(ev.get(h.wire, &[b"message", channel, msg])) => n += 1,
-                    _ => gone.push(*id),
-                }
-            }
-        }
+        let mut n = deliver_message(
+            &self.subs,
+            self.channels.get(channel),
+            channel,
+            msg,
+            &mut gone,
+        );
         for (pat, id) in &self.patterns {
             if glob_match(pat, channel, false) {
                 match self.subs.get(id) {
@@ -328,17 +325,8 @@ impl PubSub {
     /// SPUBLISH: sends `msg` to the subscribers of shard channel `channel` (SSUBSCRIBE) only;
     /// how many received it.
     pub fn publish_shard(&mut self, channel: &[u8], msg: &[u8]) -> i64 {
-        let mut n = 0;
         let mut gone = Vec::new();
-        if let Some(ids) = self.shard.get(channel) {
-            let mut ev = Encoded::default();
-            for id in ids {
-                match self.subs.get(id) {
-                    Some(h) if h.deliver(ev.get(h.wire, &[b"message", channel, msg])) => n += 1,
-                    _ => gone.push(*id),
-                }
-            }
-        }
+        let n = deliver_message(&self.subs, self.shard.get(channel), channel, msg, &mut gone);
         for id in gone {
             self.remove(id);
         }
@@ -404,6 +392,26 @@ impl PubSub {
         pats.dedup();
         pats.len()
     }
+}
+
+/// Sends a channel's message to the streams `ids` name; how many took it (`gone` gets those
+/// that are gone or fell behind).
+fn deliver_message(
+    subs: &HashMap<u64, SubscriberHandle>,
+    ids: Option<&Vec<u64>>,
+    channel: &[u8],
+    msg: &[u8],
+    gone: &mut Vec<u64>,
+) -> i64 {
+    let mut n = 0;
+    let mut ev = Encoded::default();
+    for id in ids.into_iter().flatten() {
+        match subs.get(id) {
+            Some(h) if h.deliver(ev.get(h.wire, &[b"message", channel, msg])) => n += 1,
+            _ => gone.push(*id),
+        }
+    }
+    n
 }
 
 /// Redis's `sdscatrepr`: the quoting MONITOR uses.

@@ -533,21 +533,22 @@ impl Conn {
     fn show(&self) {
         if let Ok(mut s) = self.me.shown.lock() {
             s.db = self.auth.as_ref().map(|a| a.db);
-            s.user = self
-                .auth
-                .as_ref()
-                .map(|a| a.user.clone())
-                .unwrap_or_else(|| "default".into());
-            s.name.clone_from(&self.name);
+            let user = self.auth.as_ref().map_or("default", |a| a.user.as_str());
+            if s.user != user {
+                s.user = user.to_string();
+            }
+            if s.name != self.name {
+                s.name.clone_from(&self.name);
+            }
             s.resp = if self.resp3 { 3 } else { 2 };
             s.subscriptions = self.channels.len();
             s.patterns = self.patterns.len();
             s.shard_subscriptions = self.shards.len();
             s.multi = self.multi.as_ref().map_or(-1, |m| m.len() as i64);
             s.monitor = self.monitor;
-            s.last_command.clear();
-            s.last_command
-                .push_str(&String::from_utf8_lossy(&self.last_command));
+            if s.last_command.as_bytes() != self.last_command.as_slice() {
+                s.last_command = String::from_utf8_lossy(&self.last_command).into_owned();
+            }
         }
     }
 

@@ -86,42 +86,29 @@ pub fn reply(out: &mut Vec<u8>, r: &Reply, resp3: bool, shape: Shape) {
                 plain3(out, i);
             }
         }
-        (Shape::Double, Reply::Bulk(b)) => double(out, b),
+        (Shape::Double, r) => number(out, r),
         (Shape::Doubles, Reply::Array(items)) => {
             head(out, b'*', items.len());
             for i in items {
-                match i {
-                    Reply::Bulk(b) => double(out, b),
-                    other => plain3(out, other),
-                }
+                number(out, i);
             }
         }
-        (Shape::ScorePairs, Reply::Array(items)) if items.len() % 2 == 0 => {
+        (Shape::ScorePairs | Shape::Pairs, Reply::Array(items)) if items.len() % 2 == 0 => {
             head(out, b'*', items.len() / 2);
             for pair in items.chunks(2) {
                 head(out, b'*', 2);
                 plain3(out, &pair[0]);
-                match &pair[1] {
-                    Reply::Bulk(b) => double(out, b),
-                    other => plain3(out, other),
+                if shape == Shape::ScorePairs {
+                    number(out, &pair[1]);
+                } else {
+                    plain3(out, &pair[1]);
                 }
             }
         }
         (Shape::MemberScore, Reply::Array(items)) if items.len() == 2 => {
             head(out, b'*', 2);
             plain3(out, &items[0]);
-            match &items[1] {
-                Reply::Bulk(b) => double(out, b),
-                other => plain3(out, other),
-            }
-        }
-        (Shape::Pairs, Reply::Array(items)) if items.len() % 2 == 0 => {
-            head(out, b'*', items.len() / 2);
-            for pair in items.chunks(2) {
-                head(out, b'*', 2);
-                plain3(out, &pair[0]);
-                plain3(out, &pair[1]);
-            }
+            number(out, &items[1]);
         }
         (Shape::KeyedMap, Reply::Array(items))
             if items
@@ -143,10 +130,7 @@ pub fn reply(out: &mut Vec<u8>, r: &Reply, resp3: bool, shape: Shape) {
                     Reply::Array(ll) => {
                         head(out, b'*', ll.len());
                         for c in ll {
-                            match c {
-                                Reply::Bulk(b) => double(out, b),
-                                other => plain3(out, other),
-                            }
+                            number(out, c);
                         }
                     }
                     other => plain3(out, other),
@@ -157,10 +141,7 @@ pub fn reply(out: &mut Vec<u8>, r: &Reply, resp3: bool, shape: Shape) {
             head(out, b'*', 3);
             plain3(out, &items[0]);
             plain3(out, &items[1]);
-            match &items[2] {
-                Reply::Bulk(b) => double(out, b),
-                other => plain3(out, other),
-            }
+            number(out, &items[2]);
         }
         _ => plain3(out, r),
     }
@@ -184,6 +165,14 @@ fn head(out: &mut Vec<u8>, kind: u8, n: usize) {
     out.push(kind);
     out.extend_from_slice(n.to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
+}
+
+/// A number's bulk string as a RESP3 double; anything else (a nil) as it is.
+fn number(out: &mut Vec<u8>, r: &Reply) {
+    match r {
+        Reply::Bulk(b) => double(out, b),
+        other => plain3(out, other),
+    }
 }
 
 /// A RESP3 double from a score's text (`inf`, `-inf` as RESP3 spells them).
