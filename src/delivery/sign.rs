@@ -89,34 +89,60 @@ pub fn new_key() -> Result<String, String> {
     ))
 }
 
-/// Signs a delivery of `body` to `url` at `now_s`. `jti` makes the token unique.
-pub fn sign(key: &str, url: &str, body: &[u8], now_s: u64, jti: &str) -> String {
-    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
-    let body_hash = base64::engine::general_purpose::URL_SAFE.encode(Sha256::digest(body));
-    // nbf 0: the hosted service changed to this so that clock skew never rejects a delivery.
-    let claims = serde_json::json!({
-        "iss": "Upstash",
-        "sub": url,
-        "exp": now_s + SIGNATURE_LIFETIME_S,
-        "nbf": 0,
-        "iat": now_s,
-        "jti": jti,
-        "body": body_hash,
-    });
-    let claims = URL_SAFE_NO_PAD.encode(claims.to_string());
-    let signing_input = format!("{header}.{claims}");
-    let sig = hmac_sha256(key.as_bytes(), signing_input.as_bytes());
-    format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig))
+/// The JWT header, `{"alg":"HS256","typ":"JWT"}` in base64url.
+const JWT_HEADER: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+
+/// The claims of a signature, in the order serde_json writes a map's keys (sorted), which is
+/// the order these tokens have always had.
+#[derive(serde::Serialize)]
+struct Claims<'a> {
+    body: &'a str,
+    exp: u64,
+    iat: u64,
+    iss: &'a str,
+    jti: &'a str,
+    nbf: u64,
+    sub: &'a str,
 }
 
-fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
+/// Signs a delivery of `body` to `url` at `now_s`. `jti` makes the token unique. Written
+/// straight into one buffer: a JSON map and its formatted copies took a tenth of the delivery
+/// thread's time.
+pub fn sign(key: &str, url: &str, body: &[u8], now_s: u64, jti: &str) -> String {
+    let mut body_hash = [0u8; 44];
+    let hashed = base64::engine::general_purpose::URL_SAFE
+        .encode_slice(Sha256::digest(body), &mut body_hash)
+        .unwrap_or(0);
+    let claims = Claims {
+        body: std::str::from_utf8(&body_hash[..hashed]).unwrap_or(""),
+        exp: now_s + SIGNATURE_LIFETIME_S,
+        iat: now_s,
+        iss: "Upstash",
+        jti,
+        // 0: the hosted service changed to this so that clock skew never rejects a delivery.
+        nbf: 0,
+        sub: url,
+    };
+    // Serializing plain strings and numbers cannot fail.
+    let json = serde_json::to_vec(&claims).unwrap_or_default();
+    let mut token = String::with_capacity(JWT_HEADER.len() + 2 + json.len() * 4 / 3 + 48);
+    token.push_str(JWT_HEADER);
+    token.push('.');
+    URL_SAFE_NO_PAD.encode_string(&json, &mut token);
+    let sig = hmac_sha256(key.as_bytes(), token.as_bytes());
+    token.push('.');
+    URL_SAFE_NO_PAD.encode_string(sig, &mut token);
+    token
+}
+
+fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
     // HMAC accepts keys of any length, so this cannot fail.
     match <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(key) {
         Ok(mut m) => {
             m.update(data);
-            m.finalize().into_bytes().to_vec()
+            m.finalize().into_bytes().into()
         }
-        Err(_) => Vec::new(),
+        Err(_) => [0; 32],
     }
 }
 
@@ -150,6 +176,35 @@ mod tests {
             hex,
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    /// Guards the bytes of a signature across the rewrite that dropped the JSON map: the
+    /// token `json!` built, for the same inputs, before it.
+    #[test]
+    fn token_bytes_unchanged() {
+        assert_eq!(
+            JWT_HEADER,
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#)
+        );
+        let t = sign("sig_k", "http://x/\"y\"", b"hi", 1000, "jwt_1");
+        let old = {
+            let claims = serde_json::json!({
+                "iss": "Upstash",
+                "sub": "http://x/\"y\"",
+                "exp": 1300,
+                "nbf": 0,
+                "iat": 1000,
+                "jti": "jwt_1",
+                "body": "j0NDRmSPa5bfid2pAcUXaxCm2Dlh3TwayItZstwyeqQ=",
+            });
+            let input = format!(
+                "{JWT_HEADER}.{}",
+                URL_SAFE_NO_PAD.encode(claims.to_string())
+            );
+            let sig = hmac_sha256(b"sig_k", input.as_bytes());
+            format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig))
+        };
+        assert_eq!(t, old);
     }
 
     #[test]

@@ -104,11 +104,12 @@ impl Workers {
     pub fn start(&self, d: Dispatch) {
         let w = self.clone();
         self.runtime.spawn(async move {
+            let mut d = d;
             if w.wait_for_sync {
                 w.log.wait_durable(d.durable_after).await;
             }
             let started_ms = clock::wall_unix_ms();
-            let response = w.attempt(&d).await;
+            let response = w.attempt(&mut d).await;
             let _ = w
                 .results
                 .send(AttemptResult {
@@ -121,8 +122,11 @@ impl Workers {
         });
     }
 
-    async fn attempt(&self, d: &Dispatch) -> Response {
-        let m = &d.msg;
+    /// Sends `d` (its body is moved into the request, not copied).
+    async fn attempt(&self, d: &mut Dispatch) -> Response {
+        let retried = d.retried;
+        let run_created_ms = d.run_created_ms;
+        let m = &mut d.msg;
         let method = reqwest::Method::from_bytes(m.method.as_str().as_bytes())
             .unwrap_or(reqwest::Method::POST);
         let timeout = m
@@ -144,13 +148,7 @@ impl Workers {
             (None, Err(p)) => p.into_inner().current.clone(),
         };
         let jti = format!("jwt_{}", &m.id[m.id.len().saturating_sub(20)..]);
-        let signature = sign::sign(
-            &key,
-            &m.url,
-            &m.body.0,
-            now_s,
-            &format!("{jti}{}", d.retried),
-        );
+        let signature = sign::sign(&key, &m.url, &m.body.0, now_s, &format!("{jti}{retried}"));
         // Forwarded headers first (repeated names kept), then the delivery's own headers, which
         // replace any forwarded header of the same name: a workflow step forwards the headers
         // of the request that produced it, its old Upstash-Signature included.
@@ -168,7 +166,7 @@ impl Workers {
         }
         let mut own = vec![
             ("upstash-message-id", m.id.to_string()),
-            ("upstash-retried", d.retried.to_string()),
+            ("upstash-retried", retried.to_string()),
             ("upstash-signature", signature),
             ("user-agent", "Upstash-QStash".to_string()),
         ];
@@ -182,7 +180,7 @@ impl Workers {
             own.push(("upstash-caller-ip", ip.to_string()));
         }
         if let Some(run) = m.conf.run_id() {
-            let created = d.run_created_ms.unwrap_or(m.created_ms);
+            let created = run_created_ms.unwrap_or(m.created_ms);
             own.push(("upstash-workflow-runid", run.to_string()));
             own.push(("upstash-workflow-createdat", created.to_string()));
         }
@@ -202,7 +200,7 @@ impl Workers {
             .request(method, &m.url)
             .timeout(Duration::from_millis(timeout))
             .headers(h)
-            .body(m.body.0.clone());
+            .body(std::mem::take(&mut m.body.0));
         let resp = match rb.send().await {
             Ok(r) => r,
             Err(e) => {
