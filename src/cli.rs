@@ -137,6 +137,9 @@ pub struct Serve {
     /// Where POST creates a scratch database, or off [default: /start on loopback, else off]
     #[arg(long, env = "TIDEPOOL_START_PATH", value_name = "PATH")]
     pub start_path: Option<String>,
+    /// The web console at /console: on or off [default: on on loopback, else off]
+    #[arg(long, env = "TIDEPOOL_CONSOLE", value_name = "on|off")]
+    pub console: Option<String>,
     /// How long a scratch database lives unless claimed
     #[arg(long, env = "TIDEPOOL_SCRATCH_TTL", value_name = "D", default_value = config::SCRATCH_TTL_DEFAULT)]
     pub scratch_ttl: String,
@@ -283,6 +286,7 @@ impl Serve {
             max_requests_per_day,
             admin_token,
             start_path,
+            console,
             scratch_ttl,
             start_per_hour,
             metrics_open,
@@ -456,6 +460,13 @@ impl Serve {
                 ))
             }
         };
+        let console = match console.as_deref() {
+            // As /start: on by default only where no one else can reach it.
+            None => listen.ip().is_loopback(),
+            Some("on") => true,
+            Some("off") => false,
+            Some(c) => return Err(format!("--console '{c}' must be on or off")),
+        };
         let scratch_ttl_ms = match config::Retention::parse(&scratch_ttl) {
             Ok(config::Retention::Millis(ms)) if ms > 0 => ms,
             _ => {
@@ -483,6 +494,7 @@ impl Serve {
             script_time_limit_ms,
             admin_token,
             start_path,
+            console,
             scratch_ttl_ms,
             start_per_hour,
             key_bytes_max,

@@ -517,6 +517,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// Where `POST` creates a scratch database (`--start-path`); None: switched off.
     pub start_path: Option<String>,
+    /// The web console at `/console` (`--console`).
+    pub console: bool,
     /// How long a scratch database lives unless claimed (`--scratch-ttl`).
     pub scratch_ttl_ms: u64,
     /// Scratch databases one client address may create per hour (`--start-per-hour`).

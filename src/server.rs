@@ -309,6 +309,11 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Some(p) => format!("  scratch databases: curl -X POST {url}{p}\n"),
             None => String::new(),
         };
+        let console_line = if cfg.console {
+            format!("  console: {url}{}/\n", http::console::PREFIX)
+        } else {
+            String::new()
+        };
         // The handlers go in before the banner announces the server: a SIGTERM sent as soon
         // as the banner is read stops it cleanly instead of killing it. (Before, during a
         // long replay, the default action still ends the process at once.)
@@ -341,7 +346,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             None => String::new(),
         };
         let banner = format!(
-            "tidepool {} listening on {url}\n{resp_line}  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QStash read-only token: {}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}",
+            "tidepool {} listening on {url}\n{resp_line}  data: {} ({state})\n  UPSTASH_REDIS_REST_URL={url}\n  UPSTASH_REDIS_REST_TOKEN={token}\n  read-only token: {ro_token}\n  QSTASH_URL={url}\n  QSTASH_TOKEN={}\n  QStash read-only token: {}\n  QSTASH_CURRENT_SIGNING_KEY={}\n  QSTASH_NEXT_SIGNING_KEY={}\n  admin token: {} (databases: {url}{}/databases, or `tidepool db`)\n{start_line}{console_line}",
             env!("CARGO_PKG_VERSION"),
             dir.display(),
             creds.qstash_token,
@@ -378,6 +383,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         });
         app.cors_origins = cfg.cors_origins.clone();
         app.metrics_open = cfg.metrics_open;
+        app.console = cfg.console;
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         app.url = url.clone();

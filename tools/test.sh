@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of tidepool, installing first what the tests need on a bare Debian machine:
 # redis-server (differential tests; redis-cli and redis-benchmark for the RESP listener), curl
-# (the README's commands), openssl and the official SDKs.
+# (the README's commands), openssl, the official SDKs, and chromium with its driver and Selenium
+# (the web console's browser tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,9 +13,15 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&
   apt-get update -qq
   apt-get install -y -qq redis-server curl openssl >/dev/null
 fi
-if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client, redis" >/dev/null 2>&1; then
-  echo "== installing upstash-redis, qstash, pytest, prometheus-client (its OpenMetrics parser checks /metrics) and redis (redis-py, for the RESP listener)"
-  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest "prometheus-client==0.21.1" "redis==6.4.0"
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  echo "== installing chromium and chromium-driver (the web console's browser tests; Selenium drives Debian's driver, nothing is downloaded)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+if ! python3 -c "import upstash_redis, qstash, pytest, prometheus_client, redis, selenium" >/dev/null 2>&1; then
+  echo "== installing upstash-redis, qstash, pytest, prometheus-client (its OpenMetrics parser checks /metrics), redis (redis-py, for the RESP listener) and selenium (the console's browser tests)"
+  python3 -m pip install -q --disable-pip-version-check "upstash-redis==1.8.0" "qstash==3.4.0" pytest "prometheus-client==0.21.1" "redis==6.4.0" "selenium==4.27.1"
 fi
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -35,7 +42,7 @@ cargo test --locked --all-targets --features fault-injection
 # part of its dependencies once more, for minutes and gigabytes, to test the same code.
 test -x target/debug/tidepool
 
-echo "== the official Python SDKs (upstash-redis, qstash), and redis-py over RESP, against tidepool"
+echo "== the official Python SDKs (upstash-redis, qstash), redis-py over RESP, and the web console in chromium, against tidepool"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q tests/python
 
 # Two releases of the workflow SDK are in use: the newest 1.x, and 0.2.x (package.json).

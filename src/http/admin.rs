@@ -92,7 +92,7 @@ pub async fn catalog(tx: &tokio::sync::mpsc::Sender<Job>) -> serde_json::Value {
     rx.await.map(|a| a.body).unwrap_or(serde_json::Value::Null)
 }
 
-fn json_response(status: u16, body: &serde_json::Value) -> Response<Body> {
+pub(crate) fn json_response(status: u16, body: &serde_json::Value) -> Response<Body> {
     let mut r = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()

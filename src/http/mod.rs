@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod body;
+pub mod console;
 pub mod qstash;
 pub mod request;
 pub mod response;
@@ -55,6 +56,8 @@ pub struct App {
     /// The largest REST request body (`--max-request-bytes`; the hosted service's limit,
     /// `REQUEST_BYTES_MAX` by default).
     pub request_bytes_max: usize,
+    /// The web console at `/console` (`--console`).
+    pub console: bool,
     /// The URL clients reach this server at (its listening address), for the documents and
     /// answers that name it.
     pub url: String,
@@ -78,6 +81,7 @@ impl App {
             metrics_open: false,
             read_only: false,
             request_bytes_max: REQUEST_BYTES_MAX,
+            console: false,
             url: "http://127.0.0.1".into(),
         }
     }
@@ -607,6 +611,9 @@ async fn route_request(
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     {
         return admin::handle(req, app).await;
+    }
+    if app.console && console::owns(p) {
+        return console::handle(req, app).await;
     }
     if req.method() == Method::POST && app.start.as_ref().is_some_and(|s| s.path == p) {
         return admin::start(app, peer).await;

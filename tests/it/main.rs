@@ -12,6 +12,7 @@ mod acl;
 mod bad_input;
 mod cli;
 mod collections;
+mod console;
 mod crash;
 mod databases;
 mod delivery;

@@ -6,6 +6,7 @@
 //! Where a parser is recursive, one case goes ten times past its depth limit.
 
 mod commands;
+mod console;
 mod json;
 mod log;
 mod lua;

@@ -1,0 +1,489 @@
+// tidepool's web console. Plain module, no dependencies. Every key name and value is put in
+// the page as text (textContent or text nodes), never as HTML. The token lives in this tab's
+// sessionStorage and travels only in the Authorization header.
+
+const TOKEN_KEY = "tidepool.console.token";
+const HISTORY_KEY = "tidepool.console.history";
+const PAGE = 100; // items of a collection shown at a time
+const STRING_SHOWN_MAX = 65536; // bytes of a string value fetched at most
+// A Read Only token may not run the SCAN family (as on the hosted service): a hash or set is
+// then read whole, up to this many items.
+const WHOLE_READ_MAX = 1000;
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with attributes and children; strings become text nodes. */
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "onclick") e.addEventListener("click", v);
+    else if (k === "className") e.className = v;
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(typeof c === "string" || typeof c === "number" ? String(c) : c);
+  return e;
+}
+
+const state = { token: null, session: null, cursor: "0", keys: [], selected: null };
+
+function readOnly() {
+  return state.session?.redis?.access === "read-only";
+}
+
+/** Runs one command through the REST API; returns its result or throws its error text. */
+async function redis(...args) {
+  const r = await fetch("/", {
+    method: "POST",
+    headers: { Authorization: `Bearer ${state.token}`, "Content-Type": "application/json" },
+    body: JSON.stringify(args.map(String)),
+  });
+  let body;
+  try {
+    body = await r.json();
+  } catch {
+    throw new Error(`HTTP ${r.status}`);
+  }
+  if (body.error !== undefined) throw new Error(body.error);
+  return body.result;
+}
+
+// ---- signing in --------------------------------------------------------------------------
+
+async function signIn(token) {
+  const r = await fetch("/console/api/session", { headers: { Authorization: `Bearer ${token}` } });
+  const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+  if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+  if (!body.redis) throw new Error("this token opens no database (the console's other views are still to come)");
+  state.token = token;
+  state.session = body;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  show();
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  state.session = null;
+  $("app").hidden = true;
+  $("signin").hidden = false;
+  $("signout").hidden = true;
+  $("who").textContent = "";
+  $("tree").replaceChildren();
+  $("viewer").replaceChildren(el("p", { className: "hint" }, "Pick a key."));
+}
+
+function show() {
+  const r = state.session.redis;
+  const who = r.access === "user" ? `ACL user ${r.user}` : `${r.access} token`;
+  $("who").textContent = `${who}${r.default_database ? " of the default database" : ""}`;
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  $("signout").hidden = false;
+  document.body.classList.toggle("read-only", readOnly());
+  for (const e of document.querySelectorAll(".edit")) e.hidden = readOnly();
+  scan(true);
+}
+
+// ---- the key tree --------------------------------------------------------------------------
+
+async function scan(fresh) {
+  if (fresh) {
+    state.cursor = "0";
+    state.keys = [];
+  }
+  const args = ["SCAN", state.cursor, "COUNT", "500"];
+  const match = $("match").value.trim();
+  if (match) args.push("MATCH", match);
+  const type = $("type").value;
+  if (type) args.push("TYPE", type);
+  $("scan-status").textContent = "scanning…";
+  try {
+    // One SCAN call may find nothing in a sparse part of the keyspace: go on until it finds
+    // some keys or the scan ends.
+    do {
+      args[1] = state.cursor;
+      const [next, keys] = await redis(...args);
+      state.cursor = next;
+      state.keys.push(...keys);
+    } while (state.cursor !== "0" && state.keys.length === 0);
+    $("scan-status").textContent = `${state.keys.length} keys${state.cursor === "0" ? "" : " so far"}`;
+  } catch (e) {
+    state.cursor = "0";
+    $("scan-status").textContent = e.message.startsWith("NOPERM")
+      ? "This token may not list keys (SCAN is refused to it): open a key by its name."
+      : e.message;
+  }
+  $("more").hidden = state.cursor === "0";
+  renderTree();
+}
+
+/** The keys grouped by `:` namespaces: { children: Map, keys: [] }. */
+function treeOf(keys) {
+  const root = { children: new Map(), keys: [], count: 0 };
+  for (const key of [...new Set(keys)].sort()) {
+    const parts = key.split(":");
+    let node = root;
+    node.count++;
+    for (const p of parts.slice(0, -1)) {
+      if (!node.children.has(p)) node.children.set(p, { children: new Map(), keys: [], count: 0 });
+      node = node.children.get(p);
+      node.count++;
+    }
+    node.keys.push(key);
+  }
+  return root;
+}
+
+function renderNode(node) {
+  const items = [];
+  for (const [name, child] of node.children) {
+    const sub = el("ul", {}, ...renderNode(child));
+    const label = el("span", { className: "label" }, `${name}:`, " ", el("span", { className: "count" }, `(${child.count})`));
+    label.addEventListener("click", () => (sub.hidden = !sub.hidden));
+    items.push(el("li", { className: "ns" }, label, sub));
+  }
+  for (const key of node.keys) {
+    const li = el("li", { className: "key", "data-key": key }, key);
+    li.addEventListener("click", () => openKey(key));
+    items.push(li);
+  }
+  return items;
+}
+
+function renderTree() {
+  $("tree").replaceChildren(...renderNode(treeOf(state.keys)));
+}
+
+// ---- the viewer ---------------------------------------------------------------------------
+
+function ttlText(ttl) {
+  if (ttl === -1) return "no TTL";
+  if (ttl === -2) return "gone";
+  return `expires in ${ttl} s`;
+}
+
+async function openKey(key) {
+  state.selected = key;
+  for (const e of document.querySelectorAll(".key.selected")) e.classList.remove("selected");
+  for (const e of document.querySelectorAll(".key")) if (e.dataset.key === key) e.classList.add("selected");
+  const v = $("viewer");
+  v.replaceChildren(el("p", { className: "hint" }, "loading…"));
+  try {
+    const [type, ttl] = await Promise.all([redis("TYPE", key), redis("TTL", key)]);
+    const body = el("div", { id: "value" });
+    const head = el("div", { className: "meta" },
+      el("strong", { id: "viewer-key" }, key),
+      el("span", { id: "viewer-type" }, type),
+      el("span", { id: "viewer-ttl" }, ttlText(ttl)));
+    v.replaceChildren(head, editControls(key), body);
+    const viewer = VIEWERS[type];
+    if (viewer) await viewer(key, body);
+    else body.append(el("p", {}, `no viewer for ${type}`));
+  } catch (e) {
+    v.replaceChildren(el("p", { className: "error" }, e.message));
+  }
+}
+
+function editControls(key) {
+  const ttl = el("input", { id: "ttl-input", type: "number", min: "1", placeholder: "seconds" });
+  const setTtl = el("button", { type: "button", id: "ttl-set" }, "Set TTL");
+  setTtl.addEventListener("click", () => act(() => redis("EXPIRE", key, ttl.value), key));
+  const persist = el("button", { type: "button", id: "ttl-persist" }, "Remove TTL");
+  persist.addEventListener("click", () => act(() => redis("PERSIST", key), key));
+  const rename = el("button", { type: "button", id: "rename" }, "Rename…");
+  rename.addEventListener("click", () => {
+    const to = prompt(`Rename ${key} to:`, key);
+    if (to && to !== key) act(() => redis("RENAME", key, to), to, true);
+  });
+  const del = el("button", { type: "button", id: "delete" }, "Delete…");
+  del.addEventListener("click", () => {
+    if (confirm(`Delete ${key}?`)) act(() => redis("DEL", key), null, true);
+  });
+  const box = el("div", { className: "meta edit" }, ttl, setTtl, persist, rename, del);
+  box.hidden = readOnly();
+  return box;
+}
+
+async function act(f, reopen, rescan) {
+  try {
+    await f();
+  } catch (e) {
+    alertText(e.message);
+    return;
+  }
+  if (rescan) await scan(true);
+  if (reopen) openKey(reopen);
+  else $("viewer").replaceChildren(el("p", { className: "hint" }, "Pick a key."));
+}
+
+function alertText(text) {
+  $("viewer").prepend(el("p", { className: "error" }, text));
+}
+
+/** A table of rows of text cells. */
+function table(headers, rows) {
+  return el("table", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h))),
+    ...rows.map((r) => el("tr", {}, ...r.map((c) => el("td", {}, String(c))))));
+}
+
+/** A paged view: `page(from)` answers [rows, next or null]. */
+async function paged(body, headers, page) {
+  let next = 0;
+  const t = table(headers, []);
+  const more = el("button", { type: "button", className: "page-more" }, "More");
+  async function load() {
+    const [rows, n] = await page(next);
+    for (const r of rows) t.append(el("tr", {}, ...r.map((c) => el("td", {}, String(c)))));
+    next = n;
+    more.hidden = n === null;
+  }
+  more.addEventListener("click", load);
+  body.append(t, more);
+  await load();
+}
+
+/** A collection read whole (a Read Only token, which may not page with the SCAN family). */
+async function whole(body, headers, size, read) {
+  if (size > WHOLE_READ_MAX) {
+    body.append(el("p", { className: "hint" }, `Too large to read whole (more than ${WHOLE_READ_MAX}); a Read Only token may not page through it with the SCAN family.`));
+    return;
+  }
+  body.append(table(headers, await read()));
+}
+
+function pairs(flat) {
+  const out = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i], flat[i + 1]]);
+  return out;
+}
+
+const VIEWERS = {
+  async string(key, body) {
+    const len = await redis("STRLEN", key);
+    const text = len > STRING_SHOWN_MAX
+      ? await redis("GETRANGE", key, 0, STRING_SHOWN_MAX - 1)
+      : await redis("GET", key);
+    const shown = el("div", { className: "value", id: "string-value" }, text);
+    const modes = el("select", { id: "string-mode" }, el("option", {}, "text"), el("option", {}, "json"), el("option", {}, "hex"));
+    modes.addEventListener("change", () => {
+      if (modes.value === "json") {
+        try {
+          shown.textContent = JSON.stringify(JSON.parse(text), null, 2);
+        } catch {
+          shown.textContent = "(not JSON)";
+        }
+      } else if (modes.value === "hex") {
+        shown.textContent = [...new TextEncoder().encode(text)].map((b) => b.toString(16).padStart(2, "0")).join(" ");
+      } else {
+        shown.textContent = text;
+      }
+    });
+    body.append(el("div", { className: "meta" }, `${len} bytes${len > STRING_SHOWN_MAX ? `, the first ${STRING_SHOWN_MAX} shown` : ""}`, modes), shown);
+    if (text.startsWith("HYLL")) body.append(el("p", {}, `HyperLogLog: about ${await redis("PFCOUNT", key)} distinct items`));
+  },
+  async hash(key, body) {
+    const len = await redis("HLEN", key);
+    body.append(el("p", {}, `${len} fields`));
+    if (readOnly()) return whole(body, ["field", "value"], len, async () => pairs(await redis("HGETALL", key)));
+    let cursor = "0";
+    await paged(body, ["field", "value"], async () => {
+      const [next, flat] = await redis("HSCAN", key, cursor, "COUNT", PAGE);
+      cursor = next;
+      return [pairs(flat), next === "0" ? null : next];
+    });
+  },
+  async list(key, body) {
+    const len = await redis("LLEN", key);
+    body.append(el("p", {}, `${len} items`));
+    await paged(body, ["index", "item"], async (from) => {
+      const items = await redis("LRANGE", key, from, from + PAGE - 1);
+      const next = from + PAGE < len ? from + PAGE : null;
+      return [items.map((v, i) => [from + i, v]), next];
+    });
+  },
+  async set(key, body) {
+    const card = await redis("SCARD", key);
+    body.append(el("p", {}, `${card} members`));
+    if (readOnly()) return whole(body, ["member"], card, async () => (await redis("SMEMBERS", key)).map((m) => [m]));
+    let cursor = "0";
+    await paged(body, ["member"], async () => {
+      const [next, members] = await redis("SSCAN", key, cursor, "COUNT", PAGE);
+      cursor = next;
+      return [members.map((m) => [m]), next === "0" ? null : next];
+    });
+  },
+  async zset(key, body) {
+    const card = await redis("ZCARD", key);
+    body.append(el("p", {}, `${card} members`));
+    await paged(body, ["member", "score"], async (from) => {
+      const flat = await redis("ZRANGE", key, from, from + PAGE - 1, "WITHSCORES");
+      return [pairs(flat), from + PAGE < card ? from + PAGE : null];
+    });
+  },
+  async stream(key, body) {
+    body.append(el("p", {}, `${await redis("XLEN", key)} entries`));
+    let start = "-";
+    await paged(body, ["id", "fields"], async () => {
+      const entries = await redis("XRANGE", key, start, "+", "COUNT", PAGE);
+      if (entries.length === PAGE) {
+        const [ms, seq] = entries[entries.length - 1][0].split("-");
+        start = `${ms}-${BigInt(seq) + 1n}`;
+      }
+      const rows = entries.map(([id, fields]) => [id, pairs(fields).map(([f, v]) => `${f}=${v}`).join("  ")]);
+      return [rows, entries.length === PAGE ? start : null];
+    });
+    const groups = await redis("XINFO", "GROUPS", key);
+    if (groups.length) {
+      body.append(el("h4", {}, "consumer groups"), table(["group", "consumers", "pending", "last delivered"],
+        groups.map((g) => {
+          const m = Object.fromEntries(pairs(g));
+          return [m.name, m.consumers, m.pending, m["last-delivered-id"]];
+        })));
+    }
+  },
+  async json(key, body) {
+    const doc = await redis("JSON.GET", key, "$");
+    let text = doc;
+    try {
+      text = JSON.stringify(JSON.parse(doc)[0], null, 2);
+    } catch {
+      // shown as it came
+    }
+    body.append(el("div", { className: "value", id: "json-value" }, text));
+  },
+};
+
+// ---- new keys ------------------------------------------------------------------------------
+
+async function createKey(ev) {
+  ev.preventDefault();
+  const name = $("newkey-name").value;
+  if (!name) return;
+  try {
+    await redis("SET", name, $("newkey-value").value);
+  } catch (e) {
+    $("scan-status").textContent = e.message;
+    return;
+  }
+  $("newkey-name").value = "";
+  $("newkey-value").value = "";
+  await scan(true);
+  openKey(name);
+}
+
+// ---- the command line ----------------------------------------------------------------------
+
+/** Splits a typed line as redis-cli does: spaces separate, quotes group, backslash escapes. */
+function splitArgs(line) {
+  const out = [];
+  let i = 0;
+  while (i < line.length) {
+    while (line[i] === " ") i++;
+    if (i >= line.length) break;
+    let arg = "";
+    const q = line[i] === '"' || line[i] === "'" ? line[i++] : null;
+    while (i < line.length && (q ? line[i] !== q : line[i] !== " ")) {
+      if (line[i] === "\\" && q === '"' && i + 1 < line.length) {
+        const c = line[++i];
+        arg += { n: "\n", r: "\r", t: "\t" }[c] ?? c;
+      } else {
+        arg += line[i];
+      }
+      i++;
+    }
+    if (q) {
+      if (line[i] !== q) throw new Error("unbalanced quotes");
+      i++;
+    }
+    out.push(arg);
+  }
+  return out;
+}
+
+/** A reply as redis-cli prints it. */
+function format(v, indent = "") {
+  if (v === null || v === undefined) return "(nil)";
+  if (typeof v === "number") return `(integer) ${v}`;
+  if (typeof v === "string") return JSON.stringify(v);
+  if (Array.isArray(v)) {
+    if (v.length === 0) return "(empty array)";
+    const w = String(v.length).length;
+    return v.map((x, i) => {
+      const n = `${String(i + 1).padStart(w)}) `;
+      return (i ? indent : "") + n + format(x, indent + " ".repeat(n.length));
+    }).join("\n");
+  }
+  return JSON.stringify(v);
+}
+
+const history = JSON.parse(sessionStorage.getItem(HISTORY_KEY) || "[]");
+let historyAt = history.length;
+
+async function runLine(ev) {
+  ev.preventDefault();
+  const input = $("cli-in");
+  const line = input.value.trim();
+  if (!line) return;
+  history.push(line);
+  sessionStorage.setItem(HISTORY_KEY, JSON.stringify(history.slice(-200)));
+  historyAt = history.length;
+  input.value = "";
+  const out = $("cli-out");
+  out.append(`> ${line}\n`);
+  let text;
+  try {
+    text = format(await redis(...splitArgs(line)));
+  } catch (e) {
+    text = `(error) ${e.message}`;
+  }
+  out.append(`${text}\n`);
+  out.scrollTop = out.scrollHeight;
+}
+
+function historyKeys(ev) {
+  if (ev.key !== "ArrowUp" && ev.key !== "ArrowDown") return;
+  ev.preventDefault();
+  historyAt = Math.max(0, Math.min(history.length, historyAt + (ev.key === "ArrowUp" ? -1 : 1)));
+  $("cli-in").value = history[historyAt] ?? "";
+}
+
+// ---- wiring --------------------------------------------------------------------------------
+
+function switchView(name) {
+  for (const b of document.querySelectorAll("nav button")) b.classList.toggle("active", b.dataset.view === name);
+  $("browser").hidden = name !== "browser";
+  $("cli").hidden = name !== "cli";
+  if (name === "cli") $("cli-in").focus();
+}
+
+function start() {
+  $("signin-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    $("signin-error").textContent = "";
+    try {
+      await signIn($("token").value.trim());
+      $("token").value = "";
+    } catch (e) {
+      $("signin-error").textContent = e.message;
+    }
+  });
+  $("signout").addEventListener("click", signOut);
+  $("filter").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    scan(true);
+  });
+  $("more").addEventListener("click", () => scan(false));
+  $("open").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const key = $("open-key").value;
+    if (key) openKey(key);
+  });
+  $("newkey").addEventListener("submit", createKey);
+  $("cli-form").addEventListener("submit", runLine);
+  $("cli-in").addEventListener("keydown", historyKeys);
+  for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => switchView(b.dataset.view));
+  const saved = sessionStorage.getItem(TOKEN_KEY);
+  if (saved) signIn(saved).catch(() => signOut());
+}
+
+start();

@@ -1,0 +1,185 @@
+//! Issue 29: the web console's routes. What a browser does with them is in
+//! tests/python/test_console.py; here, what the server answers: the safety headers on every
+//! console response, the session route for every token kind (and for none, and for a token in
+//! the query, which it ignores), nothing but GET, and the flag with its default on a public
+//! address.
+
+use crate::common::*;
+
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+fn admin_token(s: &Server) -> String {
+    let creds: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(s.data.join("credentials.json")).expect("credentials.json"),
+    )
+    .expect("credentials JSON");
+    creds["admin_token"]
+        .as_str()
+        .expect("an admin token")
+        .to_string()
+}
+
+fn session(s: &Server, token: &str) -> Resp {
+    Http::connect(&s.addr, token).get("/console/api/session")
+}
+
+#[test]
+fn the_console_and_its_assets_carry_the_safety_headers() {
+    let dir = TempDir::new("console-assets");
+    let s = Server::start(dir.path(), &[]);
+    let mut anon = Http::connect(&s.addr, "");
+    for (path, kind) in [
+        ("/console", "text/html; charset=utf-8"),
+        ("/console/", "text/html; charset=utf-8"),
+        ("/console/app.js", "text/javascript; charset=utf-8"),
+        ("/console/style.css", "text/css; charset=utf-8"),
+        ("/console/favicon.svg", "image/svg+xml"),
+    ] {
+        let r = anon.get(path);
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-type"), Some(kind), "{path}");
+        assert_eq!(r.header("content-security-policy"), Some(CSP), "{path}");
+        assert_eq!(r.header("x-frame-options"), Some("DENY"), "{path}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{path}");
+    }
+    // The page loads only its own files: no inline script or style for the policy to allow.
+    let page = anon.get("/console/").text();
+    assert!(page.contains(r#"<script type="module" src="/console/app.js"></script>"#));
+    assert!(!page.contains("<script>") && !page.contains("<style") && !page.contains("style="));
+    // The script builds the page from text, never from HTML.
+    let script = anon.get("/console/app.js").text();
+    for sink in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+    ] {
+        assert!(!script.contains(sink), "app.js uses {sink}");
+    }
+    let r = anon.get("/console/nope");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"], "ERR no such console page or route");
+    assert_eq!(r.header("content-security-policy"), Some(CSP));
+}
+
+#[test]
+fn the_session_route_says_what_each_token_opens() {
+    let dir = TempDir::new("console-session");
+    let s = Server::start_delivery(&dir.path().join("data"));
+    let std = session(&s, TOKEN);
+    assert_eq!(std.status, 200);
+    assert_eq!(
+        std.json(),
+        serde_json::json!({
+            "redis": {"access": "standard", "default_database": true},
+            "qstash": null,
+            "admin": false,
+        })
+    );
+    assert_eq!(session(&s, RO_TOKEN).json()["redis"]["access"], "read-only");
+    let q = session(&s, QSTASH_TOKEN).json();
+    assert_eq!(q["qstash"], "full");
+    assert_eq!(q["redis"], serde_json::Value::Null);
+    assert_eq!(session(&s, &admin_token(&s)).json()["admin"], true);
+    // An ACL user's token is one the executor checks per command: the route names its kind.
+    let mut c = s.client();
+    c.cmd_str(&["ACL", "SETUSER", "ann", "on", ">pw", "~*", "+@read"]);
+    let Canon::Str(tok) = c.cmd_str(&["ACL", "RESTTOKEN", "ann", "pw"]) else {
+        panic!("RESTTOKEN did not answer a token");
+    };
+    let tok = String::from_utf8(tok).expect("utf-8");
+    let user = session(&s, &tok).json();
+    assert_eq!(user["redis"]["access"], "user");
+    assert_eq!(user["redis"]["user"], "ann");
+    // A token shaped as a user's that no user holds, or a user's after the user is gone,
+    // opens nothing.
+    let forged = format!("{}x", &tok[..tok.len() - 1]);
+    assert_eq!(session(&s, &forged).status, 401);
+    c.cmd_str(&["ACL", "DELUSER", "ann"]);
+    assert_eq!(session(&s, &tok).status, 401);
+    // Nothing, a wrong token, and a right one in the query (the console's token travels only
+    // in the Authorization header) open nothing.
+    for (token, path) in [
+        ("", "/console/api/session"),
+        ("wrong", "/console/api/session"),
+        ("", &*format!("/console/api/session?_token={TOKEN}")),
+    ] {
+        let r = Http::connect(&s.addr, token).get(path);
+        assert_eq!(r.status, 401, "{token:?} {path}");
+        assert!(r.json()["error"].is_string());
+    }
+}
+
+#[test]
+fn no_console_route_takes_anything_but_get() {
+    let dir = TempDir::new("console-methods");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    for path in ["/console/", "/console/api/session", "/console/app.js"] {
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            let r = c.request(method, path, &[], b"[\"FLUSHALL\"]");
+            assert_eq!(r.status, 405, "{method} {path}");
+            assert!(r.json()["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("read with GET")));
+        }
+    }
+}
+
+#[test]
+fn the_console_is_off_on_a_public_address_unless_asked_for() {
+    let dir = TempDir::new("console-flag");
+    // Off on loopback when asked: /console is then an ordinary REST path (a command named
+    // "console"), refused as one.
+    let s = Server::start(&dir.path().join("off"), &["--console", "off"]);
+    let r = s.client().get("/console/");
+    assert_ne!(r.header("content-security-policy"), Some(CSP));
+    assert_eq!(r.status, 400);
+    drop(s);
+    // The default on a public address is off; `--console on` opens it there.
+    for (flags, on) in [(vec![], false), (vec!["--console", "on"], true)] {
+        let data = dir.path().join(format!("public-{on}"));
+        let mut args = vec!["serve", "--listen", "0.0.0.0:0", "--data"];
+        let data_s = data.to_str().expect("utf-8 path").to_string();
+        args.push(&data_s);
+        args.extend(flags.iter().copied());
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start");
+        let out = child.stdout.take().expect("stdout");
+        let banner: Vec<String> = std::io::BufRead::lines(std::io::BufReader::new(out))
+            .map_while(Result::ok)
+            .take_while(|l| !l.contains("admin token"))
+            .collect();
+        let port = banner[0]
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse::<u16>().ok())
+            .expect("the port in the banner");
+        let r = Http::connect(&format!("127.0.0.1:{port}"), "").get("/console/");
+        assert_eq!(
+            r.header("content-security-policy") == Some(CSP),
+            on,
+            "{flags:?}"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .args(["serve", "--console", "maybe", "--data"])
+        .arg(dir.path().join("bad"))
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--console 'maybe' must be on or off"));
+}

@@ -1,0 +1,248 @@
+"""The web console (/console) in a real browser: Debian's chromium, driven by Selenium through
+Debian's chromedriver (neither is downloaded). Each flow saves a screenshot under
+target/console-screenshots/, and the browser's console must show no errors.
+
+Flows: sign in with each database token kind; keys of every type in the tree and the viewer;
+a TTL edited; a command run in the command line; a Read Only token that sees no edit
+controls; a key named as an HTML tag shown as text, running nothing."""
+
+import json
+import os
+import shutil
+import urllib.request
+
+import pytest
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+TOKEN = "console-token"
+READ_ONLY = "console-read-only"
+TIDEPOOL_FLAGS = ["--token", TOKEN, "--read-only-token", READ_ONLY]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHOTS = os.path.join(ROOT, "target", "console-screenshots")
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def rest(server, *args, token=TOKEN):
+    req = urllib.request.Request(
+        server + "/", data=json.dumps(list(args)).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())["result"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = shutil.which("chromium")
+    driver_path = shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        pytest.fail("chromium and chromium-driver are needed: apt-get install -y chromium chromium-driver")
+    os.makedirs(SHOTS, exist_ok=True)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900",
+              "--disable-gpu", "--no-first-run", "--disable-extensions"]:
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = webdriver.ChromeService(executable_path=driver_path)
+    d = webdriver.Chrome(options=opts, service=service)
+    yield d
+    d.quit()
+
+
+def errors_in_console(d, refusals_expected=False):
+    """The browser console's errors since the last look. A request the server refuses on
+    purpose (a flow that checks a refusal) is logged by the browser as a failed load; those
+    are allowed only where the flow expects them."""
+    out = []
+    for e in d.get_log("browser"):
+        if e["level"] != "SEVERE":
+            continue
+        if refusals_expected and "the server responded with a status of 4" in e["message"]:
+            continue
+        out.append(e)
+    return out
+
+
+def wait(d, cond, seconds=10):
+    # The viewer is rebuilt after each action: an element read while it is replaced is
+    # looked up again.
+    return WebDriverWait(d, seconds, ignored_exceptions=[StaleElementReferenceException]).until(cond)
+
+
+def fresh_page(d, server):
+    """The console signed out: the tab's storage cleared, and what the previous flow's
+    session logged (it signs in again on load) left behind."""
+    d.get(server + "/console/")
+    d.execute_script("sessionStorage.clear()")
+    d.get_log("browser")
+    d.get(server + "/console/")
+
+
+def sign_in(d, server, token):
+    fresh_page(d, server)
+    box = wait(d, EC.visibility_of_element_located((By.ID, "token")))
+    box.send_keys(token)
+    d.find_element(By.ID, "signin-button").click()
+    wait(d, EC.visibility_of_element_located((By.ID, "app")))
+
+
+def key_in_tree(d, key):
+    return wait(d, lambda d: next(
+        (e for e in d.find_elements(By.CSS_SELECTOR, "#tree .key") if e.get_attribute("data-key") == key),
+        False))
+
+
+def shot(d, name):
+    d.save_screenshot(os.path.join(SHOTS, f"{name}.png"))
+
+
+def test_the_console_is_served_with_its_safety_headers(server):
+    with urllib.request.urlopen(server + "/console/") as r:
+        csp = r.headers["Content-Security-Policy"]
+        assert "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+        assert "script-src 'self'" in csp
+        assert r.headers["X-Frame-Options"] == "DENY"
+        assert b'src="/console/app.js"' in r.read()
+
+
+def test_keys_of_every_type_in_the_tree_and_the_viewer(server, browser):
+    d = browser
+    rest(server, "SET", "user:1:name", "Ada")
+    rest(server, "HSET", "user:1:profile", "lang", "en", "city", "Paris")
+    rest(server, "RPUSH", "queue:jobs", "a", "b", "c")
+    rest(server, "SADD", "tags", "x", "y")
+    rest(server, "ZADD", "board", "10", "alice", "20", "bob")
+    rest(server, "XADD", "events", "1-1", "kind", "click")
+    rest(server, "JSON.SET", "doc", "$", '{"a":[1,2]}')
+    sign_in(d, server, TOKEN)
+    assert "standard token" in d.find_element(By.ID, "who").text
+    expect = {
+        "user:1:name": ("string", "Ada"),
+        "user:1:profile": ("hash", "Paris"),
+        "queue:jobs": ("list", "c"),
+        "tags": ("set", "y"),
+        "board": ("zset", "bob"),
+        "events": ("stream", "kind=click"),
+        "doc": ("json", '"a"'),
+    }
+    for key, (ty, shown) in expect.items():
+        key_in_tree(d, key).click()
+        wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == key)
+        wait(d, lambda d: shown in d.find_element(By.ID, "value").text)
+        assert d.find_element(By.ID, "viewer-type").text == ty
+    # The namespaces group the keys, with counts.
+    labels = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#tree .ns > .label")]
+    assert "user: (2)" in labels and "1: (2)" in labels
+    shot(d, "data-browser")
+    assert errors_in_console(d) == []
+
+
+def test_a_ttl_is_edited_and_removed(server, browser):
+    d = browser
+    rest(server, "SET", "session:abc", "v")
+    sign_in(d, server, TOKEN)
+    key_in_tree(d, "session:abc").click()
+    wait(d, lambda d: d.find_element(By.ID, "viewer-ttl").text == "no TTL")
+    d.find_element(By.ID, "ttl-input").send_keys("300")
+    d.find_element(By.ID, "ttl-set").click()
+    wait(d, lambda d: d.find_element(By.ID, "viewer-ttl").text.startswith("expires in"))
+    ttl = rest(server, "TTL", "session:abc")
+    assert 290 <= ttl <= 300
+    shot(d, "ttl")
+    d.find_element(By.ID, "ttl-persist").click()
+    wait(d, lambda d: d.find_element(By.ID, "viewer-ttl").text == "no TTL")
+    assert rest(server, "TTL", "session:abc") == -1
+    assert errors_in_console(d) == []
+
+
+def test_a_command_runs_in_the_command_line(server, browser):
+    d = browser
+    sign_in(d, server, TOKEN)
+    d.find_element(By.CSS_SELECTOR, 'nav button[data-view="cli"]').click()
+    line = d.find_element(By.ID, "cli-in")
+    line.send_keys('SET greeting "hello world"', Keys.ENTER)
+    wait(d, lambda d: '"OK"' in d.find_element(By.ID, "cli-out").text)
+    line.send_keys("LRANGE queue:jobs 0 -1", Keys.ENTER)
+    wait(d, lambda d: '3) "c"' in d.find_element(By.ID, "cli-out").text)
+    line.send_keys("NOSUCHCOMMAND", Keys.ENTER)
+    wait(d, lambda d: "(error) ERR unknown command" in d.find_element(By.ID, "cli-out").text)
+    # The history walks back.
+    line.send_keys(Keys.ARROW_UP)
+    assert line.get_attribute("value") == "NOSUCHCOMMAND"
+    assert rest(server, "GET", "greeting") == "hello world"
+    shot(d, "command-line")
+    assert errors_in_console(d, refusals_expected=True) == []
+
+
+def test_a_read_only_token_sees_no_edit_controls(server, browser):
+    d = browser
+    rest(server, "SET", "ro:seen", "1")
+    rest(server, "HSET", "ro:hash", "f", "v")
+    sign_in(d, server, READ_ONLY)
+    assert "read-only token" in d.find_element(By.ID, "who").text
+    # The hosted service refuses SCAN to a Read Only token: keys are opened by name.
+    wait(d, lambda d: "may not list keys" in d.find_element(By.ID, "scan-status").text)
+    d.find_element(By.ID, "open-key").send_keys("ro:hash", Keys.ENTER)
+    wait(d, lambda d: "v" in d.find_element(By.ID, "value").text)
+    d.find_element(By.ID, "open-key").clear()
+    d.find_element(By.ID, "open-key").send_keys("ro:seen", Keys.ENTER)
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "ro:seen")
+    edits = [e for e in d.find_elements(By.CSS_SELECTOR, ".edit") if e.is_displayed()]
+    assert edits == []
+    # The server refuses anyway: a write typed in the command line.
+    d.find_element(By.CSS_SELECTOR, 'nav button[data-view="cli"]').click()
+    d.find_element(By.ID, "cli-in").send_keys("SET ro:seen 2", Keys.ENTER)
+    wait(d, lambda d: "(error) NOPERM" in d.find_element(By.ID, "cli-out").text)
+    assert rest(server, "GET", "ro:seen") == "1"
+    shot(d, "read-only")
+    assert errors_in_console(d, refusals_expected=True) == []
+
+
+def test_a_key_named_as_html_shows_as_text_and_runs_nothing(server, browser):
+    d = browser
+    rest(server, "SET", XSS, XSS)
+    sign_in(d, server, TOKEN)
+    key_in_tree(d, XSS).click()
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == XSS)
+    assert d.find_element(By.ID, "string-value").text == XSS
+    assert d.find_elements(By.CSS_SELECTOR, "#tree img, #viewer img") == []
+    with pytest.raises(NoAlertPresentException):
+        d.switch_to.alert.text
+    shot(d, "html-key-as-text")
+    assert errors_in_console(d) == []
+
+
+def test_a_wrong_token_is_refused_with_the_servers_error(server, browser):
+    d = browser
+    fresh_page(d, server)
+    wait(d, EC.visibility_of_element_located((By.ID, "token"))).send_keys("not-a-token")
+    d.find_element(By.ID, "signin-button").click()
+    wait(d, lambda d: "WRONGPASS" in d.find_element(By.ID, "signin-error").text)
+    assert not d.find_element(By.ID, "app").is_displayed()
+    assert errors_in_console(d, refusals_expected=True) == []
+
+
+def test_an_acl_users_token_signs_in_as_that_user(server, browser):
+    d = browser
+    rest(server, "ACL", "SETUSER", "ann", "on", ">pw", "~app:*", "+@read", "+@write", "+@keyspace")
+    token = rest(server, "ACL", "RESTTOKEN", "ann", "pw")
+    rest(server, "SET", "app:one", "1")
+    sign_in(d, server, token)
+    assert "ACL user ann" in d.find_element(By.ID, "who").text
+    # The user's key patterns hold in the console as anywhere: its keys open, others do not.
+    d.find_element(By.ID, "open-key").send_keys("app:one", Keys.ENTER)
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "app:one")
+    d.find_element(By.ID, "open-key").clear()
+    d.find_element(By.ID, "open-key").send_keys("user:1:name", Keys.ENTER)
+    wait(d, lambda d: "NOPERM" in d.find_element(By.ID, "viewer").text)
+    shot(d, "acl-user")
+    assert errors_in_console(d, refusals_expected=True) == []
