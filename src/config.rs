@@ -594,3 +594,13 @@ pub const RESP_UNAUTHENTICATED_IDLE_MS: u64 = 10_000;
 /// is subscribed or monitoring (clients' pools reconnect; Redis's `timeout` is 0 by default,
 /// and the hosted service closes idle connections).
 pub const RESP_IDLE_TIMEOUT_MS: u64 = 300_000;
+
+/// The console's time travel: past states rebuilt at once, server-wide (each holds a whole
+/// copy of the state while it is built; a request past it answers 429).
+pub const CONSOLE_REPLAYS_MAX: usize = 1;
+/// The newest changes of a key's history the console shows.
+pub const CONSOLE_HISTORY_CHANGES_MAX: usize = 200;
+/// Items of a collection (64 times as many bytes of a string) a past value shows.
+pub const CONSOLE_TRAVEL_ITEMS_MAX: usize = 100;
+/// Keys of a past state the console lists at once.
+pub const CONSOLE_TRAVEL_KEYS_MAX: usize = 1000;

@@ -93,4 +93,5 @@ pub mod server;
 pub mod snapshot;
 pub mod state;
 pub mod sys;
+pub mod travel;
 pub mod wal;

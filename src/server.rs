@@ -384,6 +384,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         app.cors_origins = cfg.cors_origins.clone();
         app.metrics_open = cfg.metrics_open;
         app.console = cfg.console;
+        app.data_dir = dir.to_path_buf();
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         app.url = url.clone();

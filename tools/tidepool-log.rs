@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, Write};
 use std::path::{Path, PathBuf};
-use tidepool::command::table;
 use tidepool::machine::{self, Machine, Recover, Step};
 use tidepool::point::{rfc3339, Point};
 use tidepool::record::Record;
@@ -667,12 +666,7 @@ impl DumpFilter<'_> {
 }
 
 /// The keys a logged command names, found as the server's own key checks find them.
-fn keys_of(cmd: &[Vec<u8>]) -> Vec<&[u8]> {
-    match table::global().lookup(cmd) {
-        table::Lookup::Found(info) => info.keys(cmd),
-        _ => Vec::new(),
-    }
-}
+use tidepool::travel::keys_of;
 
 fn dump(wal: &Path, json: bool, filter: &DumpFilter) -> Result<(), Failure> {
     let s = scan_decoding(wal, |path, offset, seq, ts, kind, record| {
@@ -968,21 +962,10 @@ fn reply_text(r: &tidepool::reply::Reply) -> String {
 /// The value of `key` (default database) at `ts`, by its type, as one line.
 fn value_of(m: &mut Machine, key: &[u8], ts: u64) -> String {
     let db = tidepool::state::databases::DEFAULT_DB;
-    let ty = match m.read(db, ts, &[b"TYPE", key]) {
-        tidepool::reply::Reply::Status(s) => s,
-        other => return reply_text(&other),
-    };
-    let read: &[&[u8]] = match ty.as_str() {
-        "none" => return "(no key)".into(),
-        "string" => &[b"GET", key],
-        "hash" => &[b"HGETALL", key],
-        "list" => &[b"LRANGE", key, b"0", b"-1"],
-        "set" => &[b"SORT", key, b"ALPHA"],
-        "zset" => &[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"],
-        "stream" => &[b"XRANGE", key, b"-", b"+"],
-        _ => &[b"JSON.GET", key],
-    };
-    format!("{ty} {}", reply_text(&m.read(db, ts, read)))
+    match tidepool::travel::value_of(m, db, key, ts, None) {
+        (ty, _) if ty == "none" => "(no key)".into(),
+        (ty, reply) => format!("{ty} {}", reply_text(&reply)),
+    }
 }
 
 fn history(

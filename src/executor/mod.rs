@@ -153,6 +153,13 @@ pub enum Job {
         token: Arc<str>,
         reply: oneshot::Sender<bool>,
     },
+    /// What a token may do in database `db` now (None: it opens nothing there): for a
+    /// route that checks keys itself (the console's time travel).
+    Permissions {
+        db: DbId,
+        access: Access,
+        reply: oneshot::Sender<Option<Perm>>,
+    },
     /// An administration request (create, list, delete a database, ...).
     Admin {
         op: admin::AdminOp,
@@ -1196,6 +1203,9 @@ impl Executor {
                     .get(db)
                     .is_some_and(|d| d.acl.resolve(&token).is_some());
                 let _ = reply.send(known);
+            }
+            Job::Permissions { db, access, reply } => {
+                let _ = reply.send(self.resolve(db, &access));
             }
             Job::Admin { op, reply } => {
                 let answer = self.admin(op);

@@ -10,11 +10,19 @@
 //! `POST /start` is (`--console on` opens it elsewhere).
 
 use super::{admin, request, App, Body};
+use crate::command::Perm;
+use crate::config;
 use crate::executor::tenants::{acl_token_db, Role};
+use crate::executor::{Access, Job};
+use crate::point::{rfc3339, Point};
+use crate::reply::Reply;
 use crate::secret::ct_eq;
+use crate::state::databases::DbId;
 use bytes::Bytes;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Where the console lives.
 pub const PREFIX: &str = "/console";
@@ -52,6 +60,8 @@ pub async fn handle<B>(req: Request<B>, app: &App) -> Response<Body> {
         "/style.css" => asset(STYLE, "text/css; charset=utf-8"),
         "/favicon.svg" => asset(ICON, "image/svg+xml"),
         "/api/session" => session(&req, app).await,
+        "/api/history" => travel(&req, app, Travel::History).await,
+        "/api/at" => travel(&req, app, Travel::At).await,
         _ => refuse(StatusCode::NOT_FOUND, "ERR no such console page or route"),
     }
 }
@@ -77,29 +87,15 @@ fn secure(mut r: Response<Body>) -> Response<Body> {
     r
 }
 
-/// The name of the ACL user whose REST token `token` is, in database `db`; None when it is
-/// no live user's token. Only the executor, which owns the users, can say whether a token
-/// holds: it runs `ACL WHOAMI` with it (a user whose rules refuse that command still holds).
-/// The name is the one the token carries.
-async fn user_of(app: &App, db: crate::state::databases::DbId, token: &str) -> Option<String> {
-    use base64::Engine;
-    let cmd = vec![b"ACL".to_vec(), b"WHOAMI".to_vec()];
-    let access = crate::executor::Access::Token(std::sync::Arc::from(token));
-    super::execute(
-        app,
-        db,
-        vec![cmd],
-        crate::executor::ExecMode::Each,
-        access,
-        std::sync::Arc::from("console"),
-    )
-    .await
-    .ok()?;
-    let encoded = token.strip_prefix("acl_")?.split('.').next()?;
-    let name = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(encoded)
+/// What `access` may do in database `db` now, as the executor (which owns the users) says;
+/// None when it opens nothing there.
+async fn permissions(app: &App, db: DbId, access: Access) -> Option<Perm> {
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    app.tx
+        .send(Job::Permissions { db, access, reply })
+        .await
         .ok()?;
-    Some(String::from_utf8_lossy(&name).into_owned())
+    rx.await.ok().flatten()
 }
 
 fn refuse(status: StatusCode, text: &str) -> Response<Body> {
@@ -126,9 +122,10 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
         Some((db, Role::ReadOnly)) => Some(("read-only", db, None)),
         None => match acl_token_db(&presented) {
             // Only the executor, which owns the users, knows whether the token holds.
-            Some(db) => user_of(app, db, &presented)
-                .await
-                .map(|user| ("user", db, Some(user))),
+            Some(db) => match permissions(app, db, Access::Token(Arc::from(&*presented))).await {
+                Some(Perm::User(name, _)) => Some(("user", db, Some(name.to_string()))),
+                _ => None,
+            },
             None => None,
         },
     };
@@ -165,4 +162,207 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
         200,
         &serde_json::json!({ "redis": redis, "qstash": qstash, "admin": admin }),
     ))
+}
+
+enum Travel {
+    History,
+    At,
+}
+
+/// A query parameter, percent-decoded (the first of its name).
+fn param(query: Option<&str>, name: &str) -> Option<Vec<u8>> {
+    query?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (request::percent_decode(k, true) == name.as_bytes())
+            .then(|| request::percent_decode(v, true))
+    })
+}
+
+fn text(b: &[u8]) -> Value {
+    Value::String(String::from_utf8_lossy(b).into_owned())
+}
+
+/// A reply as the REST API's JSON shows it (an error as `{"error": ...}`).
+fn reply_json(r: &Reply) -> Value {
+    match r {
+        Reply::Status(s) => Value::String(s.clone()),
+        Reply::Error(e) => json!({ "error": e }),
+        Reply::Bulk(b) => text(b),
+        Reply::Nil | Reply::NilArray => Value::Null,
+        Reply::Int(n) => json!(n),
+        Reply::Array(items) => Value::Array(items.iter().map(reply_json).collect()),
+    }
+}
+
+fn position(at: crate::machine::Position) -> Value {
+    json!({ "seq": at.seq, "time": rfc3339(at.unix_ms), "unix_ms": at.unix_ms })
+}
+
+/// Whether `perm` may read `key` (the user's key patterns; the tokens read every key).
+fn may_read(perm: &Perm, key: &[u8]) -> bool {
+    match perm {
+        Perm::Full | Perm::ReadOnly => true,
+        Perm::User(_, user) => user.key_allowed(key, true, false),
+    }
+}
+
+/// At most `CONSOLE_REPLAYS_MAX` replays at once, server-wide.
+static REPLAYS: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(config::CONSOLE_REPLAYS_MAX);
+
+/// `GET /console/api/history?key=K`: the changes of K in the token's database, newest
+/// `CONSOLE_HISTORY_CHANGES_MAX`, each with its commands and the value after it.
+/// `GET /console/api/at?point=P&key=K`: K's type and value at P (a record's sequence number
+/// or a time: RFC 3339 or Unix ms). `GET /console/api/at?point=P[&match=M]`: the keys then
+/// (at most `CONSOLE_TRAVEL_KEYS_MAX`). Both rebuild the state from the data directory off the
+/// executor, at most `CONSOLE_REPLAYS_MAX` at once, and show only what the token may read:
+/// another key a command of the history names, outside an ACL user's patterns, shows as
+/// `(hidden)`.
+async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> {
+    let presented = request::presented_token(req.headers(), None, "_token").unwrap_or_default();
+    let (db, access) = match app.shared.lookup_token(&presented) {
+        Some((db, Role::Standard)) => (db, Access::Full),
+        Some((db, Role::ReadOnly)) => (db, Access::ReadOnly),
+        None => match acl_token_db(&presented) {
+            Some(db) if !presented.is_empty() => (db, Access::Token(Arc::from(&*presented))),
+            _ => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "WRONGPASS invalid or missing auth token",
+                )
+            }
+        },
+    };
+    let Some(perm) = permissions(app, db, access).await else {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        );
+    };
+    let query = req.uri().query();
+    let key = param(query, "key");
+    let point = match (&what, param(query, "point")) {
+        (Travel::History, _) => None,
+        (Travel::At, None) => return refuse(
+            StatusCode::BAD_REQUEST,
+            "ERR name a point: ?point= a record's sequence number, or a time (RFC 3339 or Unix ms)",
+        ),
+        (Travel::At, Some(p)) => match Point::parse(&String::from_utf8_lossy(&p)) {
+            Ok(p) => Some(p),
+            Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("ERR {e}")),
+        },
+    };
+    if let (Travel::History, None) = (&what, &key) {
+        return refuse(StatusCode::BAD_REQUEST, "ERR name a key: ?key=");
+    }
+    if let Some(k) = &key {
+        if !may_read(&perm, k) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+            );
+        }
+    }
+    let Ok(_permit) = REPLAYS.try_acquire() else {
+        return refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "ERR the console is already rebuilding past states; try again in a moment",
+        );
+    };
+    let pattern = param(query, "match");
+    let data_dir = app.data_dir.clone();
+    let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+        match (point, key) {
+            (None, Some(key)) => {
+                let h = crate::travel::key_history(
+                    &data_dir,
+                    db,
+                    &key,
+                    config::CONSOLE_HISTORY_CHANGES_MAX,
+                    Some(config::CONSOLE_TRAVEL_ITEMS_MAX),
+                )?;
+                let changes: Vec<Value> = h
+                    .changes
+                    .iter()
+                    .map(|c| {
+                        let commands: Vec<Value> = c
+                            .commands
+                            .iter()
+                            .map(|cmd| shown_command(cmd, &key, &perm))
+                            .collect();
+                        json!({
+                            "at": position(c.at),
+                            "commands": commands,
+                            "type": c.ty,
+                            "value": reply_json(&c.value),
+                        })
+                    })
+                    .collect();
+                Ok(json!({
+                    "key": text(&key),
+                    "from": h.from.map(position),
+                    "dropped": h.dropped,
+                    "changes": changes,
+                }))
+            }
+            (Some(point), Some(key)) => {
+                let (at, (ty, value)) = crate::travel::at(&data_dir, point, |m, ts| {
+                    crate::travel::value_of(m, db, &key, ts, Some(config::CONSOLE_TRAVEL_ITEMS_MAX))
+                })?;
+                Ok(json!({
+                    "at": position(at),
+                    "key": text(&key),
+                    "type": ty,
+                    "value": reply_json(&value),
+                }))
+            }
+            (Some(point), None) => {
+                let (at, (keys, more)) = crate::travel::at(&data_dir, point, |m, ts| {
+                    crate::travel::keys(
+                        m,
+                        db,
+                        ts,
+                        pattern.as_deref(),
+                        config::CONSOLE_TRAVEL_KEYS_MAX,
+                    )
+                })?;
+                let keys: Vec<Value> = keys
+                    .iter()
+                    .filter(|k| may_read(&perm, k))
+                    .map(|k| text(k))
+                    .collect();
+                Ok(json!({ "at": position(at), "keys": keys, "more": more }))
+            }
+            (None, None) => Err("ERR name a key: ?key=".into()),
+        }
+    });
+    match work.await {
+        Ok(Ok(v)) => secure(admin::json_response(200, &v)),
+        Ok(Err(e)) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("ERR the past state could not be rebuilt: {e}"),
+        ),
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("ERR the past state could not be rebuilt: {e}"),
+        ),
+    }
+}
+
+/// A command of a key's history as the token may see it: another key it names, outside an
+/// ACL user's patterns, is `(hidden)`.
+fn shown_command(cmd: &[Vec<u8>], key: &[u8], perm: &Perm) -> Value {
+    let keys = crate::travel::keys_of(cmd);
+    Value::Array(
+        cmd.iter()
+            .map(|a| {
+                let is_other_key = a.as_slice() != key && keys.contains(&a.as_slice());
+                if is_other_key && !may_read(perm, a) {
+                    Value::String("(hidden)".into())
+                } else {
+                    text(a)
+                }
+            })
+            .collect(),
+    )
 }

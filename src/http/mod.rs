@@ -58,6 +58,8 @@ pub struct App {
     pub request_bytes_max: usize,
     /// The web console at `/console` (`--console`).
     pub console: bool,
+    /// The data directory (the console's time travel reads it).
+    pub data_dir: std::path::PathBuf,
     /// The URL clients reach this server at (its listening address), for the documents and
     /// answers that name it.
     pub url: String,
@@ -82,6 +84,7 @@ impl App {
             read_only: false,
             request_bytes_max: REQUEST_BYTES_MAX,
             console: false,
+            data_dir: std::path::PathBuf::new(),
             url: "http://127.0.0.1".into(),
         }
     }

@@ -183,3 +183,138 @@ fn the_console_is_off_on_a_public_address_unless_asked_for() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--console 'maybe' must be on or off"));
 }
+
+/// A key's history and the keyspace at a point, through the console's routes: every change
+/// with the value after it; a past point's keys and values; and, for an ACL user, only what
+/// its patterns allow (another key a command names shows as `(hidden)`).
+#[test]
+fn time_travel_shows_the_past_as_the_token_may_see_it() {
+    let dir = TempDir::new("console-travel");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    // Each write in a millisecond of its own, so that a time names one of them.
+    for cmd in [
+        &["SET", "app:k", "1"][..],
+        &["SET", "app:k", "2"],
+        &["RENAME", "app:k", "secret:k"],
+        &["RENAME", "secret:k", "app:k"],
+        &["SET", "secret:other", "x"],
+        &["DEL", "app:k"],
+    ] {
+        c.cmd_str(cmd);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut std = Http::connect(&s.addr, TOKEN);
+    let h = std.get("/console/api/history?key=app%3Ak").json();
+    let changes = h["changes"].as_array().expect("changes");
+    let seen: Vec<(String, serde_json::Value)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c["commands"][0][0].as_str().unwrap_or("").to_string(),
+                c["value"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("SET".into(), serde_json::json!("1")),
+            ("SET".into(), serde_json::json!("2")),
+            ("RENAME".into(), serde_json::Value::Null),
+            ("RENAME".into(), serde_json::json!("2")),
+            ("DEL".into(), serde_json::Value::Null),
+        ]
+    );
+    assert_eq!(
+        changes[2]["commands"][0],
+        serde_json::json!(["RENAME", "app:k", "secret:k"])
+    );
+    // The point before the delete: the key and its value as they were.
+    let before = changes[3]["at"]["seq"].as_u64().expect("seq");
+    let at = std
+        .get(&format!("/console/api/at?point={before}&key=app:k"))
+        .json();
+    assert_eq!(
+        (at["type"].as_str(), at["value"].as_str()),
+        (Some("string"), Some("2"))
+    );
+    let keys = std.get(&format!("/console/api/at?point={before}")).json();
+    assert_eq!(keys["keys"], serde_json::json!(["app:k"]));
+    // A time works as a point too.
+    let ms = changes[3]["at"]["unix_ms"].as_u64().expect("ms");
+    let at = std
+        .get(&format!("/console/api/at?point={ms}&key=app:k"))
+        .json();
+    assert_eq!(at["value"], "2");
+    // The Read Only token reads the past as it reads the present.
+    let ro = Http::connect(&s.addr, RO_TOKEN).get("/console/api/history?key=app:k");
+    assert_eq!(ro.status, 200);
+
+    // An ACL user who may read app:* only.
+    c.cmd_str(&["ACL", "SETUSER", "ann", "on", ">pw", "~app:*", "+@all"]);
+    let Canon::Str(tok) = c.cmd_str(&["ACL", "RESTTOKEN", "ann", "pw"]) else {
+        panic!("no token");
+    };
+    let mut ann = Http::connect(&s.addr, &String::from_utf8(tok).expect("utf-8"));
+    let h = ann.get("/console/api/history?key=app:k").json();
+    assert_eq!(
+        h["changes"][2]["commands"][0],
+        serde_json::json!(["RENAME", "app:k", "(hidden)"])
+    );
+    let last = h["changes"][4]["at"]["seq"].as_u64().expect("seq");
+    let keys = ann.get(&format!("/console/api/at?point={last}")).json();
+    assert_eq!(
+        keys["keys"],
+        serde_json::json!([]),
+        "secret:other is not ann's"
+    );
+    for path in [
+        "/console/api/history?key=secret:k".to_string(),
+        format!("/console/api/at?point={before}&key=secret:other"),
+    ] {
+        let r = ann.get(&path);
+        assert_eq!(r.status, 403, "{path}");
+        assert!(r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("NOPERM")));
+    }
+}
+
+/// The time-travel routes' bad requests: no key, a point that is not one, no token.
+#[test]
+fn time_travel_refuses_bad_requests_clearly() {
+    let dir = TempDir::new("console-travel-bad");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = Http::connect(&s.addr, TOKEN);
+    for (path, status, needle) in [
+        ("/console/api/history", 400, "name a key"),
+        ("/console/api/at", 400, "name a point"),
+        (
+            "/console/api/at?point=yesterday",
+            400,
+            "neither a sequence number",
+        ),
+        (
+            "/console/api/at?point=-1&key=k",
+            400,
+            "neither a sequence number",
+        ),
+        ("/console/api/history?key=%ZZ", 200, ""),
+    ] {
+        let r = c.get(path);
+        assert_eq!(r.status, status, "{path}: {}", r.text());
+        if status != 200 {
+            assert!(
+                r.json()["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains(needle)),
+                "{path}"
+            );
+        }
+    }
+    let r = Http::connect(&s.addr, "").get("/console/api/history?key=k");
+    assert_eq!(r.status, 401);
+    let r = Http::connect(&s.addr, "").get(&format!("/console/api/history?key=k&_token={TOKEN}"));
+    assert_eq!(r.status, 401, "a token in the query is not the console's");
+}

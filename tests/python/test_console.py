@@ -246,3 +246,48 @@ def test_an_acl_users_token_signs_in_as_that_user(server, browser):
     wait(d, lambda d: "NOPERM" in d.find_element(By.ID, "viewer").text)
     shot(d, "acl-user")
     assert errors_in_console(d, refusals_expected=True) == []
+
+
+def history_entries(d):
+    return d.find_elements(By.CSS_SELECTOR, "#history > li")
+
+
+def test_a_keys_history_shows_each_change_and_its_value(server, browser):
+    d = browser
+    for color in ["red", "green", "blue"]:
+        rest(server, "SET", "color", color)
+    sign_in(d, server, TOKEN)
+    key_in_tree(d, "color").click()
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "color")
+    d.find_element(By.ID, "history-button").click()
+    wait(d, lambda d: len(history_entries(d)) == 3)
+    texts = [e.text for e in history_entries(d)]
+    # Newest first, each with its command and the value after it.
+    for text, color in zip(texts, ["blue", "green", "red"]):
+        assert f"SET color {color}" in text and f"→ {color}" in text, text
+    shot(d, "history")
+    assert errors_in_console(d) == []
+
+
+def test_a_deleted_key_is_seen_by_travelling_to_before_the_delete(server, browser):
+    d = browser
+    rest(server, "SET", "doomed", "still here")
+    rest(server, "DEL", "doomed")
+    sign_in(d, server, TOKEN)
+    d.find_element(By.ID, "open-key").send_keys("doomed", Keys.ENTER)
+    wait(d, lambda d: d.find_element(By.ID, "viewer-type").text == "none")
+    d.find_element(By.ID, "history-button").click()
+    wait(d, lambda d: len(history_entries(d)) == 2)
+    newest, before = history_entries(d)
+    assert "DEL doomed" in newest.text and "(no key)" in newest.text
+    before.find_element(By.CSS_SELECTOR, ".travel-here").click()
+    wait(d, lambda d: d.find_element(By.ID, "travel-banner").is_displayed())
+    assert "read-only" in d.find_element(By.ID, "travel-text").text
+    # No edit control while the past is shown.
+    assert [e for e in d.find_elements(By.CSS_SELECTOR, ".edit") if e.is_displayed()] == []
+    key_in_tree(d, "doomed").click()
+    wait(d, lambda d: d.find_element(By.ID, "past-value").text == "still here")
+    shot(d, "time-travel")
+    d.find_element(By.ID, "travel-back").click()
+    wait(d, lambda d: not d.find_element(By.ID, "travel-banner").is_displayed())
+    assert errors_in_console(d) == []

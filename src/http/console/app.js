@@ -24,7 +24,8 @@ function el(tag, attrs = {}, ...children) {
   return e;
 }
 
-const state = { token: null, session: null, cursor: "0", keys: [], selected: null };
+// `travel`: the point being shown ({seq, time}), or null for now.
+const state = { token: null, session: null, cursor: "0", keys: [], selected: null, travel: null };
 
 function readOnly() {
   return state.session?.redis?.access === "read-only";
@@ -47,6 +48,15 @@ async function redis(...args) {
   return body.result;
 }
 
+/** GETs a console route; returns its JSON or throws its error text. */
+async function consoleApi(path, params) {
+  const q = new URLSearchParams(params).toString();
+  const r = await fetch(`/console/api/${path}?${q}`, { headers: { Authorization: `Bearer ${state.token}` } });
+  const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+  if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
+  return body;
+}
+
 // ---- signing in --------------------------------------------------------------------------
 
 async function signIn(token) {
@@ -62,6 +72,8 @@ async function signIn(token) {
 
 function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
+  state.travel = null;
+  $("travel-banner").hidden = true;
   state.token = null;
   state.session = null;
   $("app").hidden = true;
@@ -87,6 +99,7 @@ function show() {
 // ---- the key tree --------------------------------------------------------------------------
 
 async function scan(fresh) {
+  if (state.travel) return scanPast();
   if (fresh) {
     state.cursor = "0";
     state.keys = [];
@@ -154,6 +167,87 @@ function renderTree() {
   $("tree").replaceChildren(...renderNode(treeOf(state.keys)));
 }
 
+// ---- time travel -----------------------------------------------------------------------
+
+async function travelTo(point) {
+  $("scan-status").textContent = "rebuilding the past…";
+  try {
+    const params = { point };
+    const match = $("match").value.trim();
+    if (match) params.match = match;
+    const r = await consoleApi("at", params);
+    state.travel = r.at;
+    state.keys = r.keys;
+    state.cursor = "0";
+    $("travel-text").textContent = `The database as of record #${r.at.seq} (${r.at.time}), read-only.`;
+    $("travel-banner").hidden = false;
+    for (const e of document.querySelectorAll(".edit")) e.hidden = true;
+    $("scan-status").textContent = `${r.keys.length} keys then${r.more ? " (the first shown)" : ""}`;
+    $("more").hidden = true;
+    renderTree();
+    $("viewer").replaceChildren(el("p", { className: "hint" }, "Pick a key."));
+  } catch (e) {
+    $("scan-status").textContent = e.message;
+  }
+}
+
+async function scanPast() {
+  return travelTo(String(state.travel.seq));
+}
+
+function backToNow() {
+  state.travel = null;
+  $("travel-banner").hidden = true;
+  for (const e of document.querySelectorAll(".edit")) e.hidden = readOnly();
+  $("viewer").replaceChildren(el("p", { className: "hint" }, "Pick a key."));
+  scan(true);
+}
+
+async function openPastKey(key) {
+  const v = $("viewer");
+  try {
+    const r = await consoleApi("at", { point: String(state.travel.seq), key });
+    v.replaceChildren(
+      el("div", { className: "meta" },
+        el("strong", { id: "viewer-key" }, key),
+        el("span", { id: "viewer-type" }, r.type),
+        el("span", {}, `as of record #${r.at.seq}`)),
+      el("div", { id: "value" }, el("div", { className: "value", id: "past-value" }, pastText(r.type, r.value))));
+  } catch (e) {
+    v.replaceChildren(el("p", { className: "error" }, e.message));
+  }
+}
+
+/** A value of the past as text: a string as it is, anything else as indented JSON. */
+function pastText(type, value) {
+  if (type === "none") return "(no key)";
+  if (typeof value === "string") return value;
+  return JSON.stringify(value, null, 2);
+}
+
+async function showHistory(key) {
+  const box = $("history-box");
+  box.replaceChildren(el("p", { className: "hint" }, "reading the log…"));
+  try {
+    const h = await consoleApi("history", { key });
+    const items = h.changes.slice().reverse().map((c) => {
+      const go = el("button", { type: "button", className: "travel-here" }, "Browse the database as of this record");
+      go.addEventListener("click", () => travelTo(String(c.at.seq)));
+      return el("li", { "data-seq": c.at.seq },
+        el("div", {}, `#${c.at.seq} ${c.at.time}`),
+        ...c.commands.map((cmd) => el("div", { className: "cmd" }, cmd.join(" "))),
+        el("div", { className: "value" }, `→ ${c.type === "none" ? "(no key)" : pastText(c.type, c.value)}`),
+        go);
+    });
+    const notes = [];
+    if (h.dropped) notes.push(el("p", { className: "hint" }, `${h.dropped} older changes not shown.`));
+    if (h.from && h.from.seq > 1) notes.push(el("p", { className: "hint" }, `The log before record #${h.from.seq} was compacted behind a snapshot: the history begins there.`));
+    box.replaceChildren(el("h4", {}, `History (${h.changes.length} changes, newest first)`), ...notes, el("ol", { id: "history", reversed: "" }, ...items));
+  } catch (e) {
+    box.replaceChildren(el("p", { className: "error" }, e.message));
+  }
+}
+
 // ---- the viewer ---------------------------------------------------------------------------
 
 function ttlText(ttl) {
@@ -163,6 +257,7 @@ function ttlText(ttl) {
 }
 
 async function openKey(key) {
+  if (state.travel) return openPastKey(key);
   state.selected = key;
   for (const e of document.querySelectorAll(".key.selected")) e.classList.remove("selected");
   for (const e of document.querySelectorAll(".key")) if (e.dataset.key === key) e.classList.add("selected");
@@ -175,7 +270,10 @@ async function openKey(key) {
       el("strong", { id: "viewer-key" }, key),
       el("span", { id: "viewer-type" }, type),
       el("span", { id: "viewer-ttl" }, ttlText(ttl)));
-    v.replaceChildren(head, editControls(key), body);
+    const history = el("button", { type: "button", id: "history-button" }, "History");
+    history.addEventListener("click", () => showHistory(key));
+    head.append(history);
+    v.replaceChildren(head, editControls(key), body, el("div", { id: "history-box" }));
     const viewer = VIEWERS[type];
     if (viewer) await viewer(key, body);
     else body.append(el("p", {}, `no viewer for ${type}`));
@@ -473,6 +571,12 @@ function start() {
     scan(true);
   });
   $("more").addEventListener("click", () => scan(false));
+  $("travel").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const point = $("travel-point").value.trim();
+    if (point) travelTo(point);
+  });
+  $("travel-back").addEventListener("click", backToNow);
   $("open").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const key = $("open-key").value;

@@ -1,0 +1,189 @@
+//! Time travel: how a key came to be what it is, and a database as it was at a past point,
+//! rebuilt from the data directory by the state machine's own recovery (the machinery of
+//! `serve --at`), never by the executor. The console's routes and `tidepool-log history` use it.
+//!
+//! Everything here reads a log that a server may be appending to: its torn tail is its end.
+
+use crate::command::table;
+use crate::machine::{self, Machine, Position, Recover, Start};
+use crate::point::Point;
+use crate::record::Record;
+use crate::reply::Reply;
+use crate::state::databases::DbId;
+use std::path::Path;
+
+/// The keys a command names, by its key specifications (none for an unknown command).
+pub fn keys_of(cmd: &[Vec<u8>]) -> Vec<&[u8]> {
+    match table::global().lookup(cmd) {
+        table::Lookup::Found(info) => info.keys(cmd),
+        _ => Vec::new(),
+    }
+}
+
+/// A key's value as one read shows it: its type (`none` when there is no key) and the reply of
+/// the read that shows it, whole or, with `items_max`, its first items (a string's first
+/// `items_max` * 64 bytes).
+pub fn value_of(
+    m: &mut Machine,
+    db: DbId,
+    key: &[u8],
+    ts: u64,
+    items_max: Option<usize>,
+) -> (String, Reply) {
+    let ty = match m.read(db, ts, &[b"TYPE", key]) {
+        Reply::Status(s) => s,
+        other => return ("none".into(), other),
+    };
+    let last = items_max.map_or_else(|| "-1".to_string(), |n| (n.max(1) - 1).to_string());
+    let count = items_max.map_or_else(|| "0".to_string(), |n| n.max(1).to_string());
+    let bytes_last =
+        items_max.map_or_else(|| "-1".to_string(), |n| (n.max(1) * 64 - 1).to_string());
+    let last = last.as_bytes();
+    let read: Vec<&[u8]> = match (ty.as_str(), items_max) {
+        ("none", _) => return (ty, Reply::Nil),
+        ("string", _) => vec![b"GETRANGE", key, b"0", bytes_last.as_bytes()],
+        ("hash", None) => vec![b"HGETALL", key],
+        ("hash", Some(_)) => vec![b"HRANDFIELD", key, count.as_bytes(), b"WITHVALUES"],
+        ("list", _) => vec![b"LRANGE", key, b"0", last],
+        ("set", None) => vec![b"SORT", key, b"ALPHA"],
+        ("set", Some(_)) => vec![b"SORT", key, b"ALPHA", b"LIMIT", b"0", count.as_bytes()],
+        ("zset", _) => vec![b"ZRANGE", key, b"0", last, b"WITHSCORES"],
+        ("stream", None) => vec![b"XRANGE", key, b"-", b"+"],
+        ("stream", Some(_)) => vec![b"XRANGE", key, b"-", b"+", b"COUNT", count.as_bytes()],
+        _ => vec![b"JSON.GET", key],
+    };
+    let reply = m.read(db, ts, &read);
+    (ty, reply)
+}
+
+/// One record that touched a key.
+pub struct Change {
+    pub at: Position,
+    /// The record's commands that name the key.
+    pub commands: Vec<Vec<Vec<u8>>>,
+    /// The key's type and value after the record.
+    pub ty: String,
+    pub value: Reply,
+}
+
+pub struct History {
+    /// The newest changes, oldest first.
+    pub changes: Vec<Change>,
+    /// Changes older than those, not kept (the caller's bound).
+    pub dropped: u64,
+    /// The first record replayed: the log before it was compacted behind a snapshot.
+    pub from: Option<Position>,
+}
+
+/// The changes of `key` in database `db`, from the oldest state the directory can rebuild to
+/// the end of its log: the newest `keep` of them, each with its value after (`items_max` as for
+/// [`value_of`]).
+pub fn key_history(
+    data_dir: &Path,
+    db: DbId,
+    key: &[u8],
+    keep: usize,
+    items_max: Option<usize>,
+) -> Result<History, String> {
+    let mut changes: std::collections::VecDeque<Change> = std::collections::VecDeque::new();
+    let mut dropped = 0u64;
+    let mut from = None;
+    let mut observe = |m: &mut Machine, at: Position, record: &Record| {
+        from.get_or_insert(at);
+        let Some((rdb, cmds)) = record.kv_commands() else {
+            return;
+        };
+        if rdb != db {
+            return;
+        }
+        let touching: Vec<Vec<Vec<u8>>> = cmds
+            .iter()
+            .filter(|c| keys_of(c).contains(&key))
+            .cloned()
+            .collect();
+        if touching.is_empty() {
+            return;
+        }
+        let (ty, value) = value_of(m, db, key, at.unix_ms, items_max);
+        if changes.len() == keep.max(1) {
+            changes.pop_front();
+            dropped += 1;
+        }
+        changes.push_back(Change {
+            at,
+            commands: touching,
+            ty,
+            value,
+        });
+    };
+    machine::recover(
+        data_dir,
+        Recover {
+            observe: Some(&mut observe),
+            ..Recover::read(Start::Oldest)
+        },
+    )?;
+    Ok(History {
+        changes: changes.into(),
+        dropped,
+        from,
+    })
+}
+
+/// Database `db` as it was at `point`: the last record at or before it, and what `look`
+/// answers of that state. `look` gets the record's time, for the reads it makes.
+pub fn at<T>(
+    data_dir: &Path,
+    point: Point,
+    look: impl FnOnce(&mut Machine, u64) -> T,
+) -> Result<(Position, T), String> {
+    let mut r = machine::recover(
+        data_dir,
+        Recover {
+            upto: Some(point),
+            ..Recover::read(Start::Newest)
+        },
+    )?;
+    let at = r.machine.position();
+    let answer = look(&mut r.machine, at.unix_ms);
+    Ok((at, answer))
+}
+
+/// The keys of database `db` in `m` that match `pattern` (all with None), in SCAN's order, at
+/// most `max`; and whether there were more.
+pub fn keys(
+    m: &mut Machine,
+    db: DbId,
+    ts: u64,
+    pattern: Option<&[u8]>,
+    max: usize,
+) -> (Vec<Vec<u8>>, bool) {
+    let mut out = Vec::new();
+    let mut cursor = b"0".to_vec();
+    loop {
+        let mut args: Vec<&[u8]> = vec![b"SCAN", &cursor, b"COUNT", b"1000"];
+        if let Some(p) = pattern {
+            args.extend([&b"MATCH"[..], p]);
+        }
+        let Reply::Array(parts) = m.read(db, ts, &args) else {
+            return (out, false);
+        };
+        let mut parts = parts.into_iter();
+        let (Some(Reply::Bulk(next)), Some(Reply::Array(found))) = (parts.next(), parts.next())
+        else {
+            return (out, false);
+        };
+        for k in found {
+            if let Reply::Bulk(k) = k {
+                if out.len() == max {
+                    return (out, true);
+                }
+                out.push(k);
+            }
+        }
+        if next == b"0" {
+            return (out, false);
+        }
+        cursor = next;
+    }
+}
