@@ -12,7 +12,6 @@
 use super::{admin, request, App, Body};
 use crate::command::Perm;
 use crate::config;
-use crate::executor::tenants::{acl_token_db, Role};
 use crate::executor::{Access, Job};
 use crate::point::{rfc3339, Point};
 use crate::reply::Reply;
@@ -22,7 +21,6 @@ use bytes::Bytes;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 /// Where the console lives.
 pub const PREFIX: &str = "/console";
@@ -107,8 +105,9 @@ fn refuse(status: StatusCode, text: &str) -> Response<Body> {
 
 /// `GET /console/api/session`: what the presented token opens. `redis`: the database's
 /// access (`standard`, `read-only`, or `user` for an ACL user's token, with the user's name;
-/// the executor checks the user's rights per command) and whether it is the default database; `qstash`: the delivery API (`full` or `read-only`);
-/// `admin`: the admin API. 401 when it opens nothing.
+/// the executor checks the user's rights per command) and whether it is the default
+/// database; `qstash`: the delivery API (`full` or `read-only`); `admin`: the admin API.
+/// 401 when it opens nothing.
 async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
     let presented = request::presented_token(req.headers(), None, "_token").unwrap_or_default();
     if presented.is_empty() {
@@ -117,17 +116,15 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
             "ERR sign in with a token in the Authorization header (Bearer)",
         );
     }
-    let redis = match app.shared.lookup_token(&presented) {
-        Some((db, Role::Standard)) => Some(("standard", db, None)),
-        Some((db, Role::ReadOnly)) => Some(("read-only", db, None)),
-        None => match acl_token_db(&presented) {
-            // Only the executor, which owns the users, knows whether the token holds.
-            Some(db) => match permissions(app, db, Access::Token(Arc::from(&*presented))).await {
-                Some(Perm::User(name, _)) => Some(("user", db, Some(name.to_string()))),
-                _ => None,
-            },
-            None => None,
+    let redis = match super::authenticate(req.headers(), None, app) {
+        Some((db, Access::Full)) => Some(("standard", db, None)),
+        Some((db, Access::ReadOnly)) => Some(("read-only", db, None)),
+        // Only the executor, which owns the users, knows whether the token holds.
+        Some((db, access)) => match permissions(app, db, access).await {
+            Some(Perm::User(name, _)) => Some(("user", db, Some(name.to_string()))),
+            _ => None,
         },
+        None => None,
     };
     let qstash = app.qstash.as_ref().and_then(|q| {
         if ct_eq(presented.as_bytes(), q.token.as_bytes()) {
@@ -219,19 +216,11 @@ static REPLAYS: tokio::sync::Semaphore =
 /// another key a command of the history names, outside an ACL user's patterns, shows as
 /// `(hidden)`.
 async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> {
-    let presented = request::presented_token(req.headers(), None, "_token").unwrap_or_default();
-    let (db, access) = match app.shared.lookup_token(&presented) {
-        Some((db, Role::Standard)) => (db, Access::Full),
-        Some((db, Role::ReadOnly)) => (db, Access::ReadOnly),
-        None => match acl_token_db(&presented) {
-            Some(db) if !presented.is_empty() => (db, Access::Token(Arc::from(&*presented))),
-            _ => {
-                return refuse(
-                    StatusCode::UNAUTHORIZED,
-                    "WRONGPASS invalid or missing auth token",
-                )
-            }
-        },
+    let Some((db, access)) = super::authenticate(req.headers(), None, app) else {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        );
     };
     let Some(perm) = permissions(app, db, access).await else {
         return refuse(

@@ -25,10 +25,15 @@ function el(tag, attrs = {}, ...children) {
 }
 
 // `travel`: the point being shown ({seq, time}), or null for now.
-const state = { token: null, session: null, cursor: "0", keys: [], selected: null, travel: null };
+// `qtoken`: the delivery API's token, when one was given.
+const state = { token: null, qtoken: null, session: null, cursor: "0", keys: [], selected: null, travel: null };
 
 function readOnly() {
   return state.session?.redis?.access === "read-only";
+}
+
+function qstashReadOnly() {
+  return state.session?.qstash?.access !== "full";
 }
 
 /** Runs one command through the REST API; returns its result or throws its error text. */
@@ -59,20 +64,36 @@ async function consoleApi(path, params) {
 
 // ---- signing in --------------------------------------------------------------------------
 
-async function signIn(token) {
+async function sessionOf(token) {
   const r = await fetch("/console/api/session", { headers: { Authorization: `Bearer ${token}` } });
   const body = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
   if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
-  if (!body.redis) throw new Error("this token opens no database (the console's other views are still to come)");
-  state.token = token;
-  state.session = body;
-  sessionStorage.setItem(TOKEN_KEY, token);
+  return body;
+}
+
+/** Signs in with one or two tokens: a database's and the delivery API's, in either order. */
+async function signIn(tokens) {
+  const found = { redis: null, qstash: null };
+  for (const t of tokens.filter(Boolean)) {
+    const s = await sessionOf(t);
+    if (s.redis) found.redis = { token: t, ...s.redis };
+    if (s.qstash) found.qstash = { token: t, access: s.qstash };
+  }
+  if (!found.redis && !found.qstash) {
+    throw new Error("these tokens open neither a database nor the delivery API (the admin views are still to come)");
+  }
+  state.token = found.redis?.token ?? null;
+  state.qtoken = found.qstash?.token ?? null;
+  state.session = found;
+  sessionStorage.setItem(TOKEN_KEY, JSON.stringify(tokens.filter(Boolean)));
   show();
 }
 
 function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
   state.travel = null;
+  state.qtoken = null;
+  $("msg-body").replaceChildren();
   $("travel-banner").hidden = true;
   state.token = null;
   state.session = null;
@@ -86,14 +107,25 @@ function signOut() {
 
 function show() {
   const r = state.session.redis;
-  const who = r.access === "user" ? `ACL user ${r.user}` : `${r.access} token`;
-  $("who").textContent = `${who}${r.default_database ? " of the default database" : ""}`;
+  const q = state.session.qstash;
+  const parts = [];
+  if (r) parts.push(`${r.access === "user" ? `ACL user ${r.user}` : `${r.access} token`}${r.default_database ? " of the default database" : ""}`);
+  if (q) parts.push(`QStash ${q.access === "full" ? "token" : "read-only token"}`);
+  $("who").textContent = parts.join(" · ");
   $("signin").hidden = true;
   $("app").hidden = false;
   $("signout").hidden = false;
+  for (const b of document.querySelectorAll("nav button")) {
+    b.hidden = b.dataset.view === "messages" ? !q : !r;
+  }
   document.body.classList.toggle("read-only", readOnly());
   for (const e of document.querySelectorAll(".edit")) e.hidden = readOnly();
-  scan(true);
+  if (r) {
+    switchView("browser");
+    scan(true);
+  } else {
+    switchView("messages");
+  }
 }
 
 // ---- the key tree --------------------------------------------------------------------------
@@ -545,13 +577,151 @@ function historyKeys(ev) {
   $("cli-in").value = history[historyAt] ?? "";
 }
 
+// ---- messages (the delivery API) ------------------------------------------------------------
+
+/** Calls the delivery API with the QStash token; returns its JSON (or text) or throws. */
+async function qstash(method, path, { body, headers } = {}) {
+  const r = await fetch(`/v2/${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${state.qtoken}`, ...(headers || {}) },
+    body,
+  });
+  const text = await r.text();
+  let value = text;
+  try {
+    value = text ? JSON.parse(text) : null;
+  } catch {
+    // a plain text answer
+  }
+  if (!r.ok) throw new Error(value?.error || `HTTP ${r.status}`);
+  return value;
+}
+
+const when = (ms) => (ms ? new Date(ms).toISOString() : "");
+
+/** A button that runs `f` and shows the part again, or the error. */
+function action(label, f, { confirmText, id } = {}) {
+  const b = el("button", { type: "button", className: "qedit", id });
+  b.append(label);
+  b.hidden = qstashReadOnly();
+  b.addEventListener("click", async () => {
+    if (confirmText && !confirm(confirmText)) return;
+    try {
+      await f();
+      await showPart(state.part);
+    } catch (e) {
+      $("msg-body").prepend(el("p", { className: "error" }, e.message));
+    }
+  });
+  return b;
+}
+
+const PARTS = {
+  async logs(body) {
+    const { events } = await qstash("GET", "logs");
+    const byMessage = new Map();
+    for (const e of events) {
+      if (!byMessage.has(e.messageId)) byMessage.set(e.messageId, []);
+      byMessage.get(e.messageId).push(e);
+    }
+    if (!byMessage.size) body.append(el("p", { className: "hint" }, "No messages yet."));
+    for (const [id, evs] of byMessage) {
+      evs.sort((a, b) => a.time - b.time);
+      const last = evs[evs.length - 1];
+      const head = el("div", { className: "meta" }, el("strong", {}, id), el("span", {}, last.url || ""), el("span", { className: "state" }, last.state));
+      if (["CREATED", "ACTIVE", "RETRY"].includes(last.state)) {
+        head.append(action("Cancel", () => qstash("DELETE", `messages/${encodeURIComponent(id)}`), { confirmText: `Cancel ${id}?` }));
+      }
+      body.append(el("div", { className: "message", "data-message": id }, head,
+        table(["time", "state", "status", "response or error"],
+          evs.map((e) => [when(e.time), e.state, e.responseStatus ?? "", e.error ?? e.responseBody ?? ""]))));
+    }
+  },
+  async dlq(body) {
+    const { messages } = await qstash("GET", "dlq");
+    if (!messages.length) body.append(el("p", { className: "hint" }, "The dead-letter queue is empty."));
+    const t = table(["dlq id", "message", "url", "status", "created", ""], []);
+    for (const m of messages) {
+      const retry = action("Retry", () => qstash("POST", `dlq/retry/${encodeURIComponent(m.dlqId)}`));
+      const del = action("Delete", () => qstash("DELETE", `dlq/${encodeURIComponent(m.dlqId)}`), { confirmText: `Delete ${m.dlqId} from the dead-letter queue?` });
+      t.append(el("tr", { "data-dlq": m.dlqId }, ...[m.dlqId, m.messageId, m.url, m.responseStatus, when(m.createdAt)].map((c) => el("td", {}, String(c ?? ""))), el("td", {}, retry, del)));
+    }
+    body.append(t);
+  },
+  async schedules(body) {
+    const list = await qstash("GET", "schedules");
+    const t = table(["schedule", "cron", "destination", "state", "next run", ""], []);
+    for (const s of list) {
+      const toggle = s.isPaused
+        ? action("Resume", () => qstash("POST", `schedules/${encodeURIComponent(s.scheduleId)}/resume`))
+        : action("Pause", () => qstash("POST", `schedules/${encodeURIComponent(s.scheduleId)}/pause`));
+      const del = action("Delete", () => qstash("DELETE", `schedules/${encodeURIComponent(s.scheduleId)}`), { confirmText: `Delete schedule ${s.scheduleId}?` });
+      t.append(el("tr", { "data-schedule": s.scheduleId }, ...[s.scheduleId, s.cron, s.destination, s.isPaused ? "paused" : "active", when(s.nextScheduleTime)].map((c) => el("td", {}, String(c ?? ""))), el("td", {}, toggle, del)));
+    }
+    const dest = el("input", { id: "schedule-destination", placeholder: "destination URL", spellcheck: "false" });
+    const cron = el("input", { id: "schedule-cron", placeholder: "cron, e.g. */5 * * * *", spellcheck: "false" });
+    const create = action("Create schedule", () => qstash("POST", `schedules/${dest.value}`, { headers: { "Upstash-Cron": cron.value } }), { id: "schedule-create" });
+    body.append(t, el("div", { className: "meta" }, dest, cron, create));
+  },
+  async groups(body) {
+    const groups = await qstash("GET", "topics");
+    if (!groups.length) body.append(el("p", { className: "hint" }, "No URL groups."));
+    body.append(table(["URL group", "endpoints"], groups.map((g) => [g.name, (g.endpoints || []).map((e) => e.url).join("  ")])));
+  },
+  async queues(body) {
+    const queues = await qstash("GET", "queues");
+    if (!queues.length) body.append(el("p", { className: "hint" }, "No queues."));
+    const t = table(["queue", "parallelism", "lag", "state", ""], []);
+    for (const q of queues) {
+      const toggle = q.paused
+        ? action("Resume", () => qstash("POST", `queues/${encodeURIComponent(q.name)}/resume`))
+        : action("Pause", () => qstash("POST", `queues/${encodeURIComponent(q.name)}/pause`));
+      t.append(el("tr", {}, ...[q.name, q.parallelism, q.lag, q.paused ? "paused" : "active"].map((c) => el("td", {}, String(c ?? ""))), el("td", {}, toggle)));
+    }
+    body.append(t);
+  },
+  async waits(body) {
+    const event = el("input", { id: "wait-event", placeholder: "event id", spellcheck: "false", value: state.waitEvent || "" });
+    const look = el("button", { type: "button", id: "wait-look" }, "Show waiters");
+    look.addEventListener("click", () => {
+      state.waitEvent = event.value;
+      showPart("waits");
+    });
+    body.append(el("div", { className: "meta" }, event, look));
+    if (!state.waitEvent) return;
+    const waiters = await qstash("GET", `waiters/${encodeURIComponent(state.waitEvent)}`);
+    body.append(table(["url", "deadline", "headers"], waiters.map((w) => [w.url, when(w.deadline * 1000), JSON.stringify(w.headers || {})])));
+    const data = el("input", { id: "notify-body", placeholder: "event data (the notify body)", spellcheck: "false" });
+    const notify = action("Notify", async () => {
+      const woken = await qstash("POST", `notify/${encodeURIComponent(state.waitEvent)}`, { body: data.value });
+      state.notified = Array.isArray(woken) ? woken.length : 0;
+    }, { id: "notify" });
+    body.append(el("div", { className: "meta" }, data, notify));
+    if (state.notified !== undefined) body.append(el("p", { id: "notified" }, `Notified: ${state.notified} waiter(s) woken.`));
+  },
+};
+
+async function showPart(name) {
+  state.part = name;
+  for (const b of document.querySelectorAll("#msg-nav button")) b.classList.toggle("active", b.dataset.part === name);
+  const body = el("div", { id: `part-${name}` });
+  $("msg-body").replaceChildren(body);
+  try {
+    await PARTS[name](body);
+  } catch (e) {
+    body.append(el("p", { className: "error" }, e.message));
+  }
+}
+
 // ---- wiring --------------------------------------------------------------------------------
 
 function switchView(name) {
   for (const b of document.querySelectorAll("nav button")) b.classList.toggle("active", b.dataset.view === name);
   $("browser").hidden = name !== "browser";
   $("cli").hidden = name !== "cli";
+  $("messages").hidden = name !== "messages";
   if (name === "cli") $("cli-in").focus();
+  if (name === "messages" && !$("msg-body").childElementCount) showPart("logs");
 }
 
 function start() {
@@ -559,8 +729,9 @@ function start() {
     ev.preventDefault();
     $("signin-error").textContent = "";
     try {
-      await signIn($("token").value.trim());
+      await signIn([$("token").value.trim(), $("token2").value.trim()]);
       $("token").value = "";
+      $("token2").value = "";
     } catch (e) {
       $("signin-error").textContent = e.message;
     }
@@ -586,8 +757,14 @@ function start() {
   $("cli-form").addEventListener("submit", runLine);
   $("cli-in").addEventListener("keydown", historyKeys);
   for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => switchView(b.dataset.view));
-  const saved = sessionStorage.getItem(TOKEN_KEY);
-  if (saved) signIn(saved).catch(() => signOut());
+  for (const b of document.querySelectorAll("#msg-nav button")) b.addEventListener("click", () => showPart(b.dataset.part));
+  let saved = null;
+  try {
+    saved = JSON.parse(sessionStorage.getItem(TOKEN_KEY) || "null");
+  } catch {
+    saved = null;
+  }
+  if (Array.isArray(saved)) signIn(saved).catch(() => signOut());
 }
 
 start();
