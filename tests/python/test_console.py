@@ -85,6 +85,9 @@ def fresh_page(d, server):
     d.execute_script("sessionStorage.clear()")
     d.get_log("browser")
     d.get(server + "/console/")
+    # The script is a module, run after the page is shown: a click before it has wired the
+    # form would submit nothing.
+    wait(d, lambda d: d.execute_script("return document.body.dataset.ready") == "1")
 
 
 def sign_in(d, server, token):
@@ -166,18 +169,27 @@ def test_a_ttl_is_edited_and_removed(server, browser):
 
 def test_a_command_runs_in_the_command_line(server, browser):
     d = browser
+    rest(server, "DEL", "cli:list")
+    rest(server, "RPUSH", "cli:list", "a", "b", "c")
     sign_in(d, server, TOKEN)
     d.find_element(By.CSS_SELECTOR, 'nav button[data-view="cli"]').click()
     line = d.find_element(By.ID, "cli-in")
     line.send_keys('SET greeting "hello world"', Keys.ENTER)
     wait(d, lambda d: '"OK"' in d.find_element(By.ID, "cli-out").text)
-    line.send_keys("LRANGE queue:jobs 0 -1", Keys.ENTER)
+    line.send_keys("LRANGE cli:list 0 -1", Keys.ENTER)
     wait(d, lambda d: '3) "c"' in d.find_element(By.ID, "cli-out").text)
     line.send_keys("NOSUCHCOMMAND", Keys.ENTER)
     wait(d, lambda d: "(error) ERR unknown command" in d.find_element(By.ID, "cli-out").text)
     # The history walks back.
     line.send_keys(Keys.ARROW_UP)
     assert line.get_attribute("value") == "NOSUCHCOMMAND"
+    # Tab completes a name from COMMAND DOCS, and the arguments show as Redis documents them.
+    line.clear()
+    line.send_keys("zad", Keys.TAB)
+    assert line.get_attribute("value") == "ZADD "
+    wait(d, lambda d: d.find_element(By.ID, "cli-help").text.startswith(
+        "ZADD key [NX | XX] [GT | LT] [CH] [INCR] score member [score member ...]"))
+    assert "Add one or more members" in d.find_element(By.ID, "cli-help").text
     assert rest(server, "GET", "greeting") == "hello world"
     shot(d, "command-line")
     assert errors_in_console(d, refusals_expected=True) == []

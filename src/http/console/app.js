@@ -93,6 +93,7 @@ function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
   state.travel = null;
   state.qtoken = null;
+  docs = null;
   $("msg-body").replaceChildren();
   $("travel-banner").hidden = true;
   state.token = null;
@@ -546,6 +547,62 @@ function format(v, indent = "") {
   return JSON.stringify(v);
 }
 
+// ---- completion and help from COMMAND DOCS -------------------------------------------------
+
+/** name -> its docs (a map), from the server's COMMAND DOCS, once per sign-in. */
+let docs = null;
+
+async function loadDocs() {
+  if (docs || !state.token) return;
+  docs = new Map();
+  try {
+    const flat = await redis("COMMAND", "DOCS");
+    for (const [name, d] of pairs(flat)) docs.set(name.toUpperCase(), Object.fromEntries(pairs(d)));
+  } catch {
+    // A token that may not run COMMAND DOCS gets no completion.
+  }
+}
+
+/** An argument as Redis's documentation writes it: [optional], a | b, TOKEN value, x [x ...]. */
+function argSyntax(flat) {
+  const a = Object.fromEntries(pairs(flat));
+  let s;
+  if (a.type === "pure-token") s = a.token;
+  else if (a.type === "oneof") s = (a.arguments || []).map(argSyntax).join(" | ");
+  else if (a.type === "block") s = (a.arguments || []).map(argSyntax).join(" ");
+  else s = a.name;
+  if (a.token && a.type !== "pure-token") s = `${a.token} ${s}`;
+  const flags = a.flags || [];
+  if (flags.includes("multiple")) s = `${s} [${s} ...]`;
+  if (flags.includes("optional")) s = `[${s}]`;
+  return s;
+}
+
+function helpFor(line) {
+  const help = $("cli-help");
+  const name = line.trim().split(/\s+/)[0]?.toUpperCase();
+  const d = name && docs?.get(name);
+  if (!d) {
+    help.replaceChildren();
+    return;
+  }
+  const syntax = [name, ...(d.arguments || []).map(argSyntax)].join(" ");
+  help.replaceChildren(el("span", {}, syntax), " ", el("span", { className: "summary" }, `— ${d.summary || ""}`));
+}
+
+function complete(input) {
+  const typed = input.value;
+  if (!docs || /\s/.test(typed.trimStart())) return;
+  const prefix = typed.trim().toUpperCase();
+  const names = [...docs.keys()].filter((n) => n.startsWith(prefix)).sort();
+  if (!names.length) return;
+  // The longest prefix the candidates share; the whole name (and a space) when only one.
+  let common = names[0];
+  for (const n of names) while (!n.startsWith(common)) common = common.slice(0, -1);
+  input.value = names.length === 1 ? `${names[0]} ` : common;
+  helpFor(input.value);
+}
+
 const history = JSON.parse(sessionStorage.getItem(HISTORY_KEY) || "[]");
 let historyAt = history.length;
 
@@ -558,6 +615,7 @@ async function runLine(ev) {
   sessionStorage.setItem(HISTORY_KEY, JSON.stringify(history.slice(-200)));
   historyAt = history.length;
   input.value = "";
+  helpFor("");
   const out = $("cli-out");
   out.append(`> ${line}\n`);
   let text;
@@ -571,6 +629,11 @@ async function runLine(ev) {
 }
 
 function historyKeys(ev) {
+  if (ev.key === "Tab") {
+    ev.preventDefault();
+    complete($("cli-in"));
+    return;
+  }
   if (ev.key !== "ArrowUp" && ev.key !== "ArrowDown") return;
   ev.preventDefault();
   historyAt = Math.max(0, Math.min(history.length, historyAt + (ev.key === "ArrowUp" ? -1 : 1)));
@@ -720,7 +783,10 @@ function switchView(name) {
   $("browser").hidden = name !== "browser";
   $("cli").hidden = name !== "cli";
   $("messages").hidden = name !== "messages";
-  if (name === "cli") $("cli-in").focus();
+  if (name === "cli") {
+    $("cli-in").focus();
+    loadDocs();
+  }
   if (name === "messages" && !$("msg-body").childElementCount) showPart("logs");
 }
 
@@ -756,6 +822,7 @@ function start() {
   $("newkey").addEventListener("submit", createKey);
   $("cli-form").addEventListener("submit", runLine);
   $("cli-in").addEventListener("keydown", historyKeys);
+  $("cli-in").addEventListener("input", () => helpFor($("cli-in").value));
   for (const b of document.querySelectorAll("nav button")) b.addEventListener("click", () => switchView(b.dataset.view));
   for (const b of document.querySelectorAll("#msg-nav button")) b.addEventListener("click", () => showPart(b.dataset.part));
   let saved = null;
@@ -765,6 +832,8 @@ function start() {
     saved = null;
   }
   if (Array.isArray(saved)) signIn(saved).catch(() => signOut());
+  // The page's controls work from here on (a test waits for this before it clicks).
+  document.body.dataset.ready = "1";
 }
 
 start();
