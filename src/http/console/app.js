@@ -26,7 +26,7 @@ function el(tag, attrs = {}, ...children) {
 
 // `travel`: the point being shown ({seq, time}), or null for now.
 // `qtoken`: the delivery API's token, when one was given.
-const state = { token: null, qtoken: null, session: null, cursor: "0", keys: [], selected: null, travel: null };
+const state = { token: null, qtoken: null, atoken: null, session: null, cursor: "0", keys: [], selected: null, travel: null };
 
 function readOnly() {
   return state.session?.redis?.access === "read-only";
@@ -78,10 +78,12 @@ async function signIn(tokens) {
     const s = await sessionOf(t);
     if (s.redis) found.redis = { token: t, ...s.redis };
     if (s.qstash) found.qstash = { token: t, access: s.qstash };
+    if (s.admin) found.admin = { token: t };
   }
-  if (!found.redis && !found.qstash) {
-    throw new Error("these tokens open neither a database nor the delivery API (the admin views are still to come)");
+  if (!found.redis && !found.qstash && !found.admin) {
+    throw new Error("these tokens open nothing");
   }
+  state.atoken = found.admin?.token ?? null;
   state.token = found.redis?.token ?? null;
   state.qtoken = found.qstash?.token ?? null;
   state.session = found;
@@ -93,6 +95,7 @@ function signOut() {
   sessionStorage.removeItem(TOKEN_KEY);
   state.travel = null;
   state.qtoken = null;
+  state.atoken = null;
   docs = null;
   $("msg-body").replaceChildren();
   $("travel-banner").hidden = true;
@@ -112,20 +115,24 @@ function show() {
   const parts = [];
   if (r) parts.push(`${r.access === "user" ? `ACL user ${r.user}` : `${r.access} token`}${r.default_database ? " of the default database" : ""}`);
   if (q) parts.push(`QStash ${q.access === "full" ? "token" : "read-only token"}`);
+  if (state.atoken) parts.push("admin token");
   $("who").textContent = parts.join(" · ");
   $("signin").hidden = true;
   $("app").hidden = false;
   $("signout").hidden = false;
   for (const b of document.querySelectorAll("nav button")) {
-    b.hidden = b.dataset.view === "messages" ? !q : !r;
+    const v = b.dataset.view;
+    b.hidden = v === "messages" ? !q : v === "databases" ? !state.atoken : !r;
   }
   document.body.classList.toggle("read-only", readOnly());
   for (const e of document.querySelectorAll(".edit")) e.hidden = readOnly();
   if (r) {
     switchView("browser");
     scan(true);
-  } else {
+  } else if (q) {
     switchView("messages");
+  } else {
+    switchView("databases");
   }
 }
 
@@ -776,6 +783,80 @@ async function showPart(name) {
   }
 }
 
+// ---- databases (the admin token) ----------------------------------------------------------
+
+async function admin(method, path, body) {
+  const r = await fetch(`/_admin/${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${state.atoken}`, "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const value = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+  if (!r.ok) throw new Error(value.error || `HTTP ${r.status}`);
+  return value;
+}
+
+function adminAction(label, f, confirmText) {
+  const b = el("button", { type: "button" }, label);
+  b.addEventListener("click", async () => {
+    if (confirmText && !confirm(confirmText)) return;
+    try {
+      await f();
+      await showDatabases();
+    } catch (e) {
+      $("db-body").prepend(el("p", { className: "error" }, e.message));
+    }
+  });
+  return b;
+}
+
+/** Opens database `name` in this tab with its Standard token. */
+async function openDatabase(name) {
+  const db = await admin("GET", `databases/${encodeURIComponent(name)}`);
+  state.token = db.token;
+  state.session.redis = { token: db.token, access: "standard", default_database: name === "default", name };
+  docs = null;
+  const saved = JSON.parse(sessionStorage.getItem(TOKEN_KEY) || "[]").filter((t) => t !== db.token);
+  sessionStorage.setItem(TOKEN_KEY, JSON.stringify([...saved, db.token]));
+  show();
+}
+
+async function showDatabases() {
+  const body = $("db-body");
+  try {
+    const { databases } = await admin("GET", "databases");
+    const t = table(["database", "keys", "data bytes", "commands today", "created", ""], []);
+    for (const db of databases) {
+      const open = adminAction("Open", () => openDatabase(db.name));
+      const reset = adminAction("Reset tokens", () => admin("POST", `databases/${encodeURIComponent(db.name)}/reset`),
+        `Reset the tokens of ${db.name}? Every client using them loses access.`);
+      const cells = [db.name, db.keys, db.data_bytes, db.commands_today, db.created_at ? when(db.created_at) : ""];
+      const actions = el("td", {}, open, reset);
+      if (db.name !== "default") {
+        actions.append(adminAction("Delete", () => admin("DELETE", `databases/${encodeURIComponent(db.name)}`),
+          `Delete the database ${db.name} and all its keys?`));
+      }
+      t.append(el("tr", { "data-database": db.name }, ...cells.map((c) => el("td", {}, String(c ?? ""))), actions));
+    }
+    body.replaceChildren(t);
+  } catch (e) {
+    body.replaceChildren(el("p", { className: "error" }, e.message));
+  }
+}
+
+async function createDatabase(ev) {
+  ev.preventDefault();
+  const name = $("db-name").value.trim();
+  try {
+    await admin("POST", "databases", name ? { name } : {});
+    $("db-name").value = "";
+  } catch (e) {
+    $("db-body").prepend(el("p", { className: "error" }, e.message));
+    return;
+  }
+  await showDatabases();
+}
+
 // ---- wiring --------------------------------------------------------------------------------
 
 function switchView(name) {
@@ -783,6 +864,8 @@ function switchView(name) {
   $("browser").hidden = name !== "browser";
   $("cli").hidden = name !== "cli";
   $("messages").hidden = name !== "messages";
+  $("databases").hidden = name !== "databases";
+  if (name === "databases") showDatabases();
   if (name === "cli") {
     $("cli-in").focus();
     loadDocs();
@@ -820,6 +903,7 @@ function start() {
     if (key) openKey(key);
   });
   $("newkey").addEventListener("submit", createKey);
+  $("db-create").addEventListener("submit", createDatabase);
   $("cli-form").addEventListener("submit", runLine);
   $("cli-in").addEventListener("keydown", historyKeys);
   $("cli-in").addEventListener("input", () => helpFor($("cli-in").value));
