@@ -4,7 +4,8 @@ target/console-screenshots/, and the browser's console must show no errors.
 
 Flows: sign in with each database token kind; keys of every type in the tree and the viewer;
 a TTL edited; a command run in the command line; a Read Only token that sees no edit
-controls; a key named as an HTML tag shown as text, running nothing."""
+controls; a key named as an HTML tag shown as text, running nothing; a key's history and the
+database before a delete; the monitor and a channel followed live."""
 
 import json
 import os
@@ -302,4 +303,26 @@ def test_a_deleted_key_is_seen_by_travelling_to_before_the_delete(server, browse
     shot(d, "time-travel")
     d.find_element(By.ID, "travel-back").click()
     wait(d, lambda d: not d.find_element(By.ID, "travel-banner").is_displayed())
+    assert errors_in_console(d) == []
+
+
+def test_the_live_view_follows_the_monitor_and_a_channel(server, browser):
+    d = browser
+    sign_in(d, server, TOKEN)
+    d.find_element(By.CSS_SELECTOR, 'nav button[data-view="live"]').click()
+    d.find_element(By.ID, "monitor-toggle").click()
+    # The monitor's stream opens in the background: write until the monitor shows a write.
+    def shown(d):
+        rest(server, "SET", "live:k", "v")
+        return '"SET" "live:k" "v"' in d.find_element(By.ID, "monitor-out").text
+    wait(d, shown)
+    d.find_element(By.ID, "subscribe-channel").send_keys("news", Keys.ENTER)
+    wait(d, lambda d: "subscribe,news,1" in d.find_element(By.ID, "subscribe-out").text)
+    d.find_element(By.ID, "publish-channel").send_keys("news")
+    d.find_element(By.ID, "publish-message").send_keys("<b>hello</b>", Keys.ENTER)
+    wait(d, lambda d: "message,news,<b>hello</b>" in d.find_element(By.ID, "subscribe-out").text)
+    assert d.find_elements(By.CSS_SELECTOR, "#subscribe-out b") == []
+    shot(d, "live")
+    d.find_element(By.ID, "monitor-toggle").click()
+    assert d.find_element(By.ID, "monitor-toggle").text == "Start the monitor"
     assert errors_in_console(d) == []

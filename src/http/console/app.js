@@ -92,6 +92,7 @@ async function signIn(tokens) {
 }
 
 function signOut() {
+  stopAll();
   sessionStorage.removeItem(TOKEN_KEY);
   state.travel = null;
   state.qtoken = null;
@@ -783,6 +784,84 @@ async function showPart(name) {
   }
 }
 
+// ---- live: the monitor and pub/sub -----------------------------------------------------------
+
+const STREAM_LINES_MAX = 1000; // lines a live view keeps
+const streams = {}; // name -> AbortController
+
+/** Reads the server-sent events of `path` with the token in the header (EventSource cannot
+ * send one), each event's data appended to `out` as a line, until `stop(name)`. */
+async function follow(name, path, out) {
+  stop(name);
+  const ctl = new AbortController();
+  streams[name] = ctl;
+  try {
+    const r = await fetch(path, { headers: { Authorization: `Bearer ${state.token}` }, signal: ctl.signal });
+    if (!r.ok) {
+      const body = await r.json().catch(() => ({}));
+      throw new Error(body.error || `HTTP ${r.status}`);
+    }
+    const reader = r.body.getReader();
+    const text = new TextDecoder();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffered += text.decode(value, { stream: true });
+      let end;
+      while ((end = buffered.indexOf("\n\n")) >= 0) {
+        const event = buffered.slice(0, end);
+        buffered = buffered.slice(end + 2);
+        const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+        out.append(`${data}\n`);
+        while (out.childNodes.length > STREAM_LINES_MAX) out.firstChild.remove();
+        out.scrollTop = out.scrollHeight;
+      }
+    }
+  } catch (e) {
+    if (e.name !== "AbortError") out.append(`(error) ${e.message}\n`);
+  } finally {
+    if (streams[name] === ctl) delete streams[name];
+  }
+}
+
+function stop(name) {
+  streams[name]?.abort();
+  delete streams[name];
+}
+
+function stopAll() {
+  for (const name of Object.keys(streams)) stop(name);
+  $("monitor-toggle").textContent = "Start the monitor";
+}
+
+function toggleMonitor() {
+  if (streams.monitor) {
+    stop("monitor");
+    $("monitor-toggle").textContent = "Start the monitor";
+  } else {
+    $("monitor-toggle").textContent = "Stop the monitor";
+    follow("monitor", "/monitor", $("monitor-out"));
+  }
+}
+
+function subscribe(ev) {
+  ev.preventDefault();
+  const channel = $("subscribe-channel").value;
+  if (!channel) return;
+  follow("subscribe", `/subscribe/${encodeURIComponent(channel)}`, $("subscribe-out"));
+}
+
+async function publish(ev) {
+  ev.preventDefault();
+  try {
+    await redis("PUBLISH", $("publish-channel").value, $("publish-message").value);
+    $("publish-message").value = "";
+  } catch (e) {
+    $("subscribe-out").append(`(error) ${e.message}\n`);
+  }
+}
+
 // ---- databases (the admin token) ----------------------------------------------------------
 
 async function admin(method, path, body) {
@@ -813,6 +892,7 @@ function adminAction(label, f, confirmText) {
 /** Opens database `name` in this tab with its Standard token. */
 async function openDatabase(name) {
   const db = await admin("GET", `databases/${encodeURIComponent(name)}`);
+  stopAll();
   state.token = db.token;
   state.session.redis = { token: db.token, access: "standard", default_database: name === "default", name };
   docs = null;
@@ -865,6 +945,7 @@ function switchView(name) {
   $("cli").hidden = name !== "cli";
   $("messages").hidden = name !== "messages";
   $("databases").hidden = name !== "databases";
+  $("live").hidden = name !== "live";
   if (name === "databases") showDatabases();
   if (name === "cli") {
     $("cli-in").focus();
@@ -904,6 +985,9 @@ function start() {
   });
   $("newkey").addEventListener("submit", createKey);
   $("db-create").addEventListener("submit", createDatabase);
+  $("monitor-toggle").addEventListener("click", toggleMonitor);
+  $("subscribe").addEventListener("submit", subscribe);
+  $("publish").addEventListener("submit", publish);
   $("cli-form").addEventListener("submit", runLine);
   $("cli-in").addEventListener("keydown", historyKeys);
   $("cli-in").addEventListener("input", () => helpFor($("cli-in").value));
