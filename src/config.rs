@@ -604,3 +604,7 @@ pub const CONSOLE_HISTORY_CHANGES_MAX: usize = 200;
 pub const CONSOLE_TRAVEL_ITEMS_MAX: usize = 100;
 /// Keys of a past state the console lists at once.
 pub const CONSOLE_TRAVEL_KEYS_MAX: usize = 1000;
+/// The console's timeline of the log: records per this many milliseconds (a minute)...
+pub const CONSOLE_TIMELINE_BUCKET_MS: u64 = 60_000;
+/// ... and at most this many bars; a longer log gets bars twice as wide until it fits.
+pub const CONSOLE_TIMELINE_BUCKETS_MAX: usize = 1440;

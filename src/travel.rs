@@ -2,7 +2,9 @@
 //! rebuilt from the data directory by the state machine's own recovery (the machinery of
 //! `serve --at`), never by the executor. The console's routes and `tidepool-log history` use it.
 //!
-//! Everything here reads a log that a server may be appending to: its torn tail is its end.
+//! Everything here reads a log that a server may be appending to: segments are copied into
+//! memory with ordinary reads (a map of a file the server cuts or rotates could fault), and
+//! a torn tail is the log's end.
 
 use crate::command::table;
 use crate::machine::{self, Machine, Position, Recover, Start};
@@ -10,7 +12,16 @@ use crate::point::Point;
 use crate::record::Record;
 use crate::reply::Reply;
 use crate::state::databases::DbId;
+use crate::wal::reader::{self, ReadMode};
 use std::path::Path;
+
+/// Recovery that reads and never writes, from `from`, for a log a server may be writing.
+fn reading<'a>(from: Start) -> Recover<'a> {
+    Recover {
+        access: machine::Access::Read(ReadMode::Copied),
+        ..Recover::read(from)
+    }
+}
 
 /// The keys a command names, by its key specifications (none for an unknown command).
 pub fn keys_of(cmd: &[Vec<u8>]) -> Vec<&[u8]> {
@@ -120,7 +131,7 @@ pub fn key_history(
         data_dir,
         Recover {
             observe: Some(&mut observe),
-            ..Recover::read(Start::Oldest)
+            ..reading(Start::Oldest)
         },
     )?;
     Ok(History {
@@ -141,7 +152,7 @@ pub fn at<T>(
         data_dir,
         Recover {
             upto: Some(point),
-            ..Recover::read(Start::Newest)
+            ..reading(Start::Newest)
         },
     )?;
     let at = r.machine.position();
@@ -186,4 +197,66 @@ pub fn keys(
         }
         cursor = next;
     }
+}
+
+/// One bar of a log's timeline.
+pub struct Bucket {
+    /// The bucket's first millisecond.
+    pub start_ms: u64,
+    pub records: u64,
+    /// The last record in it (a point to travel to).
+    pub last_seq: u64,
+}
+
+/// The records of database `db` per `bucket_ms` milliseconds over the log that `wal_dir` still
+/// holds, oldest first; the bucket doubles while there would be more than `buckets_max`.
+/// Returns the bucket size used.
+pub fn timeline(
+    wal_dir: &Path,
+    db: DbId,
+    bucket_ms: u64,
+    buckets_max: usize,
+) -> Result<(u64, Vec<Bucket>), String> {
+    use crate::record::{KIND_KV_COMMANDS, KIND_KV_COMMANDS_IN};
+    let mut size = bucket_ms.max(1);
+    let mut buckets: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    reader::scan_with(wal_dir, ReadMode::Copied, |_, _, frame| {
+        let mine = match frame.kind {
+            KIND_KV_COMMANDS => db == crate::state::databases::DEFAULT_DB,
+            KIND_KV_COMMANDS_IN => Record::decode(frame.kind, frame.payload)
+                .ok()
+                .and_then(|r| r.kv_commands().map(|(d, _)| d == db))
+                .unwrap_or(false),
+            _ => false,
+        };
+        if mine {
+            let b = buckets
+                .entry(frame.timestamp_unix_ms - frame.timestamp_unix_ms % size)
+                .or_default();
+            b.0 += 1;
+            b.1 = b.1.max(frame.seq);
+            while buckets.len() > buckets_max.max(1) {
+                size = size.saturating_mul(2);
+                let old = std::mem::take(&mut buckets);
+                for (start, (n, last)) in old {
+                    let b = buckets.entry(start - start % size).or_default();
+                    b.0 += n;
+                    b.1 = b.1.max(last);
+                }
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    Ok((
+        size,
+        buckets
+            .into_iter()
+            .map(|(start_ms, (records, last_seq))| Bucket {
+                start_ms,
+                records,
+                last_seq,
+            })
+            .collect(),
+    ))
 }

@@ -60,6 +60,7 @@ pub async fn handle<B>(req: Request<B>, app: &App) -> Response<Body> {
         "/api/session" => session(&req, app).await,
         "/api/history" => travel(&req, app, Travel::History).await,
         "/api/at" => travel(&req, app, Travel::At).await,
+        "/api/timeline" => travel(&req, app, Travel::Timeline).await,
         _ => refuse(StatusCode::NOT_FOUND, "ERR no such console page or route"),
     }
 }
@@ -164,6 +165,7 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
 enum Travel {
     History,
     At,
+    Timeline,
 }
 
 /// A query parameter, percent-decoded (the first of its name).
@@ -207,6 +209,8 @@ fn may_read(perm: &Perm, key: &[u8]) -> bool {
 static REPLAYS: tokio::sync::Semaphore =
     tokio::sync::Semaphore::const_new(config::CONSOLE_REPLAYS_MAX);
 
+/// `GET /console/api/timeline`: the token's database's records per minute (coarser when the
+/// log spans more than `CONSOLE_TIMELINE_BUCKETS_MAX` minutes), read from the log's frames.
 /// `GET /console/api/history?key=K`: the changes of K in the token's database, newest
 /// `CONSOLE_HISTORY_CHANGES_MAX`, each with its commands and the value after it.
 /// `GET /console/api/at?point=P&key=K`: K's type and value at P (a record's sequence number
@@ -231,7 +235,7 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
     let query = req.uri().query();
     let key = param(query, "key");
     let point = match (&what, param(query, "point")) {
-        (Travel::History, _) => None,
+        (Travel::History | Travel::Timeline, _) => None,
         (Travel::At, None) => return refuse(
             StatusCode::BAD_REQUEST,
             "ERR name a point: ?point= a record's sequence number, or a time (RFC 3339 or Unix ms)",
@@ -260,7 +264,21 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
     };
     let pattern = param(query, "match");
     let data_dir = app.data_dir.clone();
+    let timeline = matches!(what, Travel::Timeline);
     let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+        if timeline {
+            let (size, buckets) = crate::travel::timeline(
+                &data_dir.join("wal"),
+                db,
+                config::CONSOLE_TIMELINE_BUCKET_MS,
+                config::CONSOLE_TIMELINE_BUCKETS_MAX,
+            )?;
+            let buckets: Vec<Value> = buckets
+                .iter()
+                .map(|b| json!({ "start_ms": b.start_ms, "records": b.records, "last_seq": b.last_seq }))
+                .collect();
+            return Ok(json!({ "bucket_ms": size, "buckets": buckets }));
+        }
         match (point, key) {
             (None, Some(key)) => {
                 let h = crate::travel::key_history(

@@ -318,3 +318,45 @@ fn time_travel_refuses_bad_requests_clearly() {
     let r = Http::connect(&s.addr, "").get(&format!("/console/api/history?key=k&_token={TOKEN}"));
     assert_eq!(r.status, 401, "a token in the query is not the console's");
 }
+
+/// The log's timeline counts the token's own database's records only, per minute, and each
+/// bar names its last record.
+#[test]
+fn the_timeline_counts_the_tokens_own_records() {
+    let dir = TempDir::new("console-timeline");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    for i in 0..5 {
+        c.cmd_str(&["SET", &format!("k{i}"), "v"]);
+    }
+    // Another database's writes are not this one's.
+    let admin = admin_token(&s);
+    let mut a = Http::connect(&s.addr, &admin);
+    let created = a.post("/_admin/databases", br#"{"name":"other"}"#).json();
+    let mut other = Http::connect(&s.addr, created["token"].as_str().expect("token"));
+    for i in 0..3 {
+        other.cmd_str(&["SET", &format!("o{i}"), "v"]);
+    }
+    let t = Http::connect(&s.addr, TOKEN)
+        .get("/console/api/timeline")
+        .json();
+    assert_eq!(t["bucket_ms"], 60_000);
+    let buckets = t["buckets"].as_array().expect("buckets");
+    let total: u64 = buckets.iter().filter_map(|b| b["records"].as_u64()).sum();
+    assert_eq!(total, 5, "{t}");
+    let o = other.get("/console/api/timeline").json();
+    let total: u64 = o["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .filter_map(|b| b["records"].as_u64())
+        .sum();
+    assert_eq!(total, 3, "{o}");
+    let last = buckets.last().expect("a bar")["last_seq"]
+        .as_u64()
+        .expect("seq");
+    let keys = Http::connect(&s.addr, TOKEN)
+        .get(&format!("/console/api/at?point={last}"))
+        .json();
+    assert_eq!(keys["keys"].as_array().map(Vec::len), Some(5));
+}

@@ -303,6 +303,13 @@ def test_a_deleted_key_is_seen_by_travelling_to_before_the_delete(server, browse
     shot(d, "time-travel")
     d.find_element(By.ID, "travel-back").click()
     wait(d, lambda d: not d.find_element(By.ID, "travel-banner").is_displayed())
+    # The timeline's last bar shows the database as of its last record: doomed is gone.
+    d.find_element(By.ID, "timeline-button").click()
+    bars = wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline-chart rect"))
+    bars[-1].click()
+    wait(d, lambda d: d.find_element(By.ID, "travel-banner").is_displayed())
+    assert not any(e.get_attribute("data-key") == "doomed" for e in d.find_elements(By.CSS_SELECTOR, "#tree .key"))
+    shot(d, "timeline")
     assert errors_in_console(d) == []
 
 

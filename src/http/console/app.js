@@ -232,6 +232,52 @@ async function travelTo(point) {
   }
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+
+/** The log's records per minute as bars; a bar travels to the last record in it. */
+async function showTimeline() {
+  const box = $("timeline");
+  box.hidden = false;
+  box.replaceChildren(el("p", { className: "hint" }, "reading the log…"));
+  try {
+    const t = await consoleApi("timeline", {});
+    if (!t.buckets.length) {
+      box.replaceChildren(el("p", { className: "hint" }, "The log holds no records of this database."));
+      return;
+    }
+    const width = 800;
+    const height = 80;
+    const max = Math.max(...t.buckets.map((b) => b.records));
+    const first = t.buckets[0].start_ms;
+    const span = t.buckets[t.buckets.length - 1].start_ms + t.bucket_ms - first;
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("width", String(width));
+    svg.setAttribute("height", String(height));
+    svg.setAttribute("id", "timeline-chart");
+    for (const b of t.buckets) {
+      const r = document.createElementNS(SVG, "rect");
+      const x = ((b.start_ms - first) / span) * width;
+      const h = Math.max(2, (b.records / max) * (height - 4));
+      r.setAttribute("x", String(x));
+      r.setAttribute("y", String(height - h));
+      r.setAttribute("width", String(Math.max(2, (t.bucket_ms / span) * width - 1)));
+      r.setAttribute("height", String(h));
+      r.setAttribute("data-seq", String(b.last_seq));
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = `${when(b.start_ms)}: ${b.records} records (to #${b.last_seq})`;
+      r.append(title);
+      r.addEventListener("click", () => travelTo(String(b.last_seq)));
+      svg.append(r);
+    }
+    const minutes = t.bucket_ms / 60000;
+    box.replaceChildren(
+      el("p", { className: "hint" }, `Records of this database per ${minutes === 1 ? "minute" : `${minutes} minutes`}, from ${when(first)}; a bar shows the database as of its last record.`),
+      svg);
+  } catch (e) {
+    box.replaceChildren(el("p", { className: "error" }, e.message));
+  }
+}
+
 async function scanPast() {
   return travelTo(String(state.travel.seq));
 }
@@ -978,6 +1024,7 @@ function start() {
     if (point) travelTo(point);
   });
   $("travel-back").addEventListener("click", backToNow);
+  $("timeline-button").addEventListener("click", showTimeline);
   $("open").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const key = $("open-key").value;
