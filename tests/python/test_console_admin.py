@@ -71,3 +71,27 @@ def test_the_admin_token_manages_the_databases(server, browser):
     wait(d, lambda d: row(d, "shop") is None)
     assert [db["name"] for db in admin(server, "GET", "databases")["databases"]] == ["default"]
     assert errors_in_console(d, refusals_expected=True) == []
+
+
+def test_the_health_view_charts_the_servers_own_metrics(server, browser):
+    d = browser
+    fresh_page(d, server)
+    d.find_element(By.ID, "token").send_keys(ADMIN)
+    d.find_element(By.ID, "signin-button").click()
+    wait(d, lambda d: d.find_element(By.ID, "databases").is_displayed())
+    d.find_element(By.CSS_SELECTOR, 'nav button[data-view="health"]').click()
+    chart = lambda d, t: d.find_element(By.CSS_SELECTOR, f'[data-chart="{t}"] .now').text  # noqa: E731
+    wait(d, lambda d: chart(d, "log size").endswith("B"))
+    # Requests between two scrapes show as a rate.
+    token = admin(server, "GET", "databases/default")["token"]
+
+    def busy(d):
+        for _ in range(20):
+            req = urllib.request.Request(f"{server}/set/h/1", headers={"Authorization": f"Bearer {token}"})
+            urllib.request.urlopen(req).read()
+        text = chart(d, "HTTP requests")
+        return text.endswith("/s") and float(text.split()[0]) > 0
+    wait(d, busy, seconds=15)
+    assert len(d.find_elements(By.CSS_SELECTOR, ".chart polyline")) >= 10
+    shot(d, "health")
+    assert errors_in_console(d) == []

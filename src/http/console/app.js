@@ -93,6 +93,7 @@ async function signIn(tokens) {
 
 function signOut() {
   stopAll();
+  stopHealth();
   sessionStorage.removeItem(TOKEN_KEY);
   state.travel = null;
   state.qtoken = null;
@@ -123,7 +124,7 @@ function show() {
   $("signout").hidden = false;
   for (const b of document.querySelectorAll("nav button")) {
     const v = b.dataset.view;
-    b.hidden = v === "messages" ? !q : v === "databases" ? !state.atoken : !r;
+    b.hidden = v === "messages" ? !q : v === "databases" || v === "health" ? !state.atoken : !r;
   }
   document.body.classList.toggle("read-only", readOnly());
   for (const e of document.querySelectorAll(".edit")) e.hidden = readOnly();
@@ -908,6 +909,120 @@ async function publish(ev) {
   }
 }
 
+// ---- health: the server's own metrics ----------------------------------------------------
+
+const HEALTH_EVERY_MS = 2000;
+const HEALTH_POINTS = 60; // two minutes of samples
+let healthTimer = null;
+const healthSeries = new Map(); // chart title -> [values]
+let lastScrape = null;
+
+/** The samples of an OpenMetrics text: [{name, labels, value}]. */
+function parseMetrics(text) {
+  const out = [];
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const m = line.match(/^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)/);
+    if (!m) continue;
+    const labels = {};
+    for (const [, k, v] of (m[3] || "").matchAll(/([a-zA-Z_]+)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v;
+    out.push({ name: m[1], labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+function sum(samples, name, pred = () => true) {
+  return samples.filter((s) => s.name === name && pred(s.labels)).reduce((a, s) => a + s.value, 0);
+}
+
+/** A quantile of the requests between two scrapes, from a histogram's cumulative buckets
+ * summed over its label sets. */
+function quantile(prev, now, name, q) {
+  const at = (samples) => {
+    const by = new Map();
+    for (const s of samples) if (s.name === `${name}_bucket`) by.set(s.labels.le, (by.get(s.labels.le) || 0) + s.value);
+    return by;
+  };
+  const a = at(prev);
+  const b = at(now);
+  const bounds = [...b.keys()].sort((x, y) => (x === "+Inf" ? 1 : y === "+Inf" ? -1 : Number(x) - Number(y)));
+  const total = (b.get("+Inf") || 0) - (a.get("+Inf") || 0);
+  if (total <= 0) return null;
+  for (const le of bounds) if ((b.get(le) || 0) - (a.get(le) || 0) >= q * total) return le === "+Inf" ? Infinity : Number(le);
+  return null;
+}
+
+function sparkline(values) {
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", "240");
+  svg.setAttribute("height", "50");
+  const nums = values.filter((v) => Number.isFinite(v));
+  const max = Math.max(1e-9, ...nums);
+  const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("points", values.map((v, i) => `${(i / (HEALTH_POINTS - 1)) * 240},${48 - ((Number.isFinite(v) ? v : 0) / max) * 46}`).join(" "));
+  svg.append(line);
+  return svg;
+}
+
+function fmt(v, unit) {
+  if (v === null || v === undefined || !Number.isFinite(v)) return "–";
+  if (unit === "ms") return `${(v * 1000).toFixed(2)} ms`;
+  if (unit === "bytes") return v >= 1 << 20 ? `${(v / (1 << 20)).toFixed(1)} MiB` : `${Math.round(v)} B`;
+  if (unit === "/s") return `${v.toFixed(1)} /s`;
+  return String(Math.round(v));
+}
+
+async function scrapeHealth() {
+  const box = $("health-body");
+  let text;
+  try {
+    const r = await fetch("/metrics", { headers: { Authorization: `Bearer ${state.atoken}` } });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).error || `HTTP ${r.status}`);
+    text = await r.text();
+  } catch (e) {
+    box.replaceChildren(el("p", { className: "error" }, e.message));
+    return;
+  }
+  const now = { at: Date.now(), samples: parseMetrics(text) };
+  const prev = lastScrape;
+  lastScrape = now;
+  const s = now.samples;
+  const rate = (name, pred) => (prev ? (sum(s, name, pred) - sum(prev.samples, name, pred)) / ((now.at - prev.at) / 1000) : null);
+  const charts = [
+    ["HTTP requests", rate("tidepool_http_requests_total"), "/s"],
+    ["RESP commands", rate("tidepool_resp_commands_total"), "/s"],
+    ["command latency p50", prev ? quantile(prev.samples, s, "tidepool_command_duration_seconds", 0.5) : null, "ms"],
+    ["command latency p99", prev ? quantile(prev.samples, s, "tidepool_command_duration_seconds", 0.99) : null, "ms"],
+    ["deliveries", rate("tidepool_delivery_attempts_total", (l) => l.outcome === "delivered"), "/s"],
+    ["delivery failures", rate("tidepool_delivery_attempts_total", (l) => l.outcome !== "delivered"), "/s"],
+    ["messages pending", sum(s, "tidepool_delivery_messages_pending"), ""],
+    ["DLQ entries", sum(s, "tidepool_delivery_dlq_entries"), ""],
+    ["log size", sum(s, "tidepool_log_size_bytes"), "bytes"],
+    ["log fsync p99", prev ? quantile(prev.samples, s, "tidepool_log_fsync_duration_seconds", 0.99) : null, "ms"],
+    ["snapshot age", s.some((x) => x.name === "tidepool_snapshot_age_seconds") ? sum(s, "tidepool_snapshot_age_seconds") : null, ""],
+    ["keys", sum(s, "tidepool_keys"), ""],
+  ];
+  const cards = charts.map(([title, value, unit]) => {
+    const series = healthSeries.get(title) || [];
+    series.push(value ?? NaN);
+    while (series.length > HEALTH_POINTS) series.shift();
+    healthSeries.set(title, series);
+    return el("div", { className: "chart", "data-chart": title }, el("div", {}, title), el("div", { className: "now" }, fmt(value, unit)), sparkline(series));
+  });
+  box.replaceChildren(el("div", { className: "charts" }, ...cards));
+}
+
+function startHealth() {
+  stopHealth();
+  scrapeHealth();
+  healthTimer = setInterval(scrapeHealth, HEALTH_EVERY_MS);
+}
+
+function stopHealth() {
+  if (healthTimer) clearInterval(healthTimer);
+  healthTimer = null;
+}
+
 // ---- databases (the admin token) ----------------------------------------------------------
 
 async function admin(method, path, body) {
@@ -992,6 +1107,9 @@ function switchView(name) {
   $("messages").hidden = name !== "messages";
   $("databases").hidden = name !== "databases";
   $("live").hidden = name !== "live";
+  $("health").hidden = name !== "health";
+  if (name === "health") startHealth();
+  else stopHealth();
   if (name === "databases") showDatabases();
   if (name === "cli") {
     $("cli-in").focus();
