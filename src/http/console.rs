@@ -61,6 +61,7 @@ pub async fn handle<B>(req: Request<B>, app: &App) -> Response<Body> {
         "/api/history" => travel(&req, app, Travel::History).await,
         "/api/at" => travel(&req, app, Travel::At).await,
         "/api/timeline" => travel(&req, app, Travel::Timeline).await,
+        "/api/cron" => cron(&req, app),
         _ => refuse(StatusCode::NOT_FOUND, "ERR no such console page or route"),
     }
 }
@@ -160,6 +161,47 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
         200,
         &serde_json::json!({ "redis": redis, "qstash": qstash, "admin": admin }),
     ))
+}
+
+/// Runs a cron expression's next five firings shows at most.
+const CRON_NEXT_RUNS: usize = 5;
+
+/// `GET /console/api/cron?expr=E`: the next five times the schedule expression E fires (the
+/// schedules' own parser, `CRON_TZ=` included), for the QStash tokens.
+fn cron<B>(req: &Request<B>, app: &App) -> Response<Body> {
+    let presented = request::presented_token(req.headers(), None, "_token").unwrap_or_default();
+    let allowed = !presented.is_empty()
+        && app.qstash.as_ref().is_some_and(|q| {
+            ct_eq(presented.as_bytes(), q.token.as_bytes())
+                || (!q.read_only_token.is_empty()
+                    && ct_eq(presented.as_bytes(), q.read_only_token.as_bytes()))
+        });
+    if !allowed {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        );
+    }
+    let Some(expr) = param(req.uri().query(), "expr") else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "ERR name a cron expression: ?expr=",
+        );
+    };
+    let spec = match crate::delivery::cron::CronSpec::parse(&String::from_utf8_lossy(&expr)) {
+        Ok(s) => s,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, &e),
+    };
+    let mut next = Vec::with_capacity(CRON_NEXT_RUNS);
+    let mut after = crate::clock::wall_unix_ms();
+    while next.len() < CRON_NEXT_RUNS {
+        let Some(t) = spec.next_after(after) else {
+            break;
+        };
+        next.push(json!({ "unix_ms": t, "time": rfc3339(t) }));
+        after = t;
+    }
+    secure(admin::json_response(200, &json!({ "next": next })))
 }
 
 enum Travel {

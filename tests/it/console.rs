@@ -360,3 +360,51 @@ fn the_timeline_counts_the_tokens_own_records() {
         .json();
     assert_eq!(keys["keys"].as_array().map(Vec::len), Some(5));
 }
+
+/// The cron helper answers with the schedules' own parser: the next five runs, for the
+/// QStash tokens only, and the parser's error for a bad expression.
+#[test]
+fn the_cron_helper_uses_the_schedules_parser() {
+    let dir = TempDir::new("console-cron");
+    let s = Server::start_delivery(&dir.path().join("data"));
+    let mut q = s.qstash();
+    let r = q.get("/console/api/cron?expr=CRON_TZ%3DEurope%2FParis%200%209%20*%20*%201");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let next = r.json()["next"].as_array().cloned().expect("next");
+    assert_eq!(next.len(), 5);
+    // 09:00 in Paris is 07:00 or 08:00 UTC, on Mondays, a week apart.
+    let ms: Vec<u64> = next.iter().filter_map(|n| n["unix_ms"].as_u64()).collect();
+    assert!(ms.windows(2).all(|w| w[1] - w[0] == 7 * 86_400_000
+        || w[1] - w[0] == 7 * 86_400_000 + 3_600_000
+        || w[1] - w[0] + 3_600_000 == 7 * 86_400_000));
+    for (path, status, needle) in [
+        ("/console/api/cron", 400, "name a cron expression"),
+        ("/console/api/cron?expr=*%20*%20*", 400, "five fields"),
+        (
+            "/console/api/cron?expr=61%20*%20*%20*%20*",
+            400,
+            "invalid cron",
+        ),
+        (
+            "/console/api/cron?expr=CRON_TZ%3DMars%2FBase%20*%20*%20*%20*%20*",
+            400,
+            "unknown time zone",
+        ),
+    ] {
+        let r = q.get(path);
+        assert_eq!(r.status, status, "{path}");
+        assert!(
+            r.json()["error"]
+                .as_str()
+                .is_some_and(|e| e.contains(needle)),
+            "{path}: {}",
+            r.text()
+        );
+    }
+    assert_eq!(
+        s.client()
+            .get("/console/api/cron?expr=*%20*%20*%20*%20*")
+            .status,
+        401
+    );
+}

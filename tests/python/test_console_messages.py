@@ -139,6 +139,13 @@ def test_a_schedule_is_paused_and_resumed(server, browser, sink):
     row(d).find_element(By.XPATH, ".//button[text()='Resume']").click()
     wait(d, lambda d: "active" in row(d).text)
     assert q(server, "GET", f"schedules/{sid}")["isPaused"] is False
+    # The cron helper shows the next five runs as the expression is typed.
+    d.find_element(By.ID, "schedule-cron").send_keys("0 0 1 1 *")
+    wait(d, lambda d: d.find_element(By.ID, "cron-next").text.count("-01-01T00:00:00.000Z") == 5)
+    d.find_element(By.ID, "schedule-cron").send_keys(" *")
+    wait(d, lambda d: "five fields" in d.find_element(By.ID, "cron-next").text)
+    # That refusal (400) is the one the browser logs.
+    assert errors_in_console(d, refusals_expected=True) == []
     assert errors_in_console(d) == []
 
 

@@ -779,7 +779,15 @@ const PARTS = {
     const dest = el("input", { id: "schedule-destination", placeholder: "destination URL", spellcheck: "false" });
     const cron = el("input", { id: "schedule-cron", placeholder: "cron, e.g. */5 * * * *", spellcheck: "false" });
     const create = action("Create schedule", () => qstash("POST", `schedules/${dest.value}`, { headers: { "Upstash-Cron": cron.value } }), { id: "schedule-create" });
-    body.append(t, el("div", { className: "meta" }, dest, cron, create));
+    const next = el("p", { id: "cron-next", className: "hint" });
+    let typing = null;
+    cron.addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(() => cronHelp(cron, next), 400);
+    });
+    const form = el("div", { className: "meta qedit" }, dest, cron, create);
+    form.hidden = qstashReadOnly();
+    body.append(t, form, next);
   },
   async groups(body) {
     const groups = await qstash("GET", "topics");
@@ -818,6 +826,20 @@ const PARTS = {
     if (state.notified !== undefined) body.append(el("p", { id: "notified" }, `Notified: ${state.notified} waiter(s) woken.`));
   },
 };
+
+/** The next runs of the expression typed in `input`, once it has its five fields. */
+async function cronHelp(input, out) {
+  const expr = input.value;
+  const fields = expr.trim().replace(/^CRON_TZ=\S+\s+/, "").split(/\s+/).filter(Boolean).length;
+  if (fields < 5) {
+    out.replaceChildren(fields ? "minute hour day-of-month month day-of-week" : "");
+    return;
+  }
+  const r = await fetch(`/console/api/cron?${new URLSearchParams({ expr })}`, { headers: { Authorization: `Bearer ${state.qtoken}` } });
+  const body = await r.json().catch(() => ({}));
+  if (input.value !== expr) return; // typed on meanwhile
+  out.replaceChildren(r.ok ? `Next runs: ${body.next.map((n) => n.time).join(", ")}` : body.error || `HTTP ${r.status}`);
+}
 
 async function showPart(name) {
   state.part = name;
