@@ -190,3 +190,31 @@ def test_the_qstash_read_only_token_sees_no_actions(server, browser, sink):
     part(d, "dlq")
     assert [b for b in d.find_elements(By.CSS_SELECTOR, ".qedit") if b.is_displayed()] == []
     assert errors_in_console(d) == []
+
+
+def test_the_dlq_filters_and_acts_on_selected_entries(server, browser, sink):
+    d = browser
+    sink.failing = True
+    for path in ["/fail-a", "/fail-b", "/fail-c"]:
+        q(server, "POST", f"publish/{sink.base}{path}", b"x", {"Upstash-Retries": "0"})
+    deadline = time.time() + 20
+    while len(q(server, "GET", "dlq")["messages"]) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    entries = {m["url"].rsplit("/", 1)[1]: m["dlqId"] for m in q(server, "GET", "dlq")["messages"]}
+    sign_in_qstash(d, server)
+    part(d, "dlq")
+    d.find_element(By.ID, "dlq-url").send_keys(f"{sink.base}/fail-b")
+    d.find_element(By.ID, "dlq-filter").click()
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-dlq]")) == 1)
+    assert d.find_elements(By.CSS_SELECTOR, f'tr[data-dlq="{entries["fail-b"]}"]')
+    d.find_element(By.ID, "dlq-url").clear()
+    d.find_element(By.ID, "dlq-filter").click()
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-dlq]")) >= 3)
+    for name in ["fail-a", "fail-c"]:
+        d.find_element(By.CSS_SELECTOR, f'input.pick[data-dlq="{entries[name]}"]').click()
+    d.find_element(By.ID, "dlq-delete-selected").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda d: not d.find_elements(By.CSS_SELECTOR, f'tr[data-dlq="{entries["fail-a"]}"]'))
+    left = {m["dlqId"] for m in q(server, "GET", "dlq")["messages"]}
+    assert entries["fail-b"] in left and entries["fail-a"] not in left and entries["fail-c"] not in left
+    assert errors_in_console(d) == []

@@ -756,15 +756,32 @@ const PARTS = {
     }
   },
   async dlq(body) {
-    const { messages } = await qstash("GET", "dlq");
+    const f = state.dlqFilter || {};
+    const url = el("input", { id: "dlq-url", placeholder: "url", spellcheck: "false", value: f.url || "" });
+    const status = el("input", { id: "dlq-status", placeholder: "response status", spellcheck: "false", value: f.responseStatus || "" });
+    const apply = el("button", { type: "button", id: "dlq-filter" }, "Filter");
+    apply.addEventListener("click", () => {
+      state.dlqFilter = { url: url.value.trim(), responseStatus: status.value.trim() };
+      showPart("dlq");
+    });
+    body.append(el("div", { className: "meta" }, url, status, apply));
+    const query = new URLSearchParams(Object.entries(f).filter(([, v]) => v)).toString();
+    const { messages } = await qstash("GET", `dlq${query ? `?${query}` : ""}`);
     if (!messages.length) body.append(el("p", { className: "hint" }, "The dead-letter queue is empty."));
-    const t = table(["dlq id", "message", "url", "status", "created", ""], []);
+    const t = table(["", "dlq id", "message", "url", "status", "created", ""], []);
+    const picked = () => [...t.querySelectorAll("input.pick:checked")].map((c) => c.dataset.dlq);
     for (const m of messages) {
+      const pick = el("input", { type: "checkbox", className: "pick qedit", "data-dlq": m.dlqId });
+      pick.hidden = qstashReadOnly();
       const retry = action("Retry", () => qstash("POST", `dlq/retry/${encodeURIComponent(m.dlqId)}`));
       const del = action("Delete", () => qstash("DELETE", `dlq/${encodeURIComponent(m.dlqId)}`), { confirmText: `Delete ${m.dlqId} from the dead-letter queue?` });
-      t.append(el("tr", { "data-dlq": m.dlqId }, ...[m.dlqId, m.messageId, m.url, m.responseStatus, when(m.createdAt)].map((c) => el("td", {}, String(c ?? ""))), el("td", {}, retry, del)));
+      t.append(el("tr", { "data-dlq": m.dlqId }, el("td", {}, pick), ...[m.dlqId, m.messageId, m.url, m.responseStatus, when(m.createdAt)].map((c) => el("td", {}, String(c ?? ""))), el("td", {}, retry, del)));
     }
-    body.append(t);
+    const json = { "Content-Type": "application/json" };
+    const retryAll = action("Retry selected", () => qstash("POST", "dlq/retry", { body: JSON.stringify({ dlqIds: picked() }), headers: json }), { id: "dlq-retry-selected" });
+    const deleteAll = action("Delete selected", () => qstash("DELETE", "dlq", { body: JSON.stringify({ dlqIds: picked() }), headers: json }),
+      { confirmText: "Delete the selected entries from the dead-letter queue?", id: "dlq-delete-selected" });
+    body.append(t, el("div", { className: "meta" }, retryAll, deleteAll));
   },
   async schedules(body) {
     const list = await qstash("GET", "schedules");
