@@ -218,3 +218,31 @@ def test_the_dlq_filters_and_acts_on_selected_entries(server, browser, sink):
     left = {m["dlqId"] for m in q(server, "GET", "dlq")["messages"]}
     assert entries["fail-b"] in left and entries["fail-a"] not in left and entries["fail-c"] not in left
     assert errors_in_console(d) == []
+
+
+def test_workflow_runs_show_their_steps_and_can_be_cancelled(server, browser, sink):
+    d = browser
+    run = q(server, "POST", f"trigger/{sink.base}/wf", b'{"order":7}', {"Content-Type": "application/json"})
+    run_id = run["workflowRunId"]
+    sign_in_qstash(d, server)
+    part(d, "runs")
+    box = wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, f'[data-run="{run_id}"]'))[0]
+    assert "RUN_STARTED" in box.text and "init" in box.text and '{"order":7}' in box.text
+    shot(d, "workflow-runs")
+    box.find_element(By.XPATH, ".//button[text()='Cancel']").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda d: "RUN_STARTED" not in d.find_element(By.ID, "part-runs").text)
+    assert errors_in_console(d) == []
+
+
+def test_the_signing_keys_rotate_from_the_console(server, browser):
+    d = browser
+    before = q(server, "GET", "keys")
+    sign_in_qstash(d, server)
+    part(d, "keys")
+    wait(d, lambda d: before["next"] in d.find_element(By.ID, "part-keys").text)
+    d.find_element(By.ID, "rotate-keys").click()
+    d.switch_to.alert.accept()
+    after = wait(d, lambda d: (lambda k: k if k["current"] == before["next"] else False)(q(server, "GET", "keys")))
+    wait(d, lambda d: after["next"] in d.find_element(By.ID, "part-keys").text)
+    assert errors_in_console(d) == []

@@ -823,6 +823,32 @@ const PARTS = {
     }
     body.append(t);
   },
+  async runs(body) {
+    const { runs } = await qstash("GET", "workflows/logs");
+    if (!runs.length) body.append(el("p", { className: "hint" }, "No workflow runs."));
+    for (const run of runs) {
+      const steps = [];
+      for (const group of run.steps || []) {
+        for (const st of group.steps || []) {
+          steps.push([st.stepId ?? "", st.stepName ?? "", st.stepType ?? "", st.state ?? "", st.out ?? st.errorBody ?? ""]);
+        }
+      }
+      const head = el("div", { className: "meta" }, el("strong", {}, run.workflowRunId), el("span", {}, run.workflowUrl || ""),
+        el("span", { className: "state" }, run.workflowState), el("span", {}, when(run.workflowRunCreatedAt)));
+      if (run.workflowState === "RUN_STARTED") {
+        head.append(action("Cancel", () => qstash("DELETE", `workflows/runs/${encodeURIComponent(run.workflowRunId)}`),
+          { confirmText: `Cancel the workflow run ${run.workflowRunId}?` }));
+      }
+      body.append(el("div", { className: "run", "data-run": run.workflowRunId }, head, table(["step", "name", "type", "state", "output"], steps)));
+    }
+  },
+  async keys(body) {
+    const k = await qstash("GET", "keys");
+    body.append(table(["key", "value"], [["current", k.current], ["next", k.next]]));
+    body.append(el("p", { className: "hint" }, "Rotating makes the next key the current one and makes a new next key: receivers that check both keep verifying deliveries."));
+    body.append(action("Rotate the signing keys", () => qstash("POST", "keys/rotate"),
+      { confirmText: "Rotate the signing keys? Receivers that know only the current key stop verifying deliveries.", id: "rotate-keys" }));
+  },
   async waits(body) {
     const event = el("input", { id: "wait-event", placeholder: "event id", spellcheck: "false", value: state.waitEvent || "" });
     const look = el("button", { type: "button", id: "wait-look" }, "Show waiters");
