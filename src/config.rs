@@ -600,6 +600,10 @@ pub const RESP_IDLE_TIMEOUT_MS: u64 = 300_000;
 pub const CONSOLE_REPLAYS_MAX: usize = 1;
 /// The newest changes of a key's history the console shows.
 pub const CONSOLE_HISTORY_CHANGES_MAX: usize = 200;
+/// Commands of one record a key's history shows (a pipeline may write one key many times).
+pub const CONSOLE_HISTORY_COMMANDS_MAX: usize = 20;
+/// Bytes of one argument of a command a key's history shows.
+pub const CONSOLE_HISTORY_ARGUMENT_BYTES_MAX: usize = 256;
 /// Items of a collection (64 times as many bytes of a string) a past value shows.
 pub const CONSOLE_TRAVEL_ITEMS_MAX: usize = 100;
 /// Keys of a past state the console lists at once.

@@ -23,12 +23,19 @@ fn reading<'a>(from: Start) -> Recover<'a> {
     }
 }
 
-/// The keys a command names, by its key specifications (none for an unknown command).
+/// The keys a command names, as Redis's ACL finds them (key specifications, numkeys and
+/// keywords such as STORE included; none for an unknown command).
 pub fn keys_of(cmd: &[Vec<u8>]) -> Vec<&[u8]> {
     match table::global().lookup(cmd) {
-        table::Lookup::Found(info) => info.keys(cmd),
+        table::Lookup::Found(info) => info.key_refs(cmd).into_iter().map(|k| k.key).collect(),
         _ => Vec::new(),
     }
+}
+
+/// Whether `cmd` changes every key of its database (FLUSHDB, FLUSHALL), naming none.
+pub fn touches_every_key(cmd: &[Vec<u8>]) -> bool {
+    cmd.first()
+        .is_some_and(|n| n.eq_ignore_ascii_case(b"flushdb") || n.eq_ignore_ascii_case(b"flushall"))
 }
 
 /// A key's value as one read shows it: its type (`none` when there is no key) and the reply of
@@ -43,7 +50,8 @@ pub fn value_of(
 ) -> (String, Reply) {
     let ty = match m.read(db, ts, &[b"TYPE", key]) {
         Reply::Status(s) => s,
-        other => return ("none".into(), other),
+        // No such database then: no such key either.
+        _ => return ("none".into(), Reply::Nil),
     };
     let last = items_max.map_or_else(|| "-1".to_string(), |n| (n.max(1) - 1).to_string());
     let count = items_max.map_or_else(|| "0".to_string(), |n| n.max(1).to_string());
@@ -82,8 +90,9 @@ pub struct History {
     pub changes: Vec<Change>,
     /// Changes older than those, not kept (the caller's bound).
     pub dropped: u64,
-    /// The first record replayed: the log before it was compacted behind a snapshot.
-    pub from: Option<Position>,
+    /// Where the history begins when the log before it was compacted behind a snapshot: the
+    /// snapshot's position, with the key's type and value there.
+    pub from_snapshot: Option<(Position, String, Reply)>,
 }
 
 /// The changes of `key` in database `db`, from the oldest state the directory can rebuild to
@@ -98,9 +107,7 @@ pub fn key_history(
 ) -> Result<History, String> {
     let mut changes: std::collections::VecDeque<Change> = std::collections::VecDeque::new();
     let mut dropped = 0u64;
-    let mut from = None;
     let mut observe = |m: &mut Machine, at: Position, record: &Record| {
-        from.get_or_insert(at);
         let Some((rdb, cmds)) = record.kv_commands() else {
             return;
         };
@@ -109,7 +116,7 @@ pub fn key_history(
         }
         let touching: Vec<Vec<Vec<u8>>> = cmds
             .iter()
-            .filter(|c| keys_of(c).contains(&key))
+            .filter(|c| touches_every_key(c) || keys_of(c).contains(&key))
             .cloned()
             .collect();
         if touching.is_empty() {
@@ -127,17 +134,28 @@ pub fn key_history(
             value,
         });
     };
-    machine::recover(
+    let r = machine::recover(
         data_dir,
         Recover {
             observe: Some(&mut observe),
             ..reading(Start::Oldest)
         },
     )?;
+    // Started from a snapshot (the log before it was compacted): the key as the snapshot
+    // holds it begins the history.
+    let from_snapshot = match r.snapshot {
+        Some((seq, _)) => {
+            let (at, (ty, value)) = at(data_dir, Point::Seq(seq), |m, ts| {
+                value_of(m, db, key, ts, items_max)
+            })?;
+            Some((at, ty, value))
+        }
+        None => None,
+    };
     Ok(History {
         changes: changes.into(),
         dropped,
-        from,
+        from_snapshot,
     })
 }
 
@@ -160,13 +178,14 @@ pub fn at<T>(
     Ok((at, answer))
 }
 
-/// The keys of database `db` in `m` that match `pattern` (all with None), in SCAN's order, at
-/// most `max`; and whether there were more.
+/// The keys of database `db` in `m` that match `pattern` (all with None) and `keep`, in SCAN's
+/// order, at most `max`; and whether there were more of them.
 pub fn keys(
     m: &mut Machine,
     db: DbId,
     ts: u64,
     pattern: Option<&[u8]>,
+    keep: impl Fn(&[u8]) -> bool,
     max: usize,
 ) -> (Vec<Vec<u8>>, bool) {
     let mut out = Vec::new();
@@ -186,6 +205,9 @@ pub fn keys(
         };
         for k in found {
             if let Reply::Bulk(k) = k {
+                if !keep(&k) {
+                    continue;
+                }
                 if out.len() == max {
                     return (out, true);
                 }

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Where the console lives.
 pub const PREFIX: &str = "/console";
@@ -247,9 +248,22 @@ fn may_read(perm: &Perm, key: &[u8]) -> bool {
     }
 }
 
-/// At most `CONSOLE_REPLAYS_MAX` replays at once, server-wide.
-static REPLAYS: tokio::sync::Semaphore =
-    tokio::sync::Semaphore::const_new(config::CONSOLE_REPLAYS_MAX);
+/// At most `CONSOLE_REPLAYS_MAX` rebuilds at once, server-wide. A permit is held by the
+/// rebuild itself, so a client that goes away does not free it while the work goes on.
+fn replays() -> &'static Arc<tokio::sync::Semaphore> {
+    static REPLAYS: std::sync::OnceLock<Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    REPLAYS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(config::CONSOLE_REPLAYS_MAX)))
+}
+
+/// The REST API's answer to `args` for `perm` before it runs: the rights a console read needs
+/// are those of the command that would read the same over REST.
+fn rights(args: &[&[u8]], perm: &Perm) -> Result<(), String> {
+    let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+    crate::command::pipeline::check_connection(&args, perm).map_err(|r| match r {
+        Reply::Error(e) => e,
+        _ => "NOPERM".to_string(),
+    })
+}
 
 /// `GET /console/api/timeline`: the token's database's records per minute (coarser when the
 /// log spans more than `CONSOLE_TIMELINE_BUCKETS_MAX` minutes), read from the log's frames.
@@ -257,11 +271,18 @@ static REPLAYS: tokio::sync::Semaphore =
 /// `CONSOLE_HISTORY_CHANGES_MAX`, each with its commands and the value after it.
 /// `GET /console/api/at?point=P&key=K`: K's type and value at P (a record's sequence number
 /// or a time: RFC 3339 or Unix ms). `GET /console/api/at?point=P[&match=M]`: the keys then
-/// (at most `CONSOLE_TRAVEL_KEYS_MAX`). Both rebuild the state from the data directory off the
-/// executor, at most `CONSOLE_REPLAYS_MAX` at once, and show only what the token may read:
-/// another key a command of the history names, outside an ACL user's patterns, shows as
-/// `(hidden)`.
+/// (at most `CONSOLE_TRAVEL_KEYS_MAX`). The last three rebuild the state from the data
+/// directory off the executor; all four run at most `CONSOLE_REPLAYS_MAX` at once. Each needs
+/// the rights of the REST read it stands for (TYPE of the key; SCAN for the keys and the
+/// timeline), and shows only what the token may read: a command of a history that names
+/// another key outside an ACL user's patterns shows only its name and the key asked about.
 async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> {
+    if req.method() != Method::GET {
+        return refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "ERR the console's time travel is read with GET",
+        );
+    }
     let Some((db, access)) = super::authenticate(req.headers(), None, app) else {
         return refuse(
             StatusCode::UNAUTHORIZED,
@@ -276,6 +297,7 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
     };
     let query = req.uri().query();
     let key = param(query, "key");
+    let pattern = param(query, "match");
     let point = match (&what, param(query, "point")) {
         (Travel::History | Travel::Timeline, _) => None,
         (Travel::At, None) => return refuse(
@@ -287,42 +309,44 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
             Err(e) => return refuse(StatusCode::BAD_REQUEST, &format!("ERR {e}")),
         },
     };
-    if let (Travel::History, None) = (&what, &key) {
-        return refuse(StatusCode::BAD_REQUEST, "ERR name a key: ?key=");
-    }
-    if let Some(k) = &key {
-        if !may_read(&perm, k) {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "NOPERM this user has no permissions to access one of the keys used as arguments",
-            );
-        }
-    }
-    let Ok(_permit) = REPLAYS.try_acquire() else {
-        return refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            "ERR the console is already rebuilding past states; try again in a moment",
-        );
+    let checked = match (&what, &key) {
+        (Travel::History, None) => return refuse(StatusCode::BAD_REQUEST, "ERR name a key: ?key="),
+        (Travel::Timeline, _) | (Travel::At, None) => match &pattern {
+            Some(p) => rights(&[b"SCAN", b"0", b"MATCH", p], &perm),
+            None => rights(&[b"SCAN", b"0"], &perm),
+        },
+        (_, Some(k)) => rights(&[b"TYPE", k], &perm),
     };
-    let pattern = param(query, "match");
+    if let Err(refused) = checked {
+        return refuse(StatusCode::FORBIDDEN, &refused);
+    }
+    let Ok(permit) = replays().clone().try_acquire_owned() else {
+        let mut r = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "ERR the console is already rebuilding a past state; try again in a moment",
+        );
+        r.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    };
     let data_dir = app.data_dir.clone();
-    let timeline = matches!(what, Travel::Timeline);
     let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
-        if timeline {
-            let (size, buckets) = crate::travel::timeline(
-                &data_dir.join("wal"),
-                db,
-                config::CONSOLE_TIMELINE_BUCKET_MS,
-                config::CONSOLE_TIMELINE_BUCKETS_MAX,
-            )?;
-            let buckets: Vec<Value> = buckets
-                .iter()
-                .map(|b| json!({ "start_ms": b.start_ms, "records": b.records, "last_seq": b.last_seq }))
-                .collect();
-            return Ok(json!({ "bucket_ms": size, "buckets": buckets }));
-        }
-        match (point, key) {
-            (None, Some(key)) => {
+        let _permit = permit;
+        match (what, point, key) {
+            (Travel::Timeline, _, _) => {
+                let (size, buckets) = crate::travel::timeline(
+                    &data_dir.join("wal"),
+                    db,
+                    config::CONSOLE_TIMELINE_BUCKET_MS,
+                    config::CONSOLE_TIMELINE_BUCKETS_MAX,
+                )?;
+                let buckets: Vec<Value> = buckets
+                    .iter()
+                    .map(|b| json!({ "start_ms": b.start_ms, "records": b.records, "last_seq": b.last_seq }))
+                    .collect();
+                Ok(json!({ "bucket_ms": size, "buckets": buckets }))
+            }
+            (_, None, Some(key)) => {
                 let h = crate::travel::key_history(
                     &data_dir,
                     db,
@@ -334,27 +358,31 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
                     .changes
                     .iter()
                     .map(|c| {
-                        let commands: Vec<Value> = c
-                            .commands
+                        let shown = c.commands.len().min(config::CONSOLE_HISTORY_COMMANDS_MAX);
+                        let commands: Vec<Value> = c.commands[..shown]
                             .iter()
                             .map(|cmd| shown_command(cmd, &key, &perm))
                             .collect();
                         json!({
                             "at": position(c.at),
                             "commands": commands,
+                            "more_commands": c.commands.len() - shown,
                             "type": c.ty,
-                            "value": reply_json(&c.value),
+                            "value": value_json(&c.ty, &c.value),
                         })
                     })
                     .collect();
+                let from = h.from_snapshot.map(|(at, ty, value)| {
+                    json!({ "at": position(at), "type": ty, "value": value_json(&ty, &value) })
+                });
                 Ok(json!({
                     "key": text(&key),
-                    "from": h.from.map(position),
+                    "from_snapshot": from,
                     "dropped": h.dropped,
                     "changes": changes,
                 }))
             }
-            (Some(point), Some(key)) => {
+            (_, Some(point), Some(key)) => {
                 let (at, (ty, value)) = crate::travel::at(&data_dir, point, |m, ts| {
                     crate::travel::value_of(m, db, &key, ts, Some(config::CONSOLE_TRAVEL_ITEMS_MAX))
                 })?;
@@ -362,52 +390,81 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
                     "at": position(at),
                     "key": text(&key),
                     "type": ty,
-                    "value": reply_json(&value),
+                    "value": value_json(&ty, &value),
                 }))
             }
-            (Some(point), None) => {
+            (_, Some(point), None) => {
                 let (at, (keys, more)) = crate::travel::at(&data_dir, point, |m, ts| {
                     crate::travel::keys(
                         m,
                         db,
                         ts,
                         pattern.as_deref(),
+                        |k| may_read(&perm, k),
                         config::CONSOLE_TRAVEL_KEYS_MAX,
                     )
                 })?;
-                let keys: Vec<Value> = keys
-                    .iter()
-                    .filter(|k| may_read(&perm, k))
-                    .map(|k| text(k))
-                    .collect();
+                let keys: Vec<Value> = keys.iter().map(|k| text(k)).collect();
                 Ok(json!({ "at": position(at), "keys": keys, "more": more }))
             }
-            (None, None) => Err("ERR name a key: ?key=".into()),
+            (_, None, None) => Err("ERR name a key: ?key=".into()),
         }
     });
     match work.await {
         Ok(Ok(v)) => secure(admin::json_response(200, &v)),
-        Ok(Err(e)) => refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("ERR the past state could not be rebuilt: {e}"),
-        ),
-        Err(e) => refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("ERR the past state could not be rebuilt: {e}"),
-        ),
+        Ok(Err(e)) => rebuild_failed(&e),
+        Err(e) => rebuild_failed(&e.to_string()),
     }
 }
 
-/// A command of a key's history as the token may see it: another key it names, outside an
-/// ACL user's patterns, is `(hidden)`.
+/// A rebuild that failed: the tenant learns what it may do about it, the server's log the
+/// details (which name the data directory and the repair tools, an operator's business).
+fn rebuild_failed(why: &str) -> Response<Body> {
+    crate::log::line(&format!(
+        "console: a past state could not be rebuilt: {why}"
+    ));
+    if why.contains("compacted") {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            "ERR that point is older than the log this server keeps (it was compacted behind a snapshot, see --log-retention): pick a later one",
+        )
+    } else {
+        refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "ERR the past state could not be rebuilt; the server's log says why",
+        )
+    }
+}
+
+/// A value of the past as JSON: null for no key.
+fn value_json(ty: &str, value: &Reply) -> Value {
+    if ty == "none" {
+        Value::Null
+    } else {
+        reply_json(value)
+    }
+}
+
+/// A command of a key's history as the token may see it. One that names another key outside
+/// an ACL user's patterns shows only its name and the key asked about (its other arguments
+/// may be that key's values: MSET). Long arguments are cut at
+/// `CONSOLE_HISTORY_ARGUMENT_BYTES_MAX` with their length.
 fn shown_command(cmd: &[Vec<u8>], key: &[u8], perm: &Perm) -> Value {
     let keys = crate::travel::keys_of(cmd);
+    let hides = keys.iter().any(|k| *k != key && !may_read(perm, k));
+    let cap = config::CONSOLE_HISTORY_ARGUMENT_BYTES_MAX;
     Value::Array(
         cmd.iter()
-            .map(|a| {
-                let is_other_key = a.as_slice() != key && keys.contains(&a.as_slice());
-                if is_other_key && !may_read(perm, a) {
+            .enumerate()
+            .map(|(i, a)| {
+                if hides && i > 0 && a.as_slice() != key {
                     Value::String("(hidden)".into())
+                } else if a.len() > cap {
+                    Value::String(format!(
+                        "{}… ({} bytes)",
+                        String::from_utf8_lossy(&a[..cap]),
+                        a.len()
+                    ))
                 } else {
                     text(a)
                 }

@@ -31,6 +31,18 @@ def row(d, name):
     return found[0] if found else None
 
 
+def click(d, name, label):
+    """Clicks the button `label` of database `name`'s row, looking the row up again if the
+    view was redrawn meanwhile."""
+    def go(d):
+        r = row(d, name)
+        if r is None:
+            return False
+        r.find_element(By.XPATH, f".//button[text()='{label}']").click()
+        return True
+    wait(d, go)
+
+
 def test_the_admin_token_manages_the_databases(server, browser):
     d = browser
     fresh_page(d, server)
@@ -43,7 +55,7 @@ def test_the_admin_token_manages_the_databases(server, browser):
     wait(d, lambda d: row(d, "shop"))
     shot(d, "databases")
     # Open it: the data browser works on it with its own token.
-    row(d, "shop").find_element(By.XPATH, ".//button[text()='Open']").click()
+    click(d, "shop", "Open")
     wait(d, lambda d: d.find_element(By.ID, "browser").is_displayed())
     d.find_element(By.ID, "newkey-name").send_keys("cart:1")
     d.find_element(By.ID, "newkey-value").send_keys("3 apples", Keys.ENTER)
@@ -54,19 +66,17 @@ def test_the_admin_token_manages_the_databases(server, browser):
         assert json.loads(r.read())["result"] == "3 apples"
     # Reset its tokens (confirmed): the old one stops working.
     d.find_element(By.CSS_SELECTOR, 'nav button[data-view="databases"]').click()
-    wait(d, lambda d: row(d, "shop"))
-    row(d, "shop").find_element(By.XPATH, ".//button[text()='Reset tokens']").click()
+    click(d, "shop", "Reset tokens")
     d.switch_to.alert.accept()
     wait(d, lambda d: admin(server, "GET", "databases/shop")["token"] != token)
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req)
     assert e.value.code == 401
     # Delete it (confirmed; dismissing the question keeps it).
-    wait(d, lambda d: row(d, "shop"))
-    row(d, "shop").find_element(By.XPATH, ".//button[text()='Delete']").click()
+    click(d, "shop", "Delete")
     d.switch_to.alert.dismiss()
     assert row(d, "shop") is not None
-    row(d, "shop").find_element(By.XPATH, ".//button[text()='Delete']").click()
+    click(d, "shop", "Delete")
     d.switch_to.alert.accept()
     wait(d, lambda d: row(d, "shop") is None)
     assert [db["name"] for db in admin(server, "GET", "databases")["databases"]] == ["default"]

@@ -94,6 +94,12 @@ async function signIn(tokens) {
 function signOut() {
   stopAll();
   stopHealth();
+  // The command line's history may hold passwords (ACL SETUSER ... >pw): it goes with the
+  // session.
+  sessionStorage.removeItem(HISTORY_KEY);
+  history.length = 0;
+  historyAt = 0;
+  $("cli-out").replaceChildren();
   sessionStorage.removeItem(TOKEN_KEY);
   state.travel = null;
   state.qtoken = null;
@@ -324,12 +330,17 @@ async function showHistory(key) {
       return el("li", { "data-seq": c.at.seq },
         el("div", {}, `#${c.at.seq} ${c.at.time}`),
         ...c.commands.map((cmd) => el("div", { className: "cmd" }, cmd.join(" "))),
+        ...(c.more_commands ? [el("div", { className: "hint" }, `and ${c.more_commands} more commands on it in this record`)] : []),
         el("div", { className: "value" }, `→ ${c.type === "none" ? "(no key)" : pastText(c.type, c.value)}`),
         go);
     });
     const notes = [];
     if (h.dropped) notes.push(el("p", { className: "hint" }, `${h.dropped} older changes not shown.`));
-    if (h.from && h.from.seq > 1) notes.push(el("p", { className: "hint" }, `The log before record #${h.from.seq} was compacted behind a snapshot: the history begins there.`));
+    if (h.from_snapshot) {
+      const f = h.from_snapshot;
+      notes.push(el("p", { className: "hint", id: "history-from" },
+        `The log before record #${f.at.seq} (${f.at.time}) was compacted behind a snapshot: the history begins there, with ${f.type === "none" ? "no such key" : `the ${f.type} ${pastText(f.type, f.value)}`}.`));
+    }
     box.replaceChildren(el("h4", {}, `History (${h.changes.length} changes, newest first)`), ...notes, el("ol", { id: "history", reversed: "" }, ...items));
   } catch (e) {
     box.replaceChildren(el("p", { className: "error" }, e.message));
