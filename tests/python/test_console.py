@@ -333,3 +333,31 @@ def test_the_live_view_follows_the_monitor_and_a_channel(server, browser):
     d.find_element(By.ID, "monitor-toggle").click()
     assert d.find_element(By.ID, "monitor-toggle").text == "Start the monitor"
     assert errors_in_console(d) == []
+
+
+def test_a_key_of_every_type_is_created_from_the_console(server, browser):
+    d = browser
+    from selenium.webdriver.support.ui import Select
+    sign_in(d, server, TOKEN)
+    made = [
+        ("string", "new:string", None, "hi", "hi"),
+        ("hash", "new:hash", "colour", "teal", "teal"),
+        ("list", "new:list", None, "first", "first"),
+        ("set", "new:set", None, "member", "member"),
+        ("zset", "new:zset", "2.5", "player", "2.5"),
+        ("stream", "new:stream", "kind", "click", "kind=click"),
+        ("json", "new:json", None, '{"n":1}', '"n": 1'),
+    ]
+    for ty, name, field, value, shown in made:
+        Select(d.find_element(By.ID, "newkey-type")).select_by_visible_text(ty)
+        d.find_element(By.ID, "newkey-name").send_keys(name)
+        if field is not None:
+            d.find_element(By.ID, "newkey-field").send_keys(field)
+        d.find_element(By.ID, "newkey-value").send_keys(value, Keys.ENTER)
+        wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == name)
+        wait(d, lambda d: shown in d.find_element(By.ID, "value").text)
+        assert d.find_element(By.ID, "viewer-type").text == ty
+        key_in_tree(d, name)
+        assert rest(server, "TYPE", name) == ty
+    shot(d, "every-type")
+    assert errors_in_console(d) == []

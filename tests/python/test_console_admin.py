@@ -43,12 +43,16 @@ def click(d, name, label):
     wait(d, go)
 
 
-def test_the_admin_token_manages_the_databases(server, browser):
-    d = browser
+def sign_in_admin(d, server):
     fresh_page(d, server)
     d.find_element(By.ID, "token").send_keys(ADMIN)
     d.find_element(By.ID, "signin-button").click()
     wait(d, lambda d: d.find_element(By.ID, "databases").is_displayed())
+
+
+def test_the_admin_token_manages_the_databases(server, browser):
+    d = browser
+    sign_in_admin(d, server)
     assert "admin token" in d.find_element(By.ID, "who").text
     wait(d, lambda d: row(d, "default"))
     d.find_element(By.ID, "db-name").send_keys("shop", Keys.ENTER)
@@ -85,10 +89,7 @@ def test_the_admin_token_manages_the_databases(server, browser):
 
 def test_the_health_view_charts_the_servers_own_metrics(server, browser):
     d = browser
-    fresh_page(d, server)
-    d.find_element(By.ID, "token").send_keys(ADMIN)
-    d.find_element(By.ID, "signin-button").click()
-    wait(d, lambda d: d.find_element(By.ID, "databases").is_displayed())
+    sign_in_admin(d, server)
     d.find_element(By.CSS_SELECTOR, 'nav button[data-view="health"]').click()
     chart = lambda d, t: d.find_element(By.CSS_SELECTOR, f'[data-chart="{t}"] .now').text  # noqa: E731
     wait(d, lambda d: chart(d, "log size").endswith("B"))

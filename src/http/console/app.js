@@ -552,18 +552,36 @@ const VIEWERS = {
 
 // ---- new keys ------------------------------------------------------------------------------
 
+/** The command that creates a key of each type from a name, a field (or score) and a value. */
+const CREATE = {
+  string: { field: null, cmd: (k, f, v) => ["SET", k, v] },
+  hash: { field: "field", cmd: (k, f, v) => ["HSET", k, f, v] },
+  list: { field: null, cmd: (k, f, v) => ["RPUSH", k, v] },
+  set: { field: null, cmd: (k, f, v) => ["SADD", k, v] },
+  zset: { field: "score", cmd: (k, f, v) => ["ZADD", k, f, v] },
+  stream: { field: "field", cmd: (k, f, v) => ["XADD", k, "*", f, v] },
+  json: { field: null, cmd: (k, f, v) => ["JSON.SET", k, "$", v] },
+};
+
+function newKeyType() {
+  const c = CREATE[$("newkey-type").value];
+  $("newkey-field").hidden = !c.field;
+  $("newkey-field").placeholder = c.field || "";
+  $("newkey-value").placeholder = $("newkey-type").value === "json" ? "a JSON document" : "value";
+}
+
 async function createKey(ev) {
   ev.preventDefault();
   const name = $("newkey-name").value;
   if (!name) return;
+  const c = CREATE[$("newkey-type").value];
   try {
-    await redis("SET", name, $("newkey-value").value);
+    await redis(...c.cmd(name, $("newkey-field").value, $("newkey-value").value));
   } catch (e) {
     $("scan-status").textContent = e.message;
     return;
   }
-  $("newkey-name").value = "";
-  $("newkey-value").value = "";
+  for (const id of ["newkey-name", "newkey-field", "newkey-value"]) $(id).value = "";
   await scan(true);
   openKey(name);
 }
@@ -1225,6 +1243,7 @@ function start() {
     if (key) openKey(key);
   });
   $("newkey").addEventListener("submit", createKey);
+  $("newkey-type").addEventListener("change", newKeyType);
   $("db-create").addEventListener("submit", createDatabase);
   $("monitor-toggle").addEventListener("click", toggleMonitor);
   $("subscribe").addEventListener("submit", subscribe);
