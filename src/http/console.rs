@@ -1,6 +1,8 @@
 //! The web console (`/console`): a page and its script, served from the binary, that work
-//! through the same REST and delivery APIs as the SDKs, plus the one route those APIs lack:
-//! `GET /console/api/session`, which says what a token opens.
+//! through the same REST, delivery and admin APIs as the SDKs and tools, plus the routes those
+//! lack (docs/console.md): what a token opens (`/console/api/session`), time travel
+//! (`history`, `at`, `timeline`, rebuilt by `crate::travel` off the executor) and the next runs
+//! of a cron expression (`cron`).
 //!
 //! Safety, for a page that shows whatever a database holds: every value and key name is put
 //! in the page as text (the script never writes HTML), the Content-Security-Policy allows no
@@ -164,7 +166,7 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
     ))
 }
 
-/// Runs a cron expression's next five firings shows at most.
+/// The firings of a cron expression the helper shows.
 const CRON_NEXT_RUNS: usize = 5;
 
 /// `GET /console/api/cron?expr=E`: the next five times the schedule expression E fires (the
@@ -224,15 +226,26 @@ fn text(b: &[u8]) -> Value {
     Value::String(String::from_utf8_lossy(b).into_owned())
 }
 
-/// A reply as the REST API's JSON shows it (an error as `{"error": ...}`).
+/// A reply as the REST API's JSON shows it (an error as `{"error": ...}`). The replies here
+/// are those of the console's own reads (at most three levels: XRANGE's); nesting past
+/// `LUA_REPLY_DEPTH_MAX`, the deepest reply any command makes, shows as an error.
 fn reply_json(r: &Reply) -> Value {
+    reply_json_at(r, 0)
+}
+
+fn reply_json_at(r: &Reply, depth: usize) -> Value {
     match r {
         Reply::Status(s) => Value::String(s.clone()),
         Reply::Error(e) => json!({ "error": e }),
         Reply::Bulk(b) => text(b),
         Reply::Nil | Reply::NilArray => Value::Null,
         Reply::Int(n) => json!(n),
-        Reply::Array(items) => Value::Array(items.iter().map(reply_json).collect()),
+        Reply::Array(_) if depth >= config::LUA_REPLY_DEPTH_MAX => {
+            json!({ "error": "ERR reply nested too deeply" })
+        }
+        Reply::Array(items) => {
+            Value::Array(items.iter().map(|i| reply_json_at(i, depth + 1)).collect())
+        }
     }
 }
 
