@@ -246,3 +246,36 @@ def test_the_signing_keys_rotate_from_the_console(server, browser):
     after = wait(d, lambda d: (lambda k: k if k["current"] == before["next"] else False)(q(server, "GET", "keys")))
     wait(d, lambda d: after["next"] in d.find_element(By.ID, "part-keys").text)
     assert errors_in_console(d) == []
+
+
+def test_url_groups_and_queues_are_edited_from_the_console(server, browser, sink):
+    d = browser
+    sign_in_qstash(d, server)
+    part(d, "groups")
+    d.find_element(By.ID, "group-name").send_keys("team")
+    d.find_element(By.ID, "group-url").send_keys(f"{sink.base}/a")
+    d.find_element(By.ID, "group-add").click()
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-group="team"]')) == 1)
+    d.find_element(By.ID, "group-name").send_keys("team")
+    d.find_element(By.ID, "group-url").send_keys(f"{sink.base}/b")
+    d.find_element(By.ID, "group-add").click()
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-group="team"]')) == 2)
+    assert sorted(e["url"] for e in q(server, "GET", "topics/team")["endpoints"]) == [f"{sink.base}/a", f"{sink.base}/b"]
+    d.find_elements(By.CSS_SELECTOR, '[data-group="team"]')[0].find_element(By.XPATH, ".//button[text()='Remove']").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, '[data-group="team"]')) == 1)
+    part(d, "queues")
+    d.find_element(By.ID, "queue-name").send_keys("jobs")
+    d.find_element(By.ID, "queue-parallelism").clear()
+    d.find_element(By.ID, "queue-parallelism").send_keys("3")
+    d.find_element(By.ID, "queue-create").click()
+    row = lambda d: d.find_element(By.CSS_SELECTOR, '[data-queue="jobs"]')  # noqa: E731
+    wait(d, lambda d: "3" in row(d).text)
+    assert q(server, "GET", "queues/jobs")["parallelism"] == 3
+    box = row(d).find_element(By.CSS_SELECTOR, ".queue-parallelism")
+    box.clear()
+    box.send_keys("5")
+    row(d).find_element(By.XPATH, ".//button[text()='Set parallelism']").click()
+    wait(d, lambda d: q(server, "GET", "queues/jobs")["parallelism"] == 5)
+    shot(d, "queues")
+    assert errors_in_console(d) == []

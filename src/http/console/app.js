@@ -838,19 +838,48 @@ const PARTS = {
   async groups(body) {
     const groups = await qstash("GET", "topics");
     if (!groups.length) body.append(el("p", { className: "hint" }, "No URL groups."));
-    body.append(table(["URL group", "endpoints"], groups.map((g) => [g.name, (g.endpoints || []).map((e) => e.url).join("  ")])));
+    const json = { "Content-Type": "application/json" };
+    const endpoints = (name, urls) => ({ body: JSON.stringify({ endpoints: urls.map((url) => ({ url })) }), headers: json });
+    const t = table(["URL group", "endpoint", ""], []);
+    for (const g of groups) {
+      for (const e of g.endpoints || []) {
+        const remove = action("Remove", () => qstash("DELETE", `topics/${encodeURIComponent(g.name)}/endpoints`, endpoints(g.name, [e.url])),
+          { confirmText: `Remove ${e.url} from ${g.name}?${g.endpoints.length === 1 ? " It is the last: the group goes with it." : ""}` });
+        t.append(el("tr", { "data-group": g.name }, el("td", {}, g.name), el("td", {}, e.url), el("td", {}, remove)));
+      }
+    }
+    const name = el("input", { id: "group-name", placeholder: "URL group", spellcheck: "false" });
+    const url = el("input", { id: "group-url", placeholder: "endpoint URL", spellcheck: "false" });
+    const add = action("Add endpoint", () => qstash("POST", `topics/${encodeURIComponent(name.value)}/endpoints`, endpoints(name.value, [url.value])), { id: "group-add" });
+    const form = el("div", { className: "meta qedit" }, name, url, add);
+    form.hidden = qstashReadOnly();
+    body.append(t, form);
   },
   async queues(body) {
     const queues = await qstash("GET", "queues");
     if (!queues.length) body.append(el("p", { className: "hint" }, "No queues."));
+    const upsert = (queueName, parallelism) => qstash("POST", "queues", {
+      body: JSON.stringify({ queueName, parallelism: Number(parallelism) }),
+      headers: { "Content-Type": "application/json" },
+    });
     const t = table(["queue", "parallelism", "lag", "state", ""], []);
     for (const q of queues) {
       const toggle = q.paused
         ? action("Resume", () => qstash("POST", `queues/${encodeURIComponent(q.name)}/resume`))
         : action("Pause", () => qstash("POST", `queues/${encodeURIComponent(q.name)}/pause`));
-      t.append(el("tr", {}, ...[q.name, q.parallelism, q.lag, q.paused ? "paused" : "active"].map((c) => el("td", {}, String(c ?? ""))), el("td", {}, toggle)));
+      const parallelism = el("input", { type: "number", min: "1", className: "qedit queue-parallelism", value: String(q.parallelism ?? 1) });
+      parallelism.hidden = qstashReadOnly();
+      const set = action("Set parallelism", () => upsert(q.name, parallelism.value));
+      const del = action("Delete", () => qstash("DELETE", `queues/${encodeURIComponent(q.name)}`), { confirmText: `Delete the queue ${q.name}?` });
+      t.append(el("tr", { "data-queue": q.name }, ...[q.name, q.parallelism, q.lag, q.paused ? "paused" : "active"].map((c) => el("td", {}, String(c ?? ""))),
+        el("td", {}, toggle, parallelism, set, del)));
     }
-    body.append(t);
+    const name = el("input", { id: "queue-name", placeholder: "queue", spellcheck: "false" });
+    const par = el("input", { id: "queue-parallelism", type: "number", min: "1", value: "1" });
+    const create = action("Create queue", () => upsert(name.value, par.value), { id: "queue-create" });
+    const form = el("div", { className: "meta qedit" }, name, par, create);
+    form.hidden = qstashReadOnly();
+    body.append(t, form);
   },
   async runs(body) {
     const { runs } = await qstash("GET", "workflows/logs");
