@@ -329,6 +329,14 @@ def test_the_live_view_follows_the_monitor_and_a_channel(server, browser):
     d.find_element(By.ID, "publish-message").send_keys("<b>hello</b>", Keys.ENTER)
     wait(d, lambda d: "message,news,<b>hello</b>" in d.find_element(By.ID, "subscribe-out").text)
     assert d.find_elements(By.CSS_SELECTOR, "#subscribe-out b") == []
+    # A pattern subscription replaces the channel's.
+    d.find_element(By.ID, "subscribe-channel").clear()
+    d.find_element(By.ID, "subscribe-channel").send_keys("alerts.*")
+    d.find_element(By.ID, "subscribe-pattern").click()
+    d.find_element(By.ID, "subscribe-button").click()
+    wait(d, lambda d: "psubscribe,alerts.*,1" in d.find_element(By.ID, "subscribe-out").text)
+    rest(server, "PUBLISH", "alerts.disk", "full")
+    wait(d, lambda d: "pmessage,alerts.*,alerts.disk,full" in d.find_element(By.ID, "subscribe-out").text)
     shot(d, "live")
     d.find_element(By.ID, "monitor-toggle").click()
     assert d.find_element(By.ID, "monitor-toggle").text == "Start the monitor"

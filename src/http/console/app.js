@@ -1019,7 +1019,8 @@ function subscribe(ev) {
   ev.preventDefault();
   const channel = $("subscribe-channel").value;
   if (!channel) return;
-  follow("subscribe", `/subscribe/${encodeURIComponent(channel)}`, $("subscribe-out"));
+  const route = $("subscribe-pattern").checked ? "psubscribe" : "subscribe";
+  follow("subscribe", `/${route}/${encodeURIComponent(channel)}`, $("subscribe-out"));
 }
 
 async function publish(ev) {
