@@ -147,6 +147,23 @@ enum Then {
     Close,
 }
 
+/// A connection's own command that a transaction queues and EXEC runs, as Redis does: SELECT,
+/// UNWATCH, MONITOR (which EXEC refuses) and CLIENT but for CLIENT REPLY, which would change how
+/// EXEC's own reply is written.
+fn queued_own(args: &[Vec<u8>]) -> bool {
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_lowercase())
+        .unwrap_or_default();
+    match name.as_slice() {
+        b"select" | b"unwatch" | b"monitor" => true,
+        b"client" => !args
+            .get(1)
+            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"reply")),
+        _ => false,
+    }
+}
+
 /// A connection's subscription streams: channels, patterns, shard channels and the monitor
 /// each register with the executor as one stream, sharing one queue.
 struct Events {
@@ -613,9 +630,10 @@ impl Conn {
                 b"exec" | b"discard" | b"multi" | b"watch" | b"quit" | b"reset"
             )
         {
-            // The connection's own commands do not run inside a transaction here (Redis
-            // queues some of them): refused, and the transaction with them.
-            if own {
+            // The connection's own commands that Redis queues and this connection can run
+            // inside EXEC are queued; the others (AUTH, HELLO, the subscriptions, CLIENT
+            // REPLY) are refused here, and the transaction with them.
+            if own && !queued_own(&args) {
                 self.multi_failed = true;
                 self.put_plain(Reply::err("ERR Command not allowed inside a transaction"));
                 return Then::Go;
@@ -643,7 +661,7 @@ impl Conn {
             b"reset" => self.reset().await,
             b"select" => self.select(&args),
             b"multi" => self.multi_command(&args),
-            b"exec" => self.exec_command(&args).await,
+            b"exec" => return self.exec_command(&args).await,
             b"discard" => self.discard(&args).await,
             b"watch" => self.watch(args).await,
             b"unwatch" if args.len() != 1 => {
@@ -1006,14 +1024,14 @@ impl Conn {
         }
     }
 
-    async fn exec_command(&mut self, args: &[Vec<u8>]) {
+    async fn exec_command(&mut self, args: &[Vec<u8>]) -> Then {
         if args.len() != 1 {
             self.put_plain(Reply::Error(crate::reply::errors::wrong_arity("exec")));
-            return;
+            return Then::Go;
         }
         let Some(queued) = self.multi.take() else {
             self.put_plain(Reply::err("ERR EXEC without MULTI"));
-            return;
+            return Then::Go;
         };
         self.watching = false;
         if std::mem::take(&mut self.multi_failed) {
@@ -1021,10 +1039,20 @@ impl Conn {
             self.put_plain(Reply::err(
                 "EXECABORT Transaction discarded because of previous errors.",
             ));
-            return;
+            return Then::Go;
         }
-        let shapes: Vec<write::Shape> = queued.iter().map(|c| write::shape(c)).collect();
-        match self.exec(queued, ExecMode::Multi, false).await {
+        // The connection's own commands run here, after the executor has run the others as
+        // one job: they touch no key, so their place in the order shows only in the replies,
+        // which keep it.
+        let own: Vec<bool> = queued.iter().map(|c| queued_own(c)).collect();
+        let kv: Vec<Vec<Vec<u8>>> = queued
+            .iter()
+            .zip(&own)
+            .filter(|(_, o)| !**o)
+            .map(|(c, _)| c.clone())
+            .collect();
+        let shapes: Vec<write::Shape> = kv.iter().map(|c| write::shape(c)).collect();
+        match self.exec(kv, ExecMode::Multi, false).await {
             Some(a) if a.aborted => self.put_plain(Reply::NilArray),
             Some(Answer {
                 replies: Ok(replies),
@@ -1032,30 +1060,61 @@ impl Conn {
             }) => {
                 if self.reply_mode != ReplyMode::On {
                     self.put_plain(Reply::Nil);
-                    return;
+                    return Then::Go;
                 }
                 self.out.push(b'*');
                 self.out
-                    .extend_from_slice(replies.len().to_string().as_bytes());
+                    .extend_from_slice(queued.len().to_string().as_bytes());
                 self.out.extend_from_slice(b"\r\n");
-                for (r, shape) in replies.iter().zip(shapes) {
-                    write::reply(
-                        &mut self.out,
-                        r,
-                        self.resp3,
-                        if self.resp3 {
-                            shape
-                        } else {
-                            write::Shape::Plain
-                        },
-                    );
+                let mut kv_replies = replies.iter().zip(shapes);
+                let mut then = Then::Go;
+                for (cmd, own) in queued.iter().zip(own) {
+                    if own {
+                        if let Then::Close = self.own_in_exec(cmd).await {
+                            then = Then::Close;
+                        }
+                    } else if let Some((r, shape)) = kv_replies.next() {
+                        write::reply(
+                            &mut self.out,
+                            r,
+                            self.resp3,
+                            if self.resp3 {
+                                shape
+                            } else {
+                                write::Shape::Plain
+                            },
+                        );
+                    }
                 }
+                return then;
             }
             Some(Answer {
                 replies: Err(e), ..
             }) => self.put_plain(Reply::Error(e)),
             None => self.put_plain(Reply::err("ERR the server is shutting down")),
         }
+        Then::Go
+    }
+
+    /// One of the connection's own commands queued in a transaction, run by EXEC; its
+    /// reply goes into EXEC's array. Its rights were checked when it was queued, as Redis
+    /// checks them.
+    async fn own_in_exec(&mut self, args: &[Vec<u8>]) -> Then {
+        let name = args
+            .first()
+            .map(|n| n.to_ascii_lowercase())
+            .unwrap_or_default();
+        match name.as_slice() {
+            b"select" => self.select(args),
+            b"unwatch" => self.put_plain(Reply::ok()),
+            // Redis's answer for MONITOR inside EXEC (a client in EXEC may not block).
+            b"monitor" => self.put_plain(Reply::err(
+                "ERR MONITOR isn't allowed for DENY BLOCKING client",
+            )),
+            b"client" => return self.client(args).await,
+            _ => self.put_plain(Reply::err("ERR Command not allowed inside a transaction")),
+        }
+        Then::Go
     }
 
     async fn discard(&mut self, args: &[Vec<u8>]) {

@@ -822,3 +822,38 @@ fn a_blocked_command_is_monitored_and_counted_once() {
     let info = String::from_utf8_lossy(&info).into_owned();
     assert!(info.contains("total_commands_processed:5\r\n"), "{info}");
 }
+
+/// The connection's own commands inside MULTI, as redis-server answers them: SELECT, CLIENT
+/// and UNWATCH are queued and run by EXEC, their replies in their places in EXEC's array
+/// (CLIENT GETNAME sees the SETNAME queued before it); MONITOR is queued and refused by EXEC
+/// ("DENY BLOCKING"). Before, tidepool refused them and discarded the transaction.
+#[test]
+fn connection_commands_queue_inside_multi_as_redis_does() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-multi-own");
+    let s = Server::start(dir.path(), &[]);
+    let script: &[&[&str]] = &[
+        &["MULTI"],
+        &["SET", "a", "1"],
+        &["SELECT", "0"],
+        &["CLIENT", "SETNAME", "bob"],
+        &["CLIENT", "GETNAME"],
+        &["UNWATCH"],
+        &["ECHO", "hi"],
+        &["CLIENT", "NO-EVICT", "on"],
+        &["GET", "a"],
+        &["EXEC"],
+        &["CLIENT", "GETNAME"],
+        &["MULTI"],
+        &["MONITOR"],
+        &["INCR", "n"],
+        &["EXEC"],
+        &["MULTI"],
+        &["SELECT", "99"],
+        &["EXEC"],
+    ];
+    let run = |r: &mut Redis| -> Vec<Canon> { script.iter().map(|c| r.cmd_str(c)).collect() };
+    let theirs = run(&mut Redis::connect(redis.port));
+    let ours = run(&mut resp(&s));
+    assert_eq!(ours, theirs);
+}
