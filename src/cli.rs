@@ -354,6 +354,14 @@ impl Serve {
                 )
             })?,
         };
+        let resp_idle_timeout_ms = match env("TIDEPOOL_RESP_IDLE_TIMEOUT_MS") {
+            None => config::RESP_IDLE_TIMEOUT_MS,
+            Some(u) => u.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!(
+                    "TIDEPOOL_RESP_IDLE_TIMEOUT_MS '{u}' must be a positive number of milliseconds"
+                )
+            })?,
+        };
         let retry_backoff_unit_ms = match env("TIDEPOOL_RETRY_BACKOFF_UNIT_MS") {
             None => 1000,
             Some(u) => u.parse().map_err(|_| {
@@ -485,6 +493,7 @@ impl Serve {
         }
         Ok(Config {
             usage_log_interval_ms,
+            resp_idle_timeout_ms,
             metrics_open,
             dev,
             log_level,

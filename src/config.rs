@@ -532,6 +532,9 @@ pub struct Config {
     /// How often usage counts are logged: `USAGE_LOG_INTERVAL_MS`, except in tests
     /// (`TIDEPOOL_USAGE_LOG_INTERVAL_MS`), whose record numbers must not move with the clock.
     pub usage_log_interval_ms: u64,
+    /// How long an authenticated RESP connection may stay idle (`RESP_IDLE_TIMEOUT_MS`, or
+    /// `TIDEPOOL_RESP_IDLE_TIMEOUT_MS`).
+    pub resp_idle_timeout_ms: u64,
 }
 
 /// Where `serve --dev` listens (the QStash dev server's address, which the SDKs' dev mode
@@ -592,7 +595,8 @@ pub const RESP_REQUEST_TIMEOUT_MS: u64 = 10_000;
 pub const RESP_UNAUTHENTICATED_IDLE_MS: u64 = 10_000;
 /// RESP: an authenticated connection is closed after this long without a request, unless it
 /// is subscribed or monitoring (clients' pools reconnect; Redis's `timeout` is 0 by default,
-/// and the hosted service closes idle connections).
+/// and the hosted service closes idle connections). `TIDEPOOL_RESP_IDLE_TIMEOUT_MS` sets
+/// another (the tests shorten it).
 pub const RESP_IDLE_TIMEOUT_MS: u64 = 300_000;
 
 /// The console's time travel: past states rebuilt at once, server-wide (each holds a whole

@@ -418,11 +418,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
         });
         let resp_stop = tokio::sync::oneshot::channel::<()>();
         if let Some(l) = resp_listener {
-            let resp = Arc::new(crate::resp::Listener::new(
-                ex.tx.clone(),
-                ex.shared.clone(),
-                cfg.request_bytes_max,
-            ));
+            let mut listener =
+                crate::resp::Listener::new(ex.tx.clone(), ex.shared.clone(), cfg.request_bytes_max);
+            listener.idle_timeout_ms = cfg.resp_idle_timeout_ms;
+            let resp = Arc::new(listener);
             let stop = resp_stop.1;
             tokio::spawn(crate::resp::serve(l, resp, resp_tls, async move {
                 let _ = stop.await;

@@ -37,6 +37,8 @@ pub struct Listener {
     pub clients: Clients,
     /// The largest request (`--max-request-bytes`, as over REST).
     pub request_bytes_max: usize,
+    /// How long an authenticated connection may stay idle (`RESP_IDLE_TIMEOUT_MS`).
+    pub idle_timeout_ms: u64,
 }
 
 impl Listener {
@@ -46,6 +48,7 @@ impl Listener {
             shared,
             clients: Clients::default(),
             request_bytes_max,
+            idle_timeout_ms: config::RESP_IDLE_TIMEOUT_MS,
         }
     }
 }
@@ -343,7 +346,7 @@ impl Conn {
             } else if self.subscribed() || self.monitor {
                 None
             } else {
-                Some(config::RESP_IDLE_TIMEOUT_MS)
+                Some(self.l.idle_timeout_ms)
             };
             let shared = self.l.shared.clone();
             let me = self.me.clone();

@@ -857,3 +857,27 @@ fn connection_commands_queue_inside_multi_as_redis_does() {
     let ours = run(&mut resp(&s));
     assert_eq!(ours, theirs);
 }
+
+/// An authenticated connection idle past the idle timeout is closed (here shortened by
+/// `TIDEPOOL_RESP_IDLE_TIMEOUT_MS`; 300 s by default), one that keeps sending is not, and a
+/// subscriber, which waits by design, is never closed for it.
+#[test]
+fn an_idle_connection_is_closed_and_a_subscriber_is_not() {
+    let dir = TempDir::new("resp-idle");
+    let s = Server::try_start_env(dir.path(), &[], &[("TIDEPOOL_RESP_IDLE_TIMEOUT_MS", "400")])
+        .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let mut idle = resp(&s);
+    let mut busy = resp(&s);
+    let mut sub = resp(&s);
+    sub.send_raw(b"*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n");
+    assert!(sub.read().is_some(), "the subscription's confirmation");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(busy.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(idle.read(), None, "the idle connection was not closed");
+    let mut rest = s.client();
+    rest.cmd_str(&["PUBLISH", "ch", "still here"]);
+    assert!(sub.read().is_some(), "the subscriber was closed while idle");
+}
