@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use tidepool::machine::{self, Machine, Recover, Step};
 use tidepool::point::{rfc3339, Point};
 use tidepool::record::Record;
+// The keys a logged command names, found as the server's own ACL checks find them.
+use tidepool::travel::{keys_of, touches_every_key};
 use tidepool::wal::reader::{self, Action, Damage};
 
 /// What DIR and P are, under every command's help.
@@ -665,9 +667,6 @@ impl DumpFilter<'_> {
     }
 }
 
-/// The keys a logged command names, found as the server's own key checks find them.
-use tidepool::travel::keys_of;
-
 fn dump(wal: &Path, json: bool, filter: &DumpFilter) -> Result<(), Failure> {
     let s = scan_decoding(wal, |path, offset, seq, ts, kind, record| {
         if !filter.keeps(seq, ts, kind, &record) {
@@ -985,8 +984,10 @@ fn history(
         let Record::KvCommands(cmds) = record else {
             return;
         };
-        let touching: Vec<&Vec<Vec<u8>>> =
-            cmds.iter().filter(|c| keys_of(c).contains(&key)).collect();
+        let touching: Vec<&Vec<Vec<u8>>> = cmds
+            .iter()
+            .filter(|c| touches_every_key(c) || keys_of(c).contains(&key))
+            .collect();
         if touching.is_empty() {
             return;
         }
