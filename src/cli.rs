@@ -362,6 +362,12 @@ impl Serve {
                 )
             })?,
         };
+        let console_rebuild_ms = match env("TIDEPOOL_CONSOLE_REBUILD_MS") {
+            None => config::CONSOLE_REBUILD_MS_MAX,
+            Some(u) => u.parse().map_err(|_| {
+                format!("TIDEPOOL_CONSOLE_REBUILD_MS '{u}' must be a number of milliseconds")
+            })?,
+        };
         let retry_backoff_unit_ms = match env("TIDEPOOL_RETRY_BACKOFF_UNIT_MS") {
             None => 1000,
             Some(u) => u.parse().map_err(|_| {
@@ -494,6 +500,7 @@ impl Serve {
         Ok(Config {
             usage_log_interval_ms,
             resp_idle_timeout_ms,
+            console_rebuild_ms,
             metrics_open,
             dev,
             log_level,

@@ -535,6 +535,9 @@ pub struct Config {
     /// How long an authenticated RESP connection may stay idle (`RESP_IDLE_TIMEOUT_MS`, or
     /// `TIDEPOOL_RESP_IDLE_TIMEOUT_MS`).
     pub resp_idle_timeout_ms: u64,
+    /// How long one console rebuild of a past state may take (`CONSOLE_REBUILD_MS_MAX`, or
+    /// `TIDEPOOL_CONSOLE_REBUILD_MS`).
+    pub console_rebuild_ms: u64,
 }
 
 /// Where `serve --dev` listens (the QStash dev server's address, which the SDKs' dev mode
@@ -602,6 +605,13 @@ pub const RESP_IDLE_TIMEOUT_MS: u64 = 300_000;
 /// The console's time travel: past states rebuilt at once, server-wide (each holds a whole
 /// copy of the state while it is built; a request past it answers 429).
 pub const CONSOLE_REPLAYS_MAX: usize = 1;
+/// How long one rebuild of a past state may take: a key's history then ends where the replay
+/// got to (and says so); a point answers 503. `TIDEPOOL_CONSOLE_REBUILD_MS` sets another (the
+/// tests shorten it).
+pub const CONSOLE_REBUILD_MS_MAX: u64 = 10_000;
+/// A rebuild holds about a copy of the state beside the live one: past this much heap in use
+/// (`INFO memory`'s `used_memory`) the console refuses to rebuild (503).
+pub const CONSOLE_REBUILD_HEAP_BYTES_MAX: u64 = 4 << 30;
 /// The newest changes of a key's history the console shows.
 pub const CONSOLE_HISTORY_CHANGES_MAX: usize = 200;
 /// Commands of one record a key's history shows (a pipeline may write one key many times).

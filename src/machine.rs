@@ -436,7 +436,17 @@ pub struct Recover<'a> {
     pub progress: Option<&'a mut dyn FnMut(Step<'_>)>,
     /// Called after each record is applied, with the state after it.
     pub observe: Option<&'a mut Observer<'a>>,
+    /// Recovery gives up past this instant with [`DEADLINE_PASSED`] (a console's rebuild,
+    /// which a request waits for).
+    pub deadline: Option<std::time::Instant>,
 }
+
+/// The error of a recovery that passed its deadline.
+pub const DEADLINE_PASSED: &str = "the time allowed for rebuilding the state passed";
+
+/// Records applied between two looks at the deadline (a clock read per record would cost a
+/// few percent of replay).
+const DEADLINE_CHECK_RECORDS: u64 = 1024;
 
 impl<'a> Recover<'a> {
     /// Recovery from `from` to the end, reading only.
@@ -447,6 +457,7 @@ impl<'a> Recover<'a> {
             access: Access::Read(reader::ReadMode::Mapped),
             progress: None,
             observe: None,
+            deadline: None,
         }
     }
 }
@@ -526,7 +537,17 @@ pub fn recover(data_dir: &Path, mut how: Recover<'_>) -> Result<Recovered, Strin
         machine.bulk(true);
     }
     let (mut replayed_bytes, mut changes, mut errors) = (0u64, 0u64, 0u64);
+    let deadline = how.deadline;
+    let mut applied_records = 0u64;
     let mut apply = |path: &Path, offset: u64, f: &wal::format::Frame<'_>| {
+        if let Some(d) = deadline {
+            applied_records += 1;
+            if applied_records.is_multiple_of(DEADLINE_CHECK_RECORDS)
+                && std::time::Instant::now() >= d
+            {
+                return Err(DEADLINE_PASSED.to_string());
+            }
+        }
         if let Some(p) = progress.as_mut() {
             p(Step::Log(path, offset));
         }

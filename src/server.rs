@@ -385,6 +385,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         app.metrics_open = cfg.metrics_open;
         app.console = cfg.console;
         app.data_dir = dir.to_path_buf();
+        app.console_rebuild_ms = cfg.console_rebuild_ms;
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         app.url = url.clone();

@@ -14,11 +14,14 @@ use crate::reply::Reply;
 use crate::state::databases::DbId;
 use crate::wal::reader::{self, ReadMode};
 use std::path::Path;
+use std::time::Instant;
 
-/// Recovery that reads and never writes, from `from`, for a log a server may be writing.
-fn reading<'a>(from: Start) -> Recover<'a> {
+/// Recovery that reads and never writes, from `from`, for a log a server may be writing,
+/// given up at `deadline`.
+fn reading<'a>(from: Start, deadline: Option<Instant>) -> Recover<'a> {
     Recover {
         access: machine::Access::Read(ReadMode::Copied),
+        deadline,
         ..Recover::read(from)
     }
 }
@@ -93,21 +96,28 @@ pub struct History {
     /// Where the history begins when the log before it was compacted behind a snapshot: the
     /// snapshot's position, with the key's type and value there.
     pub from_snapshot: Option<(Position, String, Reply)>,
+    /// The deadline passed before the end of the log: the changes end here (the last record
+    /// replayed), and later ones are not shown.
+    pub cut_at: Option<Position>,
 }
 
 /// The changes of `key` in database `db`, from the oldest state the directory can rebuild to
 /// the end of its log: the newest `keep` of them, each with its value after (`items_max` as for
 /// [`value_of`]).
+/// Past `deadline` the history ends where the replay got to (`History::cut_at`).
 pub fn key_history(
     data_dir: &Path,
     db: DbId,
     key: &[u8],
     keep: usize,
     items_max: Option<usize>,
+    deadline: Option<Instant>,
 ) -> Result<History, String> {
+    let mut last = None;
     let mut changes: std::collections::VecDeque<Change> = std::collections::VecDeque::new();
     let mut dropped = 0u64;
     let mut observe = |m: &mut Machine, at: Position, record: &Record| {
+        last = Some(at);
         let Some((rdb, cmds)) = record.kv_commands() else {
             return;
         };
@@ -134,18 +144,23 @@ pub fn key_history(
             value,
         });
     };
-    let r = machine::recover(
+    let recovered = machine::recover(
         data_dir,
         Recover {
             observe: Some(&mut observe),
-            ..reading(Start::Oldest)
+            ..reading(Start::Oldest, deadline)
         },
-    )?;
+    );
+    let (snapshot, cut_at) = match recovered {
+        Ok(r) => (r.snapshot, None),
+        Err(e) if e.contains(machine::DEADLINE_PASSED) => (None, last),
+        Err(e) => return Err(e),
+    };
     // Started from a snapshot (the log before it was compacted): the key as the snapshot
     // holds it begins the history.
-    let from_snapshot = match r.snapshot {
+    let from_snapshot = match snapshot {
         Some((seq, _)) => {
-            let (at, (ty, value)) = at(data_dir, Point::Seq(seq), |m, ts| {
+            let (at, (ty, value)) = at(data_dir, Point::Seq(seq), deadline, |m, ts| {
                 value_of(m, db, key, ts, items_max)
             })?;
             Some((at, ty, value))
@@ -156,21 +171,24 @@ pub fn key_history(
         changes: changes.into(),
         dropped,
         from_snapshot,
+        cut_at,
     })
 }
 
-/// Database `db` as it was at `point`: the last record at or before it, and what `look`
-/// answers of that state. `look` gets the record's time, for the reads it makes.
+/// The state as it was at `point` (the last record at or before it), and what `look` answers
+/// of it. `look` gets the record's time, for the reads it makes. Past `deadline` it fails with
+/// [`machine::DEADLINE_PASSED`].
 pub fn at<T>(
     data_dir: &Path,
     point: Point,
+    deadline: Option<Instant>,
     look: impl FnOnce(&mut Machine, u64) -> T,
 ) -> Result<(Position, T), String> {
     let mut r = machine::recover(
         data_dir,
         Recover {
             upto: Some(point),
-            ..reading(Start::Newest)
+            ..reading(Start::Newest, deadline)
         },
     )?;
     let at = r.machine.position();

@@ -381,6 +381,7 @@ pub fn start(
             access,
             progress: None,
             observe: None,
+            deadline: None,
         },
     )?;
     if recovered.removed_tmp > 0 {

@@ -342,6 +342,20 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
             .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     };
+    // A rebuild holds about a copy of the state beside the live one.
+    let live = crate::alloc::in_use();
+    if live > config::CONSOLE_REBUILD_HEAP_BYTES_MAX {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "ERR time travel rebuilds a copy of the state, and this server holds {} MiB (more than the {} MiB CONSOLE_REBUILD_HEAP_BYTES_MAX allows): use tidepool-log history or serve --at on a copy",
+                live >> 20,
+                config::CONSOLE_REBUILD_HEAP_BYTES_MAX >> 20
+            ),
+        );
+    }
+    let rebuild_ms = app.console_rebuild_ms;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(rebuild_ms);
     let data_dir = app.data_dir.clone();
     let work = tokio::task::spawn_blocking(move || -> Result<Value, String> {
         let _permit = permit;
@@ -366,6 +380,7 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
                     &key,
                     config::CONSOLE_HISTORY_CHANGES_MAX,
                     Some(config::CONSOLE_TRAVEL_ITEMS_MAX),
+                    Some(deadline),
                 )?;
                 let changes: Vec<Value> = h
                     .changes
@@ -393,12 +408,20 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
                     "from_snapshot": from,
                     "dropped": h.dropped,
                     "changes": changes,
+                    "cut_at": h.cut_at.map(position),
                 }))
             }
             (_, Some(point), Some(key)) => {
-                let (at, (ty, value)) = crate::travel::at(&data_dir, point, |m, ts| {
-                    crate::travel::value_of(m, db, &key, ts, Some(config::CONSOLE_TRAVEL_ITEMS_MAX))
-                })?;
+                let (at, (ty, value)) =
+                    crate::travel::at(&data_dir, point, Some(deadline), |m, ts| {
+                        crate::travel::value_of(
+                            m,
+                            db,
+                            &key,
+                            ts,
+                            Some(config::CONSOLE_TRAVEL_ITEMS_MAX),
+                        )
+                    })?;
                 Ok(json!({
                     "at": position(at),
                     "key": text(&key),
@@ -407,16 +430,17 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
                 }))
             }
             (_, Some(point), None) => {
-                let (at, (keys, more)) = crate::travel::at(&data_dir, point, |m, ts| {
-                    crate::travel::keys(
-                        m,
-                        db,
-                        ts,
-                        pattern.as_deref(),
-                        |k| may_read(&perm, k),
-                        config::CONSOLE_TRAVEL_KEYS_MAX,
-                    )
-                })?;
+                let (at, (keys, more)) =
+                    crate::travel::at(&data_dir, point, Some(deadline), |m, ts| {
+                        crate::travel::keys(
+                            m,
+                            db,
+                            ts,
+                            pattern.as_deref(),
+                            |k| may_read(&perm, k),
+                            config::CONSOLE_TRAVEL_KEYS_MAX,
+                        )
+                    })?;
                 let keys: Vec<Value> = keys.iter().map(|k| text(k)).collect();
                 Ok(json!({ "at": position(at), "keys": keys, "more": more }))
             }
@@ -425,18 +449,25 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
     });
     match work.await {
         Ok(Ok(v)) => secure(admin::json_response(200, &v)),
-        Ok(Err(e)) => rebuild_failed(&e),
-        Err(e) => rebuild_failed(&e.to_string()),
+        Ok(Err(e)) => rebuild_failed(&e, rebuild_ms),
+        Err(e) => rebuild_failed(&e.to_string(), rebuild_ms),
     }
 }
 
 /// A rebuild that failed: the tenant learns what it may do about it, the server's log the
 /// details (which name the data directory and the repair tools, an operator's business).
-fn rebuild_failed(why: &str) -> Response<Body> {
+fn rebuild_failed(why: &str, rebuild_ms: u64) -> Response<Body> {
     crate::log::line(&format!(
         "console: a past state could not be rebuilt: {why}"
     ));
-    if why.contains("compacted") {
+    if why.contains(crate::machine::DEADLINE_PASSED) {
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "ERR rebuilding that point took longer than {rebuild_ms} ms (CONSOLE_REBUILD_MS_MAX): pick one nearer a snapshot, or use serve --at"
+            ),
+        )
+    } else if why.contains("compacted") {
         refuse(
             StatusCode::BAD_REQUEST,
             "ERR that point is older than the log this server keeps (it was compacted behind a snapshot, see --log-retention): pick a later one",

@@ -60,6 +60,8 @@ pub struct App {
     pub console: bool,
     /// The data directory (the console's time travel reads it).
     pub data_dir: std::path::PathBuf,
+    /// How long one console rebuild of a past state may take.
+    pub console_rebuild_ms: u64,
     /// The URL clients reach this server at (its listening address), for the documents and
     /// answers that name it.
     pub url: String,
@@ -85,6 +87,7 @@ impl App {
             request_bytes_max: REQUEST_BYTES_MAX,
             console: false,
             data_dir: std::path::PathBuf::new(),
+            console_rebuild_ms: config::CONSOLE_REBUILD_MS_MAX,
             url: "http://127.0.0.1".into(),
         }
     }

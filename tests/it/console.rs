@@ -531,3 +531,32 @@ fn time_travel_before_the_kept_log_is_refused_and_a_history_begins_at_its_snapsh
     assert_eq!(h["from_snapshot"]["value"], "3", "{h}");
     assert_eq!(h["changes"], serde_json::json!([]));
 }
+
+/// A rebuild is bounded in time: past `TIDEPOOL_CONSOLE_REBUILD_MS` (here 0: the first look
+/// at the clock, after 1,024 records) a history ends where the replay got to and says so, and
+/// a point answers 503.
+#[test]
+fn a_rebuild_that_takes_too_long_ends_or_is_refused() {
+    let dir = TempDir::new("console-deadline");
+    let s = Server::try_start_env(dir.path(), &[], &[("TIDEPOOL_CONSOLE_REBUILD_MS", "0")])
+        .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let mut c = s.client();
+    for i in 0..3000 {
+        c.cmd_str(&["SET", "k", &i.to_string()]);
+    }
+    let mut t = Http::connect(&s.addr, TOKEN);
+    let h = t.get("/console/api/history?key=k").json();
+    let cut = h["cut_at"]["seq"].as_u64().expect("cut_at");
+    let last = h["changes"]
+        .as_array()
+        .and_then(|c| c.last())
+        .expect("changes")["at"]["seq"]
+        .as_u64()
+        .expect("seq");
+    assert!(last <= cut && cut < 3000, "{cut} {last}");
+    let r = t.get("/console/api/at?point=99999999&key=k");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.json()["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("took longer than")));
+}

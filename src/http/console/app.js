@@ -336,6 +336,7 @@ async function showHistory(key) {
     });
     const notes = [];
     if (h.dropped) notes.push(el("p", { className: "hint" }, `${h.dropped} older changes not shown.`));
+    if (h.cut_at) notes.push(el("p", { className: "hint", id: "history-cut" }, `The log is long: replaying it took the time a rebuild may take, so this history ends at record #${h.cut_at.seq} (${h.cut_at.time}); tidepool-log history reads it all.`));
     if (h.from_snapshot) {
       const f = h.from_snapshot;
       notes.push(el("p", { className: "hint", id: "history-from" },
