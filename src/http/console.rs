@@ -65,6 +65,7 @@ pub async fn handle<B>(req: Request<B>, app: &App) -> Response<Body> {
         "/api/at" => travel(&req, app, Travel::At).await,
         "/api/timeline" => travel(&req, app, Travel::Timeline).await,
         "/api/cron" => cron(&req, app),
+        "/api/usage" => usage(&req, app).await,
         _ => refuse(StatusCode::NOT_FOUND, "ERR no such console page or route"),
     }
 }
@@ -164,6 +165,60 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
         200,
         &serde_json::json!({ "redis": redis, "qstash": qstash, "admin": admin }),
     ))
+}
+
+/// `GET /console/api/usage`: the token's own database's usage, as the admin API lists it for
+/// the admin token: its keys, data bytes (and limit), requests and commands today. For the
+/// database tokens of any kind, which see no server-wide metrics.
+async fn usage<B>(req: &Request<B>, app: &App) -> Response<Body> {
+    let Some((db, access)) = super::authenticate(req.headers(), None, app) else {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        );
+    };
+    if permissions(app, db, access).await.is_none() {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "WRONGPASS invalid or missing auth token",
+        );
+    }
+    let (reply, rx) = tokio::sync::oneshot::channel();
+    let op = crate::executor::admin::AdminOp::List;
+    if app.tx.send(Job::Admin { op, reply }).await.is_err() {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        );
+    }
+    let Ok(listed) = rx.await else {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ERR the server is shutting down",
+        );
+    };
+    let mine = listed.body["databases"].as_array().and_then(|all| {
+        all.iter()
+            .find(|d| d["id"].as_u64() == Some(u64::from(db)))
+            .cloned()
+    });
+    let Some(d) = mine else {
+        return refuse(StatusCode::NOT_FOUND, "ERR the database is gone");
+    };
+    let fields = [
+        "name",
+        "keys",
+        "data_bytes",
+        "max_data_bytes",
+        "requests_today",
+        "commands_today",
+        "created_at",
+    ];
+    let shown: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|f| (f.to_string(), d[*f].clone()))
+        .collect();
+    secure(admin::json_response(200, &Value::Object(shown)))
 }
 
 /// The firings of a cron expression the helper shows.

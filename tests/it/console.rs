@@ -560,3 +560,32 @@ fn a_rebuild_that_takes_too_long_ends_or_is_refused() {
         .as_str()
         .is_some_and(|e| e.contains("took longer than")));
 }
+
+/// A database token's usage route shows its own database only, as the admin API counts it.
+#[test]
+fn the_usage_route_shows_the_tokens_own_database() {
+    let dir = TempDir::new("console-usage");
+    let s = Server::start(dir.path(), &[]);
+    let mut a = Http::connect(&s.addr, &admin_token(&s));
+    let created = a.post("/_admin/databases", br#"{"name":"shop"}"#).json();
+    let mut shop = Http::connect(&s.addr, created["token"].as_str().expect("token"));
+    for i in 0..4 {
+        shop.cmd_str(&["SET", &format!("k{i}"), "v"]);
+    }
+    s.client().cmd_str(&["SET", "x", "v"]);
+    let u = shop.get("/console/api/usage").json();
+    assert_eq!(u["name"], "shop");
+    assert_eq!(u["keys"], 4);
+    assert!(u.get("token").is_none() && u.get("read_only_token").is_none());
+    let d = Http::connect(&s.addr, RO_TOKEN)
+        .get("/console/api/usage")
+        .json();
+    assert_eq!(
+        (d["name"].as_str(), d["keys"].as_u64()),
+        (Some("default"), Some(1))
+    );
+    assert_eq!(
+        Http::connect(&s.addr, "").get("/console/api/usage").status,
+        401
+    );
+}

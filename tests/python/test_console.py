@@ -369,3 +369,23 @@ def test_a_key_of_every_type_is_created_from_the_console(server, browser):
         assert rest(server, "TYPE", name) == ty
     shot(d, "every-type")
     assert errors_in_console(d) == []
+
+
+def test_a_database_token_sees_its_own_usage(server, browser):
+    d = browser
+    sign_in(d, server, TOKEN)
+    d.find_element(By.CSS_SELECTOR, 'nav button[data-view="health"]').click()
+    chart = lambda d, t: d.find_element(By.CSS_SELECTOR, f'[data-chart="{t}"] .now').text  # noqa: E731
+    wait(d, lambda d: chart(d, "keys") != "")
+    assert int(chart(d, "keys")) == rest(server, "DBSIZE")
+
+    def busy(d):
+        for _ in range(10):
+            rest(server, "SET", "usage:k", "v")
+        text = chart(d, "commands")
+        return text.endswith("/s") and float(text.split()[0]) > 0
+    wait(d, busy, seconds=15)
+    # No server-wide metric is shown to a database token.
+    assert not d.find_elements(By.CSS_SELECTOR, '[data-chart="log size"]')
+    shot(d, "usage")
+    assert errors_in_console(d) == []

@@ -130,7 +130,7 @@ function show() {
   $("signout").hidden = false;
   for (const b of document.querySelectorAll("nav button")) {
     const v = b.dataset.view;
-    b.hidden = v === "messages" ? !q : v === "databases" || v === "health" ? !state.atoken : !r;
+    b.hidden = v === "messages" ? !q : v === "databases" ? !state.atoken : v === "health" ? !state.atoken && !r : !r;
   }
   document.body.classList.toggle("read-only", readOnly());
   for (const e of document.querySelectorAll(".edit")) e.hidden = readOnly();
@@ -1097,7 +1097,42 @@ function fmt(v, unit) {
   return String(Math.round(v));
 }
 
+/** A database token's health: its own database's usage (no server-wide metrics). */
+async function scrapeUsage() {
+  const box = $("health-body");
+  let u;
+  try {
+    u = await consoleApi("usage", {});
+  } catch (e) {
+    box.replaceChildren(el("p", { className: "error" }, e.message));
+    return;
+  }
+  const now = { at: Date.now(), u };
+  const prev = lastScrape?.u ? lastScrape : null;
+  lastScrape = now;
+  const perSecond = (field) => (prev ? Math.max(0, (u[field] - prev.u[field]) / ((now.at - prev.at) / 1000)) : null);
+  const charts = [
+    ["commands", perSecond("commands_today"), "/s"],
+    ["requests", perSecond("requests_today"), "/s"],
+    ["keys", u.keys, ""],
+    ["data", u.data_bytes, "bytes"],
+    ["commands today", u.commands_today, ""],
+    ["data limit", u.max_data_bytes ?? null, "bytes"],
+  ];
+  box.replaceChildren(el("p", { className: "hint" }, `The database ${u.name}: its own usage (the server's metrics need the admin token).`),
+    el("div", { className: "charts" }, ...charts.map(([title, value, unit]) => card(title, value, unit))));
+}
+
+function card(title, value, unit) {
+  const series = healthSeries.get(title) || [];
+  series.push(value ?? NaN);
+  while (series.length > HEALTH_POINTS) series.shift();
+  healthSeries.set(title, series);
+  return el("div", { className: "chart", "data-chart": title }, el("div", {}, title), el("div", { className: "now" }, fmt(value, unit)), sparkline(series));
+}
+
 async function scrapeHealth() {
+  if (!state.atoken) return scrapeUsage();
   const box = $("health-body");
   let text;
   try {
@@ -1127,18 +1162,13 @@ async function scrapeHealth() {
     ["snapshot age", s.some((x) => x.name === "tidepool_snapshot_age_seconds") ? sum(s, "tidepool_snapshot_age_seconds") : null, ""],
     ["keys", sum(s, "tidepool_keys"), ""],
   ];
-  const cards = charts.map(([title, value, unit]) => {
-    const series = healthSeries.get(title) || [];
-    series.push(value ?? NaN);
-    while (series.length > HEALTH_POINTS) series.shift();
-    healthSeries.set(title, series);
-    return el("div", { className: "chart", "data-chart": title }, el("div", {}, title), el("div", { className: "now" }, fmt(value, unit)), sparkline(series));
-  });
-  box.replaceChildren(el("div", { className: "charts" }, ...cards));
+  box.replaceChildren(el("div", { className: "charts" }, ...charts.map(([title, value, unit]) => card(title, value, unit))));
 }
 
 function startHealth() {
   stopHealth();
+  lastScrape = null;
+  healthSeries.clear();
   scrapeHealth();
   healthTimer = setInterval(scrapeHealth, HEALTH_EVERY_MS);
 }
