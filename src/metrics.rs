@@ -265,6 +265,10 @@ pub struct Scrape {
     pub log_syncs: u64,
     /// Seconds since the newest snapshot was written (None: none yet).
     pub snapshot_age_s: Option<u64>,
+    /// How long the newest snapshot took to write, in ms (None: none yet).
+    pub snapshot_took_ms: Option<u64>,
+    /// Snapshots written since the server started.
+    pub snapshots: u64,
     pub databases: Vec<DbScrape>,
     pub messages_pending: u64,
     pub messages_in_flight: u64,
@@ -374,6 +378,21 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
             gauge(age),
         );
     }
+    if let Some(ms) = scrape.snapshot_took_ms {
+        let g: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+        g.set(ms as f64 / 1000.0);
+        r.register_with_unit(
+            "snapshot_duration",
+            "How long the newest snapshot took to write",
+            Unit::Seconds,
+            g,
+        );
+    }
+    r.register(
+        "snapshots",
+        "Snapshots written since the server started",
+        counter(scrape.snapshots),
+    );
     r.register(
         "delivery_messages_pending",
         "Messages waiting for an attempt (due or not yet)",

@@ -164,6 +164,8 @@ pub struct SnapshotFacts {
     pub last_ok: bool,
     /// How long the last one took, in seconds (None before any).
     pub last_took_s: Option<u64>,
+    /// The same in milliseconds (`/metrics`).
+    pub last_took_ms: Option<u64>,
     /// Snapshots written since start.
     pub saves: u64,
     /// Records logged since the last snapshot.

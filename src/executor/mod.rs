@@ -827,6 +827,8 @@ impl Executor {
             log_syncs: self.shared.log.syncs.load(Ordering::Relaxed),
             snapshot_age_s: (facts.saves > 0 || facts.snapshot_bytes > 0)
                 .then(|| (now / 1000).saturating_sub(facts.last_save_s)),
+            snapshot_took_ms: facts.last_took_ms,
+            snapshots: facts.saves,
             databases: census
                 .databases
                 .into_iter()

@@ -169,6 +169,7 @@ impl Snapshots {
             last_save_s: s.last_save_ms / 1000,
             last_ok: s.last_ok,
             last_took_s: s.last_took_ms.map(|t| t / 1000),
+            last_took_ms: s.last_took_ms,
             saves: s.saves,
             changes_since: log_last_seq.saturating_sub(s.last_seq),
             log_bytes,

@@ -109,6 +109,24 @@ fn refuse(status: StatusCode, text: &str) -> Response<Body> {
     ))
 }
 
+/// Whether a user's rules allow the commands the console's edit controls run (SET, DEL,
+/// EXPIRE, PERSIST, RENAME), on some key; if not, the page hides those controls.
+fn may_edit(perm: &Perm) -> bool {
+    let Perm::User(_, user) = perm else {
+        return !matches!(perm, Perm::ReadOnly);
+    };
+    ["set", "del", "expire", "persist", "rename"]
+        .iter()
+        .all(
+            |name| match crate::command::table::global().lookup(&[name.as_bytes().to_vec()]) {
+                crate::command::table::Lookup::Found(info) => {
+                    user.allows(&info.name, &info.categories)
+                }
+                _ => false,
+            },
+        )
+}
+
 /// `GET /console/api/session`: what the presented token opens. `redis`: the database's
 /// access (`standard`, `read-only`, or `user` for an ACL user's token, with the user's name;
 /// the executor checks the user's rights per command) and whether it is the default
@@ -127,7 +145,10 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
         Some((db, Access::ReadOnly)) => Some(("read-only", db, None)),
         // Only the executor, which owns the users, knows whether the token holds.
         Some((db, access)) => match permissions(app, db, access).await {
-            Some(Perm::User(name, _)) => Some(("user", db, Some(name.to_string()))),
+            Some(Perm::User(name, user)) => {
+                let perm = Perm::User(name.clone(), user);
+                Some(("user", db, Some((name.to_string(), may_edit(&perm)))))
+            }
             _ => None,
         },
         None => None,
@@ -156,8 +177,9 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
             "access": access,
             "default_database": db == crate::state::databases::DEFAULT_DB,
         });
-        if let Some(u) = user {
+        if let Some((u, edit)) = user {
             v["user"] = serde_json::Value::String(u);
+            v["may_edit"] = serde_json::Value::Bool(edit);
         }
         v
     });

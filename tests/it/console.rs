@@ -98,6 +98,14 @@ fn the_session_route_says_what_each_token_opens() {
     let user = session(&s, &tok).json();
     assert_eq!(user["redis"]["access"], "user");
     assert_eq!(user["redis"]["user"], "ann");
+    // ann may read only: the page will hide its edit controls.
+    assert_eq!(user["redis"]["may_edit"], false);
+    c.cmd_str(&["ACL", "SETUSER", "bo", "on", ">pw", "~*", "+@all"]);
+    let Canon::Str(bo) = c.cmd_str(&["ACL", "RESTTOKEN", "bo", "pw"]) else {
+        panic!("RESTTOKEN did not answer a token");
+    };
+    let bo = session(&s, std::str::from_utf8(&bo).expect("utf-8")).json();
+    assert_eq!(bo["redis"]["may_edit"], true);
     // A token shaped as a user's that no user holds, or a user's after the user is gone,
     // opens nothing.
     let forged = format!("{}x", &tok[..tok.len() - 1]);

@@ -73,7 +73,7 @@ def errors_in_console(d, refusals_expected=False):
     return out
 
 
-def wait(d, cond, seconds=10):
+def wait(d, cond, seconds=30):
     # The viewer is rebuilt after each action: an element read while it is replaced is
     # looked up again.
     return WebDriverWait(d, seconds, ignored_exceptions=[StaleElementReferenceException]).until(cond)
@@ -258,6 +258,14 @@ def test_an_acl_users_token_signs_in_as_that_user(server, browser):
     d.find_element(By.ID, "open-key").send_keys("user:1:name", Keys.ENTER)
     wait(d, lambda d: "NOPERM" in d.find_element(By.ID, "viewer").text)
     shot(d, "acl-user")
+    assert errors_in_console(d, refusals_expected=True) == []
+    # A user whose rules allow no edit sees no edit controls.
+    rest(server, "ACL", "SETUSER", "reader", "on", ">pw", "~app:*", "+@read")
+    sign_in(d, server, rest(server, "ACL", "RESTTOKEN", "reader", "pw"))
+    assert "ACL user reader" in d.find_element(By.ID, "who").text
+    d.find_element(By.ID, "open-key").send_keys("app:one", Keys.ENTER)
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "app:one")
+    assert [e for e in d.find_elements(By.CSS_SELECTOR, ".edit") if e.is_displayed()] == []
     assert errors_in_console(d, refusals_expected=True) == []
 
 

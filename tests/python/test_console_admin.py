@@ -95,6 +95,9 @@ def test_the_health_view_charts_the_servers_own_metrics(server, browser):
     wait(d, lambda d: chart(d, "log size").endswith("B"))
     # Requests between two scrapes show as a rate.
     token = admin(server, "GET", "databases/default")["token"]
+    save = urllib.request.Request(f"{server}/", data=b'["SAVE"]', headers={"Authorization": f"Bearer {token}"})
+    urllib.request.urlopen(save).read()
+    wait(d, lambda d: chart(d, "snapshots") == "1" and chart(d, "snapshot duration").endswith("ms"))
 
     def busy(d):
         for _ in range(20):

@@ -279,3 +279,21 @@ def test_url_groups_and_queues_are_edited_from_the_console(server, browser, sink
     wait(d, lambda d: q(server, "GET", "queues/jobs")["parallelism"] == 5)
     shot(d, "queues")
     assert errors_in_console(d) == []
+
+
+def test_waiting_messages_are_listed_and_cancelled(server, browser, sink):
+    d = browser
+    later = q(server, "POST", f"publish/{sink.base}/later", b"x", {"Upstash-Delay": "1h"})["messageId"]
+    now = q(server, "POST", f"publish/{sink.base}/now", b"x")["messageId"]
+    sink.wait_for("/now")
+    sign_in_qstash(d, server)
+    part(d, "logs")
+    wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, f'[data-message="{now}"]'))
+    d.find_element(By.ID, "logs-pending").click()
+    wait(d, lambda d: not d.find_elements(By.CSS_SELECTOR, f'[data-message="{now}"]'))
+    box = wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, f'[data-message="{later}"]'))[0]
+    assert "CREATED" in box.text
+    box.find_element(By.XPATH, ".//button[text()='Cancel']").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda d: not d.find_elements(By.CSS_SELECTOR, f'[data-message="{later}"]'))
+    assert errors_in_console(d) == []

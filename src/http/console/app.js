@@ -28,8 +28,11 @@ function el(tag, attrs = {}, ...children) {
 // `qtoken`: the delivery API's token, when one was given.
 const state = { token: null, qtoken: null, atoken: null, session: null, cursor: "0", keys: [], selected: null, travel: null };
 
+/** Whether the edit controls are hidden: a Read Only token, or an ACL user whose rules do not
+ * allow the console's edits (the server would refuse them anyway). */
 function readOnly() {
-  return state.session?.redis?.access === "read-only";
+  const r = state.session?.redis;
+  return r?.access === "read-only" || (r?.access === "user" && r.may_edit === false);
 }
 
 function qstashReadOnly() {
@@ -766,6 +769,13 @@ function action(label, f, { confirmText, id } = {}) {
 
 const PARTS = {
   async logs(body) {
+    const pendingOnly = el("input", { type: "checkbox", id: "logs-pending" });
+    pendingOnly.checked = Boolean(state.pendingOnly);
+    pendingOnly.addEventListener("change", () => {
+      state.pendingOnly = pendingOnly.checked;
+      showPart("logs");
+    });
+    body.append(el("div", { className: "meta" }, el("label", {}, pendingOnly, " only messages still waiting (pending, delayed, retrying)")));
     const { events } = await qstash("GET", "logs");
     const byMessage = new Map();
     for (const e of events) {
@@ -776,6 +786,7 @@ const PARTS = {
     for (const [id, evs] of byMessage) {
       evs.sort((a, b) => a.time - b.time);
       const last = evs[evs.length - 1];
+      if (state.pendingOnly && !["CREATED", "ACTIVE", "RETRY"].includes(last.state)) continue;
       const head = el("div", { className: "meta" }, el("strong", {}, id), el("span", {}, last.url || ""), el("span", { className: "state" }, last.state));
       if (["CREATED", "ACTIVE", "RETRY"].includes(last.state)) {
         head.append(action("Cancel", () => qstash("DELETE", `messages/${encodeURIComponent(id)}`), { confirmText: `Cancel ${id}?` }));
@@ -1160,6 +1171,8 @@ async function scrapeHealth() {
     ["log size", sum(s, "tidepool_log_size_bytes"), "bytes"],
     ["log fsync p99", prev ? quantile(prev.samples, s, "tidepool_log_fsync_duration_seconds", 0.99) : null, "ms"],
     ["snapshot age", s.some((x) => x.name === "tidepool_snapshot_age_seconds") ? sum(s, "tidepool_snapshot_age_seconds") : null, ""],
+    ["snapshot duration", s.some((x) => x.name === "tidepool_snapshot_duration_seconds") ? sum(s, "tidepool_snapshot_duration_seconds") : null, "ms"],
+    ["snapshots", sum(s, "tidepool_snapshots_total"), ""],
     ["keys", sum(s, "tidepool_keys"), ""],
   ];
   box.replaceChildren(el("div", { className: "charts" }, ...charts.map(([title, value, unit]) => card(title, value, unit))));
