@@ -153,17 +153,16 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
         },
         None => None,
     };
-    let qstash = app.qstash.as_ref().and_then(|q| {
-        if ct_eq(presented.as_bytes(), q.token.as_bytes()) {
-            Some("full")
-        } else if !q.read_only_token.is_empty()
-            && ct_eq(presented.as_bytes(), q.read_only_token.as_bytes())
-        {
-            Some("read-only")
-        } else {
-            None
-        }
-    });
+    // The delivery API's own check: its token, its read-only token, and with --dev the dev
+    // server's other users.
+    let qstash = app
+        .qstash
+        .as_ref()
+        .and_then(|q| super::qstash::authorized(req.headers(), None, q))
+        .map(|c| match c {
+            super::qstash::Caller::ReadOnly => "read-only",
+            _ => "full",
+        });
     let admin =
         !app.admin_token.is_empty() && ct_eq(presented.as_bytes(), app.admin_token.as_bytes());
     if redis.is_none() && qstash.is_none() && !admin {
@@ -251,11 +250,10 @@ const CRON_NEXT_RUNS: usize = 5;
 fn cron<B>(req: &Request<B>, app: &App) -> Response<Body> {
     let presented = request::presented_token(req.headers(), None, "_token").unwrap_or_default();
     let allowed = !presented.is_empty()
-        && app.qstash.as_ref().is_some_and(|q| {
-            ct_eq(presented.as_bytes(), q.token.as_bytes())
-                || (!q.read_only_token.is_empty()
-                    && ct_eq(presented.as_bytes(), q.read_only_token.as_bytes()))
-        });
+        && app
+            .qstash
+            .as_ref()
+            .is_some_and(|q| super::qstash::authorized(req.headers(), None, q).is_some());
     if !allowed {
         return refuse(
             StatusCode::UNAUTHORIZED,

@@ -397,3 +397,24 @@ def test_a_database_token_sees_its_own_usage(server, browser):
     assert not d.find_elements(By.CSS_SELECTOR, '[data-chart="log size"]')
     shot(d, "usage")
     assert errors_in_console(d) == []
+
+
+def test_geo_positions_and_a_streams_consumers_and_pending_entries(server, browser):
+    d = browser
+    rest(server, "GEOADD", "places", "13.361389", "38.115556", "Palermo", "15.087269", "37.502669", "Catania")
+    rest(server, "XADD", "jobs", "1-1", "task", "a")
+    rest(server, "XADD", "jobs", "1-2", "task", "b")
+    rest(server, "XGROUP", "CREATE", "jobs", "workers", "0")
+    rest(server, "XREADGROUP", "GROUP", "workers", "w1", "COUNT", "1", "STREAMS", "jobs", ">")
+    sign_in(d, server, TOKEN)
+    key_in_tree(d, "places").click()
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "places")
+    d.find_element(By.ID, "geo-positions").click()
+    wait(d, lambda d: "13.36138" in d.find_element(By.ID, "value").text)
+    assert "Catania" in d.find_element(By.ID, "value").text
+    key_in_tree(d, "jobs").click()
+    wait(d, lambda d: "group workers" in d.find_element(By.ID, "value").text)
+    text = d.find_element(By.ID, "value").text
+    assert "w1" in text and "1-1" in text
+    shot(d, "stream-groups")
+    assert errors_in_console(d) == []

@@ -81,3 +81,15 @@ def test_dev_mode_has_the_fixed_redis_token(server):
     assert redis.set("dev", "yes")
     assert redis.get("dev") == "yes"
     assert Redis(url=server, token="dev-read-only-token").get("dev") == "yes"
+
+
+def test_the_console_knows_every_dev_user(server):
+    """The console's session route answers each dev user's QStash token as the delivery API
+    does (and the fixed Redis token)."""
+    for token, _, _ in USERS:
+        req = urllib.request.Request(f"{server}/console/api/session", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req) as r:
+            assert json.loads(r.read())["qstash"] == "full", token
+    req = urllib.request.Request(f"{server}/console/api/session", headers={"Authorization": "Bearer dev-token"})
+    with urllib.request.urlopen(req) as r:
+        assert json.loads(r.read())["redis"]["access"] == "standard"

@@ -520,6 +520,15 @@ const VIEWERS = {
       const flat = await redis("ZRANGE", key, from, from + PAGE - 1, "WITHSCORES");
       return [pairs(flat), from + PAGE < card ? from + PAGE : null];
     });
+    // A geo set is a sorted set whose scores are geohashes: its members' positions on demand.
+    const geo = el("button", { type: "button", id: "geo-positions" }, "Show as geo positions");
+    geo.addEventListener("click", async () => {
+      const members = (await redis("ZRANGE", key, 0, PAGE - 1));
+      const positions = members.length ? await redis("GEOPOS", key, ...members) : [];
+      geo.replaceWith(el("h4", {}, "geo positions (longitude, latitude)"),
+        table(["member", "longitude", "latitude"], members.map((m, i) => [m, positions[i]?.[0] ?? "", positions[i]?.[1] ?? ""])));
+    });
+    body.append(geo);
   },
   async stream(key, body) {
     body.append(el("p", {}, `${await redis("XLEN", key)} entries`));
@@ -540,6 +549,17 @@ const VIEWERS = {
           const m = Object.fromEntries(pairs(g));
           return [m.name, m.consumers, m.pending, m["last-delivered-id"]];
         })));
+      for (const g of groups) {
+        const name = Object.fromEntries(pairs(g)).name;
+        const consumers = await redis("XINFO", "CONSUMERS", key, name);
+        const pending = await redis("XPENDING", key, name, "-", "+", PAGE);
+        body.append(el("h4", {}, `group ${name}`),
+          table(["consumer", "pending", "idle ms"], consumers.map((c) => {
+            const m = Object.fromEntries(pairs(c));
+            return [m.name, m.pending, m.idle];
+          })),
+          table(["pending entry", "consumer", "idle ms", "deliveries"], pending));
+      }
     }
   },
   async json(key, body) {

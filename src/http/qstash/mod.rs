@@ -83,13 +83,17 @@ fn err(status: u16, text: impl Into<String>) -> Response<Body> {
 /// Who a request is: `Some(None)` for the delivery token, `Some(Some(user))` for one of the
 /// dev server's other test users (`serve --dev`), None for anyone else.
 /// Who a request's token is: the delivery token, the read-only one, or (`--dev`) a dev user.
-enum Caller {
+pub(crate) enum Caller {
     Owner,
     ReadOnly,
     Dev(&'static DevUser),
 }
 
-fn authorized(headers: &HeaderMap, query: Option<&str>, auth: &QstashAuth) -> Option<Caller> {
+pub(crate) fn authorized(
+    headers: &HeaderMap,
+    query: Option<&str>,
+    auth: &QstashAuth,
+) -> Option<Caller> {
     let p = request::presented_token(headers, query, "qstash_token")?;
     if crate::secret::ct_eq(p.as_bytes(), auth.token.as_bytes()) {
         return Some(Caller::Owner);
