@@ -418,3 +418,32 @@ def test_geo_positions_and_a_streams_consumers_and_pending_entries(server, brows
     assert "w1" in text and "1-1" in text
     shot(d, "stream-groups")
     assert errors_in_console(d) == []
+
+
+def test_a_collection_is_edited_in_the_viewer(server, browser):
+    d = browser
+    rest(server, "DEL", "edit:h", "edit:z")
+    rest(server, "HSET", "edit:h", "a", "1")
+    rest(server, "ZADD", "edit:z", "1", "one")
+    sign_in(d, server, TOKEN)
+    d.find_element(By.ID, "open-key").send_keys("edit:h", Keys.ENTER)
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "edit:h")
+    field, value = d.find_elements(By.CSS_SELECTOR, "#value-editor .edit-add")
+    field.send_keys("b")
+    value.send_keys("2")
+    d.find_element(By.ID, "value-add").click()
+    wait(d, lambda d: rest(server, "HGET", "edit:h", "b") == "2")
+    wait(d, lambda d: "2 fields" in d.find_element(By.ID, "value").text)
+    d.find_element(By.ID, "value-remove-which").send_keys("a")
+    d.find_element(By.ID, "value-remove").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda d: rest(server, "HEXISTS", "edit:h", "a") == 0)
+    d.find_element(By.ID, "open-key").clear()
+    d.find_element(By.ID, "open-key").send_keys("edit:z", Keys.ENTER)
+    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "edit:z")
+    score, member = d.find_elements(By.CSS_SELECTOR, "#value-editor .edit-add")
+    score.send_keys("2.5")
+    member.send_keys("two")
+    d.find_element(By.ID, "value-add").click()
+    wait(d, lambda d: rest(server, "ZSCORE", "edit:z", "two") == "2.5")
+    assert errors_in_console(d) == []

@@ -380,6 +380,8 @@ async function openKey(key) {
     const viewer = VIEWERS[type];
     if (viewer) await viewer(key, body);
     else body.append(el("p", {}, `no viewer for ${type}`));
+    const editor = EDITORS[type];
+    if (editor) v.append(editorForm(key, editor));
   } catch (e) {
     v.replaceChildren(el("p", { className: "error" }, e.message));
   }
@@ -573,6 +575,36 @@ const VIEWERS = {
     body.append(el("div", { className: "value", id: "json-value" }, text));
   },
 };
+
+// ---- editing a key's value --------------------------------------------------------------------
+
+/** Per type: the inputs of an addition and of a removal, and their commands. */
+const EDITORS = {
+  string: { add: ["new value"], addCmd: (k, [v]) => ["SET", k, v, "KEEPTTL"], addLabel: "Set" },
+  hash: { add: ["field", "value"], addCmd: (k, [f, v]) => ["HSET", k, f, v], remove: "field", removeCmd: (k, f) => ["HDEL", k, f] },
+  list: { add: ["item"], addCmd: (k, [v]) => ["RPUSH", k, v], addLabel: "Append", remove: "item", removeCmd: (k, v) => ["LREM", k, "1", v] },
+  set: { add: ["member"], addCmd: (k, [m]) => ["SADD", k, m], remove: "member", removeCmd: (k, m) => ["SREM", k, m] },
+  zset: { add: ["score", "member"], addCmd: (k, [sc, m]) => ["ZADD", k, sc, m], remove: "member", removeCmd: (k, m) => ["ZREM", k, m] },
+  stream: { add: ["field", "value"], addCmd: (k, [f, v]) => ["XADD", k, "*", f, v], remove: "entry id", removeCmd: (k, id) => ["XDEL", k, id] },
+  json: { add: ["path", "JSON value"], addCmd: (k, [p, v]) => ["JSON.SET", k, p, v] },
+};
+
+function editorForm(key, e) {
+  const inputs = e.add.map((name) => el("input", { placeholder: name, spellcheck: "false", className: "edit-add" }));
+  const add = el("button", { type: "button", id: "value-add" }, e.addLabel || "Add");
+  add.addEventListener("click", () => act(() => redis(...e.addCmd(key, inputs.map((i) => i.value))), key));
+  const box = el("div", { className: "meta edit", id: "value-editor" }, ...inputs, add);
+  if (e.remove) {
+    const which = el("input", { placeholder: e.remove, spellcheck: "false", id: "value-remove-which" });
+    const remove = el("button", { type: "button", id: "value-remove" }, "Remove…");
+    remove.addEventListener("click", () => {
+      if (confirm(`Remove ${which.value} from ${key}?`)) act(() => redis(...e.removeCmd(key, which.value)), key, true);
+    });
+    box.append(which, remove);
+  }
+  box.hidden = readOnly();
+  return box;
+}
 
 // ---- new keys ------------------------------------------------------------------------------
 
