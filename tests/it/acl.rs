@@ -546,3 +546,48 @@ fn set_conditions_need_read_access() {
     );
     assert_eq!(c.cmd_str(&["GET", "k"]), Canon::s("v"));
 }
+
+/// Issue 29: the console's routes hold an ACL user to its rules as the REST API does: a user
+/// who may read `app:*` reads those keys' past and lists only them; one who may only SET reads
+/// nothing of the past; both see what their token is and their database's usage.
+#[test]
+fn the_consoles_routes_hold_a_users_rules() {
+    let dir = TempDir::new("acl-console");
+    let s = Server::start(dir.path(), &[]);
+    let mut c = s.client();
+    for cmd in [
+        &["SET", "app:x", "1"][..],
+        &["SET", "other", "2"],
+        &["ACL", "SETUSER", "reader", "on", ">pw", "~app:*", "+@read"],
+        &[
+            "ACL", "SETUSER", "setter", "on", ">pw", "~app:*", "-@all", "+set",
+        ],
+    ] {
+        assert!(!c.cmd(&strs(cmd)).is_err(), "{cmd:?}");
+    }
+    let token = |c: &mut Http, u: &str| match c.cmd(&strs(&["ACL", "RESTTOKEN", u, "pw"])) {
+        Canon::Str(t) => String::from_utf8(t).expect("utf-8"),
+        other => panic!("{other:?}"),
+    };
+    let mut reader = Http::connect(&s.addr, &token(&mut c, "reader"));
+    let mut setter = Http::connect(&s.addr, &token(&mut c, "setter"));
+    for (path, reader_status, setter_status) in [
+        ("/console/api/session", 200, 200),
+        ("/console/api/usage", 200, 200),
+        ("/console/api/history?key=app:x", 200, 403),
+        ("/console/api/history?key=other", 403, 403),
+        ("/console/api/at?point=99999999&key=app:x", 200, 403),
+        ("/console/api/at?point=99999999&key=other", 403, 403),
+        ("/console/api/at?point=99999999", 200, 403),
+        ("/console/api/timeline", 200, 403),
+    ] {
+        assert_eq!(reader.get(path).status, reader_status, "reader {path}");
+        assert_eq!(setter.get(path).status, setter_status, "setter {path}");
+    }
+    let keys = reader.get("/console/api/at?point=99999999").json();
+    assert_eq!(keys["keys"], serde_json::json!(["app:x"]));
+    assert_eq!(
+        reader.get("/console/api/session").json()["redis"]["may_edit"],
+        false
+    );
+}
