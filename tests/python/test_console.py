@@ -241,6 +241,7 @@ def test_a_wrong_token_is_refused_with_the_servers_error(server, browser):
     d.find_element(By.ID, "signin-button").click()
     wait(d, lambda d: "WRONGPASS" in d.find_element(By.ID, "signin-error").text)
     assert not d.find_element(By.ID, "app").is_displayed()
+    shot(d, "wrong-token")
     assert errors_in_console(d, refusals_expected=True) == []
 
 
@@ -446,4 +447,5 @@ def test_a_collection_is_edited_in_the_viewer(server, browser):
     member.send_keys("two")
     d.find_element(By.ID, "value-add").click()
     wait(d, lambda d: rest(server, "ZSCORE", "edit:z", "two") == "2.5")
+    shot(d, "collection-edit")
     assert errors_in_console(d) == []

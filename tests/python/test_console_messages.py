@@ -176,6 +176,7 @@ def test_one_tab_holds_a_database_token_and_the_qstash_token(server, browser):
     assert d.find_element(By.ID, "browser").is_displayed()
     d.find_element(By.CSS_SELECTOR, 'nav button[data-view="messages"]').click()
     wait(d, lambda d: d.find_element(By.ID, "messages").is_displayed())
+    shot(d, "two-tokens")
     assert errors_in_console(d) == []
 
 
@@ -189,6 +190,7 @@ def test_the_qstash_read_only_token_sees_no_actions(server, browser, sink):
     assert [b for b in d.find_elements(By.CSS_SELECTOR, ".qedit") if b.is_displayed()] == []
     part(d, "dlq")
     assert [b for b in d.find_elements(By.CSS_SELECTOR, ".qedit") if b.is_displayed()] == []
+    shot(d, "qstash-read-only")
     assert errors_in_console(d) == []
 
 
@@ -217,6 +219,7 @@ def test_the_dlq_filters_and_acts_on_selected_entries(server, browser, sink):
     wait(d, lambda d: not d.find_elements(By.CSS_SELECTOR, f'tr[data-dlq="{entries["fail-a"]}"]'))
     left = {m["dlqId"] for m in q(server, "GET", "dlq")["messages"]}
     assert entries["fail-b"] in left and entries["fail-a"] not in left and entries["fail-c"] not in left
+    shot(d, "dlq-bulk")
     assert errors_in_console(d) == []
 
 
@@ -245,6 +248,7 @@ def test_the_signing_keys_rotate_from_the_console(server, browser):
     d.switch_to.alert.accept()
     after = wait(d, lambda d: (lambda k: k if k["current"] == before["next"] else False)(q(server, "GET", "keys")))
     wait(d, lambda d: after["next"] in d.find_element(By.ID, "part-keys").text)
+    shot(d, "signing-keys")
     assert errors_in_console(d) == []
 
 
@@ -296,4 +300,5 @@ def test_waiting_messages_are_listed_and_cancelled(server, browser, sink):
     box.find_element(By.XPATH, ".//button[text()='Cancel']").click()
     d.switch_to.alert.accept()
     wait(d, lambda d: not d.find_elements(By.CSS_SELECTOR, f'[data-message="{later}"]'))
+    shot(d, "waiting-messages")
     assert errors_in_console(d) == []
