@@ -99,6 +99,11 @@ def sign_in(d, server, token):
     wait(d, EC.visibility_of_element_located((By.ID, "app")))
 
 
+def opened(d, key):
+    """Waits until the viewer has drawn `key` whole (its value fetched, its editor added)."""
+    wait(d, lambda d: d.find_element(By.ID, "viewer").get_attribute("data-loaded") == key)
+
+
 def key_in_tree(d, key):
     return wait(d, lambda d: next(
         (e for e in d.find_elements(By.CSS_SELECTOR, "#tree .key") if e.get_attribute("data-key") == key),
@@ -140,7 +145,7 @@ def test_keys_of_every_type_in_the_tree_and_the_viewer(server, browser):
     }
     for key, (ty, shown) in expect.items():
         key_in_tree(d, key).click()
-        wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == key)
+        opened(d, key)
         wait(d, lambda d: shown in d.find_element(By.ID, "value").text)
         assert d.find_element(By.ID, "viewer-type").text == ty
     # The namespaces group the keys, with counts.
@@ -208,7 +213,7 @@ def test_a_read_only_token_sees_no_edit_controls(server, browser):
     wait(d, lambda d: "v" in d.find_element(By.ID, "value").text)
     d.find_element(By.ID, "open-key").clear()
     d.find_element(By.ID, "open-key").send_keys("ro:seen", Keys.ENTER)
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "ro:seen")
+    opened(d, "ro:seen")
     edits = [e for e in d.find_elements(By.CSS_SELECTOR, ".edit") if e.is_displayed()]
     assert edits == []
     # The server refuses anyway: a write typed in the command line.
@@ -225,7 +230,7 @@ def test_a_key_named_as_html_shows_as_text_and_runs_nothing(server, browser):
     rest(server, "SET", XSS, XSS)
     sign_in(d, server, TOKEN)
     key_in_tree(d, XSS).click()
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == XSS)
+    opened(d, XSS)
     assert d.find_element(By.ID, "string-value").text == XSS
     assert d.find_elements(By.CSS_SELECTOR, "#tree img, #viewer img") == []
     with pytest.raises(NoAlertPresentException):
@@ -254,7 +259,7 @@ def test_an_acl_users_token_signs_in_as_that_user(server, browser):
     assert "ACL user ann" in d.find_element(By.ID, "who").text
     # The user's key patterns hold in the console as anywhere: its keys open, others do not.
     d.find_element(By.ID, "open-key").send_keys("app:one", Keys.ENTER)
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "app:one")
+    opened(d, "app:one")
     d.find_element(By.ID, "open-key").clear()
     d.find_element(By.ID, "open-key").send_keys("user:1:name", Keys.ENTER)
     wait(d, lambda d: "NOPERM" in d.find_element(By.ID, "viewer").text)
@@ -265,7 +270,7 @@ def test_an_acl_users_token_signs_in_as_that_user(server, browser):
     sign_in(d, server, rest(server, "ACL", "RESTTOKEN", "reader", "pw"))
     assert "ACL user reader" in d.find_element(By.ID, "who").text
     d.find_element(By.ID, "open-key").send_keys("app:one", Keys.ENTER)
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "app:one")
+    opened(d, "app:one")
     assert [e for e in d.find_elements(By.CSS_SELECTOR, ".edit") if e.is_displayed()] == []
     assert errors_in_console(d, refusals_expected=True) == []
 
@@ -280,7 +285,7 @@ def test_a_keys_history_shows_each_change_and_its_value(server, browser):
         rest(server, "SET", "color", color)
     sign_in(d, server, TOKEN)
     key_in_tree(d, "color").click()
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "color")
+    opened(d, "color")
     d.find_element(By.ID, "history-button").click()
     wait(d, lambda d: len(history_entries(d)) == 3)
     texts = [e.text for e in history_entries(d)]
@@ -371,7 +376,7 @@ def test_a_key_of_every_type_is_created_from_the_console(server, browser):
         if field is not None:
             d.find_element(By.ID, "newkey-field").send_keys(field)
         d.find_element(By.ID, "newkey-value").send_keys(value, Keys.ENTER)
-        wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == name)
+        opened(d, name)
         wait(d, lambda d: shown in d.find_element(By.ID, "value").text)
         assert d.find_element(By.ID, "viewer-type").text == ty
         key_in_tree(d, name)
@@ -409,7 +414,7 @@ def test_geo_positions_and_a_streams_consumers_and_pending_entries(server, brows
     rest(server, "XREADGROUP", "GROUP", "workers", "w1", "COUNT", "1", "STREAMS", "jobs", ">")
     sign_in(d, server, TOKEN)
     key_in_tree(d, "places").click()
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "places")
+    opened(d, "places")
     d.find_element(By.ID, "geo-positions").click()
     wait(d, lambda d: "13.36138" in d.find_element(By.ID, "value").text)
     assert "Catania" in d.find_element(By.ID, "value").text
@@ -428,7 +433,7 @@ def test_a_collection_is_edited_in_the_viewer(server, browser):
     rest(server, "ZADD", "edit:z", "1", "one")
     sign_in(d, server, TOKEN)
     d.find_element(By.ID, "open-key").send_keys("edit:h", Keys.ENTER)
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "edit:h")
+    opened(d, "edit:h")
     field, value = d.find_elements(By.CSS_SELECTOR, "#value-editor .edit-add")
     field.send_keys("b")
     value.send_keys("2")
@@ -441,7 +446,7 @@ def test_a_collection_is_edited_in_the_viewer(server, browser):
     wait(d, lambda d: rest(server, "HEXISTS", "edit:h", "a") == 0)
     d.find_element(By.ID, "open-key").clear()
     d.find_element(By.ID, "open-key").send_keys("edit:z", Keys.ENTER)
-    wait(d, lambda d: d.find_element(By.ID, "viewer-key").text == "edit:z")
+    opened(d, "edit:z")
     score, member = d.find_elements(By.CSS_SELECTOR, "#value-editor .edit-add")
     score.send_keys("2.5")
     member.send_keys("two")

@@ -85,8 +85,9 @@ def sign_in_qstash(d, server, second=None, token=QTOKEN):
 
 
 def part(d, name):
+    """Opens a part of the messages view, once it is drawn whole (its data fetched)."""
     d.find_element(By.CSS_SELECTOR, f'#msg-nav button[data-part="{name}"]').click()
-    wait(d, lambda d: d.find_elements(By.ID, f"part-{name}"))
+    wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, f'#part-{name}[data-loaded="1"]'))
 
 
 def test_a_publish_is_seen_with_its_attempt_in_the_logs(server, browser, sink):

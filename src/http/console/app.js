@@ -360,6 +360,7 @@ function ttlText(ttl) {
 }
 
 async function openKey(key) {
+  delete $("viewer").dataset.loaded;
   if (state.travel) return openPastKey(key);
   state.selected = key;
   for (const e of document.querySelectorAll(".key.selected")) e.classList.remove("selected");
@@ -382,6 +383,8 @@ async function openKey(key) {
     else body.append(el("p", {}, `no viewer for ${type}`));
     const editor = EDITORS[type];
     if (editor) v.append(editorForm(key, editor));
+    // Drawn whole (a test waits for this before it looks inside).
+    v.dataset.loaded = key;
   } catch (e) {
     v.replaceChildren(el("p", { className: "error" }, e.message));
   }
@@ -1016,6 +1019,8 @@ async function showPart(name) {
   } catch (e) {
     body.append(el("p", { className: "error" }, e.message));
   }
+  // Drawn whole (a test waits for this before it looks inside).
+  body.dataset.loaded = "1";
 }
 
 // ---- live: the monitor and pub/sub -----------------------------------------------------------
