@@ -346,34 +346,36 @@ impl Serve {
         }
         let fsync = FsyncMode::parse(&fsync)
             .ok_or_else(|| format!("--fsync '{fsync}' must be always, everysec or never"))?;
-        let usage_log_interval_ms = match env("TIDEPOOL_USAGE_LOG_INTERVAL_MS") {
-            None => config::USAGE_LOG_INTERVAL_MS,
-            Some(u) => u.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                format!(
-                    "TIDEPOOL_USAGE_LOG_INTERVAL_MS '{u}' must be a positive number of milliseconds"
-                )
-            })?,
+        // Durations the tests shorten, from the environment only.
+        let env_ms = |name: &str, default: u64, zero_ok: bool| -> Result<u64, String> {
+            match env(name) {
+                None => Ok(default),
+                Some(u) => u
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| zero_ok || *n > 0)
+                    .ok_or_else(|| {
+                        let kind = if zero_ok { "a" } else { "a positive" };
+                        format!("{name} '{u}' must be {kind} number of milliseconds")
+                    }),
+            }
         };
-        let resp_idle_timeout_ms = match env("TIDEPOOL_RESP_IDLE_TIMEOUT_MS") {
-            None => config::RESP_IDLE_TIMEOUT_MS,
-            Some(u) => u.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                format!(
-                    "TIDEPOOL_RESP_IDLE_TIMEOUT_MS '{u}' must be a positive number of milliseconds"
-                )
-            })?,
-        };
-        let console_rebuild_ms = match env("TIDEPOOL_CONSOLE_REBUILD_MS") {
-            None => config::CONSOLE_REBUILD_MS_MAX,
-            Some(u) => u.parse().map_err(|_| {
-                format!("TIDEPOOL_CONSOLE_REBUILD_MS '{u}' must be a number of milliseconds")
-            })?,
-        };
-        let retry_backoff_unit_ms = match env("TIDEPOOL_RETRY_BACKOFF_UNIT_MS") {
-            None => 1000,
-            Some(u) => u.parse().map_err(|_| {
-                format!("TIDEPOOL_RETRY_BACKOFF_UNIT_MS '{u}' must be a number of milliseconds")
-            })?,
-        };
+        let usage_log_interval_ms = env_ms(
+            "TIDEPOOL_USAGE_LOG_INTERVAL_MS",
+            config::USAGE_LOG_INTERVAL_MS,
+            false,
+        )?;
+        let resp_idle_timeout_ms = env_ms(
+            "TIDEPOOL_RESP_IDLE_TIMEOUT_MS",
+            config::RESP_IDLE_TIMEOUT_MS,
+            false,
+        )?;
+        let console_rebuild_ms = env_ms(
+            "TIDEPOOL_CONSOLE_REBUILD_MS",
+            config::CONSOLE_REBUILD_MS_MAX,
+            true,
+        )?;
+        let retry_backoff_unit_ms = env_ms("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", 1000, true)?;
         let positive = |flag: &str, n: u64| -> Result<usize, String> {
             usize::try_from(n)
                 .ok()
