@@ -91,6 +91,22 @@ fn secure(mut r: Response<Body>) -> Response<Body> {
     r
 }
 
+/// The refusal of a token that opens nothing here.
+fn wrongpass() -> Response<Body> {
+    refuse(
+        StatusCode::UNAUTHORIZED,
+        "WRONGPASS invalid or missing auth token",
+    )
+}
+
+/// The database the presented database token opens and what it may do there now; the
+/// refusal when it opens none.
+async fn database_rights<B>(req: &Request<B>, app: &App) -> Result<(DbId, Perm), Response<Body>> {
+    let (db, access) = super::authenticate(req.headers(), None, app).ok_or_else(wrongpass)?;
+    let perm = permissions(app, db, access).await.ok_or_else(wrongpass)?;
+    Ok((db, perm))
+}
+
 /// What `access` may do in database `db` now, as the executor (which owns the users) says;
 /// None when it opens nothing there.
 async fn permissions(app: &App, db: DbId, access: Access) -> Option<Perm> {
@@ -166,10 +182,7 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
     let admin =
         !app.admin_token.is_empty() && ct_eq(presented.as_bytes(), app.admin_token.as_bytes());
     if redis.is_none() && qstash.is_none() && !admin {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "WRONGPASS invalid or missing auth token",
-        );
+        return wrongpass();
     }
     let redis = redis.map(|(access, db, user)| {
         let mut v = serde_json::json!({
@@ -192,18 +205,10 @@ async fn session<B>(req: &Request<B>, app: &App) -> Response<Body> {
 /// the admin token: its keys, data bytes (and limit), requests and commands today. For the
 /// database tokens of any kind, which see no server-wide metrics.
 async fn usage<B>(req: &Request<B>, app: &App) -> Response<Body> {
-    let Some((db, access)) = super::authenticate(req.headers(), None, app) else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "WRONGPASS invalid or missing auth token",
-        );
+    let db = match database_rights(req, app).await {
+        Ok((db, _)) => db,
+        Err(refused) => return refused,
     };
-    if permissions(app, db, access).await.is_none() {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "WRONGPASS invalid or missing auth token",
-        );
-    }
     let (reply, rx) = tokio::sync::oneshot::channel();
     let op = crate::executor::admin::AdminOp::List;
     if app.tx.send(Job::Admin { op, reply }).await.is_err() {
@@ -248,17 +253,12 @@ const CRON_NEXT_RUNS: usize = 5;
 /// `GET /console/api/cron?expr=E`: the next five times the schedule expression E fires (the
 /// schedules' own parser, `CRON_TZ=` included), for the QStash tokens.
 fn cron<B>(req: &Request<B>, app: &App) -> Response<Body> {
-    let presented = request::presented_token(req.headers(), None, "_token").unwrap_or_default();
-    let allowed = !presented.is_empty()
-        && app
-            .qstash
-            .as_ref()
-            .is_some_and(|q| super::qstash::authorized(req.headers(), None, q).is_some());
+    let allowed = app
+        .qstash
+        .as_ref()
+        .is_some_and(|q| super::qstash::authorized(req.headers(), None, q).is_some());
     if !allowed {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "WRONGPASS invalid or missing auth token",
-        );
+        return wrongpass();
     }
     let Some(expr) = param(req.uri().query(), "expr") else {
         return refuse(
@@ -371,17 +371,9 @@ async fn travel<B>(req: &Request<B>, app: &App, what: Travel) -> Response<Body> 
             "ERR the console's time travel is read with GET",
         );
     }
-    let Some((db, access)) = super::authenticate(req.headers(), None, app) else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "WRONGPASS invalid or missing auth token",
-        );
-    };
-    let Some(perm) = permissions(app, db, access).await else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "WRONGPASS invalid or missing auth token",
-        );
+    let (db, perm) = match database_rights(req, app).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
     };
     let query = req.uri().query();
     let key = param(query, "key");

@@ -20,6 +20,14 @@ fn resp(server: &Server) -> Redis {
     r
 }
 
+/// `cmd` on a connection of its own (authenticated with the Standard token) in a thread: a
+/// command that blocks or runs long while the test goes on.
+fn in_thread(server: &Server, cmd: &[&str]) -> std::thread::JoinHandle<Canon> {
+    let mut r = resp(server);
+    let cmd: Vec<String> = cmd.iter().map(|a| a.to_string()).collect();
+    std::thread::spawn(move || r.cmd_str(&cmd.iter().map(String::as_str).collect::<Vec<_>>()))
+}
+
 #[test]
 fn nothing_runs_before_auth_and_every_token_kind_authenticates() {
     let dir = TempDir::new("resp-auth");
@@ -166,19 +174,9 @@ fn a_rest_write_breaks_a_resp_watch_and_wakes_a_resp_blpop() {
     );
     assert_eq!(r.cmd_str(&["EXEC"]), Canon::Arr(vec![Canon::Nil]));
     // BLMOVE onto another list wakes the one waiting there.
-    let addr = server.resp_addr.clone().expect("RESP");
-    let second = std::thread::spawn(move || {
-        let mut w = Redis::connect_addr(&addr);
-        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
-        w.cmd_str(&["BLPOP", "dst", "10"])
-    });
+    let second = in_thread(&server, &["BLPOP", "dst", "10"]);
     std::thread::sleep(Duration::from_millis(200));
-    let addr = server.resp_addr.clone().expect("RESP");
-    let first = std::thread::spawn(move || {
-        let mut w = Redis::connect_addr(&addr);
-        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
-        w.cmd_str(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "10"])
-    });
+    let first = in_thread(&server, &["BLMOVE", "src", "dst", "LEFT", "RIGHT", "10"]);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(http.cmd_str(&["RPUSH", "src", "item"]), Canon::Int(1));
     assert_eq!(first.join().expect("first"), bulk("item"));
@@ -536,12 +534,10 @@ fn the_listener_speaks_tls_when_given_a_certificate() {
 fn script_kill_works_from_another_connection() {
     let dir = TempDir::new("resp-kill");
     let server = Server::start(dir.path(), &[]);
-    let addr = server.resp_addr.clone().expect("RESP");
-    let runner = std::thread::spawn(move || {
-        let mut r = Redis::connect_addr(&addr);
-        assert_eq!(r.cmd_str(&["AUTH", TOKEN]), ok());
-        r.cmd_str(&["EVAL", "while true do pcall(function() end) end", "0"])
-    });
+    let runner = in_thread(
+        &server,
+        &["EVAL", "while true do pcall(function() end) end", "0"],
+    );
     let mut k = resp(&server);
     let mut answered = Canon::Nil;
     while !runner.is_finished() {
@@ -749,12 +745,10 @@ fn monitors_see_no_passwords_and_scripts_that_wrote_are_unkillable() {
     assert!(matches!(u.cmd_str(&["GET", "b1"]), Canon::Err(e) if e.starts_with("NOPERM")));
     assert!(matches!(u.cmd_str(&["EXEC"]), Canon::Err(e) if e.starts_with("EXECABORT")));
     // A script that wrote cannot be killed; it ends at its time limit.
-    let addr = server.resp_addr.clone().expect("RESP");
-    let runner = std::thread::spawn(move || {
-        let mut w = Redis::connect_addr(&addr);
-        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
-        w.cmd_str(&["EVAL", "redis.call('set','w','1') while true do end", "0"])
-    });
+    let runner = in_thread(
+        &server,
+        &["EVAL", "redis.call('set','w','1') while true do end", "0"],
+    );
     let mut answered = Canon::Nil;
     while !runner.is_finished() {
         answered = r.cmd_str(&["SCRIPT", "KILL"]);
@@ -788,12 +782,7 @@ fn a_blocked_command_is_monitored_and_counted_once() {
     let server = Server::start(dir.path(), &[]);
     let mut mon = resp(&server);
     assert_eq!(mon.cmd_str(&["MONITOR"]), ok());
-    let addr = server.resp_addr.clone().expect("RESP");
-    let waiter = std::thread::spawn(move || {
-        let mut w = Redis::connect_addr(&addr);
-        assert_eq!(w.cmd_str(&["AUTH", TOKEN]), ok());
-        w.cmd_str(&["BLPOP", "k", "10"])
-    });
+    let waiter = in_thread(&server, &["BLPOP", "k", "10"]);
     std::thread::sleep(Duration::from_millis(200));
     let mut http = server.client();
     // A string at the key, its deletion, then an item: two wake-ups that do not serve it.
