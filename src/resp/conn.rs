@@ -150,21 +150,29 @@ enum Then {
     Close,
 }
 
-/// A connection's own command that a transaction queues and EXEC runs, as Redis does: SELECT,
-/// UNWATCH, MONITOR (which EXEC refuses) and CLIENT but for CLIENT REPLY, which would change how
-/// EXEC's own reply is written.
+/// A connection's own command that a transaction queues and EXEC runs in its place, as Redis
+/// does: AUTH, HELLO, SELECT, UNWATCH, CLIENT, the subscription commands, and MONITOR and
+/// SSUBSCRIBE (which EXEC refuses, as a client in EXEC may not block).
 fn queued_own(args: &[Vec<u8>]) -> bool {
     let name = args
         .first()
         .map(|n| n.to_ascii_lowercase())
         .unwrap_or_default();
-    match name.as_slice() {
-        b"select" | b"unwatch" | b"monitor" => true,
-        b"client" => !args
-            .get(1)
-            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"reply")),
-        _ => false,
-    }
+    matches!(
+        name.as_slice(),
+        b"auth"
+            | b"hello"
+            | b"select"
+            | b"unwatch"
+            | b"monitor"
+            | b"client"
+            | b"subscribe"
+            | b"psubscribe"
+            | b"ssubscribe"
+            | b"unsubscribe"
+            | b"punsubscribe"
+            | b"sunsubscribe"
+    )
 }
 
 /// A connection's subscription streams: channels, patterns, shard channels and the monitor
@@ -196,6 +204,8 @@ struct Conn {
     monitor: bool,
     events: Option<Events>,
     reply_mode: ReplyMode,
+    /// EXEC is writing its replies (see `writing`).
+    in_exec: bool,
     credentials_seen: u64,
     out: Vec<u8>,
     /// Plain commands of the current read, not yet sent to the executor.
@@ -244,6 +254,7 @@ impl Conn {
             monitor: false,
             events: None,
             reply_mode: ReplyMode::On,
+            in_exec: false,
             credentials_seen,
             out: Vec::new(),
             batch: Vec::new(),
@@ -518,17 +529,49 @@ impl Conn {
             .is_some_and(|e| e.lagged.load(Ordering::Acquire))
     }
 
+    /// Whether the next reply is written: not while CLIENT REPLY turned replies off, nor the
+    /// one that a CLIENT REPLY SKIP skips. Inside EXEC every element is written, and a SKIP
+    /// given there skips the command after EXEC, as in Redis.
+    fn writing(&mut self) -> bool {
+        match self.reply_mode {
+            ReplyMode::On => true,
+            ReplyMode::Off => false,
+            ReplyMode::Skip if self.in_exec => true,
+            ReplyMode::Skip => {
+                self.reply_mode = ReplyMode::On;
+                false
+            }
+        }
+    }
+
     /// Writes a reply, unless CLIENT REPLY turned replies off.
     fn put(&mut self, r: &Reply, shape: write::Shape) {
-        match self.reply_mode {
-            ReplyMode::On => write::reply(&mut self.out, r, self.resp3, shape),
-            ReplyMode::Off => {}
-            ReplyMode::Skip => self.reply_mode = ReplyMode::On,
+        if self.writing() {
+            write::reply(&mut self.out, r, self.resp3, shape);
         }
     }
 
     fn put_plain(&mut self, r: Reply) {
         self.put(&r, write::Shape::Plain);
+    }
+
+    /// A command refused before it runs. An EXEC refused so ends its transaction, with
+    /// Redis's EXECABORT text around the reason.
+    async fn refuse(&mut self, name: &[u8], error: String) {
+        if name == b"exec" {
+            self.multi = None;
+            self.multi_failed = false;
+            if std::mem::take(&mut self.watching) {
+                self.session(SessionOp::Unwatch).await;
+            }
+            // Redis formats its own refusals there without their ERR.
+            let reason = error.strip_prefix("ERR ").unwrap_or(&error);
+            self.put_plain(Reply::Error(format!(
+                "EXECABORT Transaction discarded because of: {reason}"
+            )));
+        } else {
+            self.put_plain(Reply::Error(error));
+        }
     }
 
     /// Answers the requests of one read, in order.
@@ -580,8 +623,37 @@ impl Conn {
         // Before AUTH only AUTH, HELLO and QUIT.
         if self.auth.is_none() && !matches!(name.as_slice(), b"auth" | b"hello" | b"quit") {
             self.flush_batch().await;
-            self.put_plain(Reply::err("NOAUTH Authentication required."));
+            self.refuse(&name, "NOAUTH Authentication required.".to_string())
+                .await;
             return Then::Go;
+        }
+        // A monitoring connection is a replica to Redis, and a replica may not touch the
+        // keyspace: a command flagged readonly, write or may_replicate is refused (after
+        // the checks of its name and arity, which the executor makes), and inside MULTI
+        // it fails the transaction as a refused command does.
+        if self.monitor {
+            if let Lookup::Found(info) = table::global().lookup(&args) {
+                // Redis's may_replicate flag, which COMMAND does not show: the scripts that
+                // may write, and the publishes.
+                let may_replicate = matches!(
+                    info.name.as_str(),
+                    "eval" | "evalsha" | "fcall" | "publish" | "spublish"
+                );
+                if info.arity_ok(args.len())
+                    && (may_replicate
+                        || info
+                            .flags
+                            .iter()
+                            .any(|f| matches!(f.as_str(), "readonly" | "write")))
+                {
+                    self.flush_batch().await;
+                    if self.multi.is_some() {
+                        self.multi_failed = true;
+                    }
+                    self.put_plain(Reply::err("ERR Replica can't interact with the keyspace"));
+                    return Then::Go;
+                }
+            }
         }
         // A subscribed RESP2 connection runs only the subscription commands, PING, QUIT and
         // RESET.
@@ -600,10 +672,10 @@ impl Conn {
                     | b"reset"
             )
         {
-            self.put_plain(Reply::Error(format!(
+            self.refuse(&name, format!(
                 "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
                 String::from_utf8_lossy(&name)
-            )));
+            )).await;
             return Then::Go;
         }
         let own = matches!(
@@ -633,14 +705,8 @@ impl Conn {
                 b"exec" | b"discard" | b"multi" | b"watch" | b"quit" | b"reset"
             )
         {
-            // The connection's own commands that Redis queues and this connection can run
-            // inside EXEC are queued; the others (AUTH, HELLO, the subscriptions, CLIENT
-            // REPLY) are refused here, and the transaction with them.
-            if own && !queued_own(&args) {
-                self.multi_failed = true;
-                self.put_plain(Reply::err("ERR Command not allowed inside a transaction"));
-                return Then::Go;
-            }
+            // The connection's own commands are queued like the others, and EXEC runs them
+            // in their places.
             return self.queue(args).await;
         }
         if !own {
@@ -1003,8 +1069,14 @@ impl Conn {
                 self.multi_failed = true;
                 self.put_plain(r);
             }
-            // A token's rights, keys included, are checked as it is queued, as Redis does.
-            None if !self.allowed(&args).await => self.multi_failed = true,
+            // A token's rights, keys included, are checked as it is queued, as Redis does
+            // (not for AUTH and HELLO, which any connection may send, as outside MULTI).
+            None if !args[0].eq_ignore_ascii_case(b"auth")
+                && !args[0].eq_ignore_ascii_case(b"hello")
+                && !self.allowed(&args).await =>
+            {
+                self.multi_failed = true
+            }
             None => {
                 if let Some(q) = &mut self.multi {
                     q.push(args);
@@ -1061,33 +1133,42 @@ impl Conn {
                 replies: Ok(replies),
                 ..
             }) => {
-                if self.reply_mode != ReplyMode::On {
-                    self.put_plain(Reply::Nil);
-                    return Then::Go;
-                }
+                // EXEC's reply is not written while replies are off or skipped (a skip is
+                // used up by it); its own commands run either way. Inside it, as in Redis, a
+                // CLIENT REPLY OFF silences the elements after it (the array keeps the length
+                // it announced) and a HELLO changes the protocol of the elements after it.
+                let silent = !self.writing();
+                let mark = self.out.len();
                 self.out.push(b'*');
                 self.out
                     .extend_from_slice(queued.len().to_string().as_bytes());
                 self.out.extend_from_slice(b"\r\n");
                 let mut kv_replies = replies.iter().zip(shapes);
                 let mut then = Then::Go;
+                self.in_exec = true;
                 for (cmd, own) in queued.iter().zip(own) {
                     if own {
                         if let Then::Close = self.own_in_exec(cmd).await {
                             then = Then::Close;
                         }
                     } else if let Some((r, shape)) = kv_replies.next() {
-                        write::reply(
-                            &mut self.out,
-                            r,
-                            self.resp3,
-                            if self.resp3 {
-                                shape
-                            } else {
-                                write::Shape::Plain
-                            },
-                        );
+                        if self.reply_mode != ReplyMode::Off {
+                            write::reply(
+                                &mut self.out,
+                                r,
+                                self.resp3,
+                                if self.resp3 {
+                                    shape
+                                } else {
+                                    write::Shape::Plain
+                                },
+                            );
+                        }
                     }
+                }
+                self.in_exec = false;
+                if silent {
+                    self.out.truncate(mark);
                 }
                 return then;
             }
@@ -1110,11 +1191,21 @@ impl Conn {
         match name.as_slice() {
             b"select" => self.select(args),
             b"unwatch" => self.put_plain(Reply::ok()),
-            // Redis's answer for MONITOR inside EXEC (a client in EXEC may not block).
+            // Redis's answers for MONITOR and SSUBSCRIBE inside EXEC (a client in EXEC may not
+            // block).
             b"monitor" => self.put_plain(Reply::err(
                 "ERR MONITOR isn't allowed for DENY BLOCKING client",
             )),
+            b"ssubscribe" => self.put_plain(Reply::err(
+                "ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client",
+            )),
             b"client" => return self.client(args).await,
+            b"auth" => self.auth_command(args).await,
+            b"hello" => self.hello(args).await,
+            b"subscribe" | b"psubscribe" => self.subscribe(&name, args.to_vec()).await,
+            b"unsubscribe" | b"punsubscribe" | b"sunsubscribe" => {
+                self.unsubscribe(&name, args.to_vec()).await
+            }
             _ => self.put_plain(Reply::err("ERR Command not allowed inside a transaction")),
         }
         Then::Go
@@ -1248,6 +1339,33 @@ impl Conn {
         })
     }
 
+    /// Whether `user` is a user of this connection's database (`default` always is): `ACL
+    /// GETUSER` run as the database's Standard token (MONITOR never shows an ACL command).
+    async fn user_exists(&self, user: &str) -> bool {
+        if user == "default" {
+            return true;
+        }
+        let Some(db) = self.auth.as_ref().map(|a| a.db) else {
+            return false;
+        };
+        let cmd = vec![
+            b"ACL".to_vec(),
+            b"GETUSER".to_vec(),
+            user.as_bytes().to_vec(),
+        ];
+        let (job, rx) = self.job(db, Access::Full, vec![cmd], ExecMode::Each, false);
+        if self.l.tx.send(job).await.is_err() {
+            return false;
+        }
+        matches!(
+            rx.await
+                .ok()
+                .and_then(|a| a.replies.ok())
+                .and_then(|mut r| r.pop()),
+            Some(Reply::Array(_))
+        )
+    }
+
     /// `ACL RESTTOKEN user password` in the default database, run as its Standard token.
     async fn rest_token(&self, user: &str, password: &str) -> Option<String> {
         let cmd = vec![
@@ -1336,10 +1454,8 @@ impl Conn {
             ("role", Reply::bulk("master")),
             ("modules", Reply::Array(Vec::new())),
         ];
-        match self.reply_mode {
-            ReplyMode::On => write::map(&mut self.out, &pairs, self.resp3),
-            ReplyMode::Off => {}
-            ReplyMode::Skip => self.reply_mode = ReplyMode::On,
+        if self.writing() {
+            write::map(&mut self.out, &pairs, self.resp3);
         }
     }
 
@@ -1633,7 +1749,7 @@ impl Conn {
                 }
                 Reply::bulk(text)
             }
-            b"kill" if args.len() >= 3 => return self.client_kill(args),
+            b"kill" if args.len() >= 3 => return self.client_kill(args).await,
             b"unblock" if args.len() == 3 || args.len() == 4 => {
                 let error = match args.get(3).map(|a| a.to_ascii_lowercase()) {
                     None => Some(None),
@@ -1724,7 +1840,7 @@ impl Conn {
 
     /// CLIENT KILL `addr` (the old form) or CLIENT KILL `[ID id] [ADDR addr] [LADDR addr]
     /// [USER user] [SKIPME yes|no]`, among this database's connections.
-    fn client_kill(&mut self, args: &[Vec<u8>]) -> Then {
+    async fn client_kill(&mut self, args: &[Vec<u8>]) -> Then {
         let db = self.auth.as_ref().map(|a| a.db);
         let all = db.map(|d| self.l.clients.of(d)).unwrap_or_default();
         if args.len() == 3 {
@@ -1758,6 +1874,11 @@ impl Conn {
                 },
                 b"addr" => addr = Some(v),
                 b"laddr" => laddr = Some(v),
+                // Redis refuses a user that does not exist as it reads the option.
+                b"user" if !self.user_exists(&v).await => {
+                    self.put_plain(Reply::Error(format!("ERR No such user '{v}'")));
+                    return Then::Go;
+                }
                 b"user" => user = Some(v),
                 b"skipme" => match v.to_ascii_lowercase().as_str() {
                     "yes" => skipme = true,

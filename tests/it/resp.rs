@@ -847,6 +847,210 @@ fn connection_commands_queue_inside_multi_as_redis_does() {
     assert_eq!(ours, theirs);
 }
 
+/// Every command of `script` sent in one write, and the bytes of the replies up to the
+/// `ECHO END` that the script ends with. For replies a parser cannot frame: Redis's EXEC
+/// announces its length before a CLIENT REPLY OFF inside it silences the rest, and a
+/// SUBSCRIBE of two channels inside it answers twice in one element. HELLO's connection id
+/// is masked.
+fn raw_replies(r: &mut Redis, script: &[&[&str]]) -> String {
+    let mut out = Vec::new();
+    for c in script {
+        out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
+        for a in *c {
+            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    }
+    r.send_raw(&out);
+    let mut got = Vec::new();
+    while !got.ends_with(b"$3\r\nEND\r\n") {
+        let Some(byte) = r.read_byte() else {
+            panic!("closed after {:?}", String::from_utf8_lossy(&got))
+        };
+        got.push(byte);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let mut masked = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("$2\r\nid\r\n:") {
+        masked.push_str(&rest[..at]);
+        masked.push_str("$2\r\nid\r\n:N");
+        let after = &rest[at + "$2\r\nid\r\n:".len()..];
+        rest = &after[after.find('\r').unwrap_or(0)..];
+    }
+    masked.push_str(rest);
+    masked
+}
+
+/// AUTH, HELLO, the subscription commands and CLIENT REPLY are queued inside MULTI and run
+/// by EXEC in their places, as Redis 7.0 runs them: a HELLO 3 turns the elements after it
+/// into RESP3, a SUBSCRIBE leaves the connection subscribed, a CLIENT REPLY OFF silences
+/// the rest (the array keeps its announced length), a SKIP skips the command after EXEC,
+/// and SSUBSCRIBE and MONITOR are refused there. Before the change each was refused at
+/// MULTI and failed the transaction.
+#[test]
+fn auth_hello_subscriptions_and_client_reply_run_inside_exec_as_redis_runs_them() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-multi-own-2");
+    let s = Server::start(dir.path(), &[]);
+    let scripts: &[&[&[&str]]] = &[
+        &[
+            &["MULTI"],
+            &["SUBSCRIBE", "a", "b"],
+            &["PSUBSCRIBE", "p*"],
+            &["EXEC"],
+            &["PING"],
+            &["GET", "k"],
+            &["UNSUBSCRIBE", "a"],
+            &["UNSUBSCRIBE", "b"],
+            &["PUNSUBSCRIBE", "p*"],
+            &["ECHO", "END"],
+        ],
+        &[
+            &["MULTI"],
+            &["ECHO", "before"],
+            &["CLIENT", "REPLY", "OFF"],
+            &["SET", "k", "v"],
+            &["INCR", "n"],
+            &["EXEC"],
+            &["PING"],
+            &["CLIENT", "REPLY", "ON"],
+            &["GET", "k"],
+            &["ECHO", "END"],
+        ],
+        &[
+            &["MULTI"],
+            &["CLIENT", "REPLY", "SKIP"],
+            &["ECHO", "x"],
+            &["EXEC"],
+            &["ECHO", "skipped"],
+            &["ECHO", "END"],
+        ],
+        &[
+            &["CLIENT", "REPLY", "SKIP"],
+            &["MULTI"],
+            &["CLIENT", "SETNAME", "n1"],
+            &["EXEC"],
+            &["CLIENT", "GETNAME"],
+            &["ECHO", "END"],
+        ],
+        &[
+            &["HSET", "h", "f", "v"],
+            &["SADD", "s", "x"],
+            &["ZADD", "z", "1.5", "m"],
+            &["MULTI"],
+            &["ZSCORE", "z", "m"],
+            &["HELLO", "3"],
+            &["HGETALL", "h"],
+            &["SMEMBERS", "s"],
+            &["ZSCORE", "z", "m"],
+            &["GET", "missing"],
+            &["EXEC"],
+            &["HELLO", "2"],
+            &["MULTI"],
+            &["HELLO", "4"],
+            &["SSUBSCRIBE", "sh"],
+            &["MONITOR"],
+            &["SUNSUBSCRIBE"],
+            &["PUNSUBSCRIBE"],
+            &["EXEC"],
+            &["ECHO", "END"],
+        ],
+        &[
+            &["SUBSCRIBE", "c"],
+            &["EXEC"],
+            &["UNSUBSCRIBE", "c"],
+            &["MULTI"],
+            &["HELLO", "2", "SETNAME", "bad name"],
+            &["EXEC"],
+            &["ECHO", "END"],
+        ],
+    ];
+    for script in scripts {
+        let theirs = raw_replies(&mut Redis::connect(redis.port), script);
+        let ours = raw_replies(&mut resp(&s), script);
+        assert_eq!(ours, theirs, "{script:?}");
+    }
+    // AUTH inside a transaction authenticates when EXEC reaches it (a wrong one answers
+    // WRONGPASS in its place and leaves the connection as it was, as in Redis).
+    let mut r = resp(&s);
+    for (cmd, want) in [
+        (&["MULTI"][..], ok()),
+        (&["AUTH", "wrong"][..], Canon::s("QUEUED")),
+        (&["AUTH", "default", RO_TOKEN][..], Canon::s("QUEUED")),
+        (&["PING"][..], Canon::s("QUEUED")),
+    ] {
+        assert_eq!(r.cmd_str(cmd), want, "{cmd:?}");
+    }
+    assert_eq!(
+        r.cmd_str(&["EXEC"]),
+        Canon::Arr(vec![
+            Canon::Err("WRONGPASS invalid username-password pair or user is disabled.".into()),
+            ok(),
+            Canon::s("PONG"),
+        ])
+    );
+    assert!(
+        matches!(r.cmd_str(&["SET", "k", "w"]), Canon::Err(e) if e.starts_with("NOPERM")),
+        "the Read Only token given inside EXEC holds after it"
+    );
+}
+
+/// A monitoring connection is a replica to Redis: every command that reads or writes the
+/// keyspace (scripts and publishes too) is refused, after the checks of its name and
+/// arity, and the rest still run. CLIENT KILL USER of a user that does not exist is an
+/// error, not 0. An EXEC refused before it runs answers EXECABORT with the reason.
+#[test]
+fn a_monitor_may_not_touch_the_keyspace_and_client_kill_names_real_users() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-monitor-replica");
+    let s = Server::start(dir.path(), &[]);
+    let script: &[&[&str]] = &[
+        &["CLIENT", "KILL", "USER", "nobody"],
+        &["CLIENT", "KILL", "USER", "nobody", "SKIPME", "maybe"],
+        &["CLIENT", "KILL", "SKIPME", "maybe", "USER", "nobody"],
+        &["CLIENT", "KILL", "USER", "default", "SKIPME", "yes"],
+        &["MONITOR"],
+        &["GET", "a"],
+        &["SET", "a", "b"],
+        &["EVAL", "return 1", "0"],
+        &["EVALSHA", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "0"],
+        &["PUBLISH", "x", "y"],
+        &["DBSIZE"],
+        &["FOO"],
+        &["GET"],
+        &["RESET"],
+    ];
+    let run = |r: &mut Redis| -> Vec<Canon> { script.iter().map(|c| r.cmd_str(c)).collect() };
+    let theirs = run(&mut Redis::connect(redis.port));
+    let mut ours_conn = resp(&s);
+    let ours = run(&mut ours_conn);
+    assert_eq!(ours, theirs);
+    let sub: &[&[&str]] = &[&["SUBSCRIBE", "c"], &["EXEC"], &["RESET"]];
+    let theirs: Vec<Canon> = {
+        let mut r = Redis::connect(redis.port);
+        sub.iter().map(|c| r.cmd_str(c)).collect()
+    };
+    let mut r = resp(&s);
+    let ours: Vec<Canon> = sub.iter().map(|c| r.cmd_str(c)).collect();
+    assert_eq!(ours, theirs);
+    // The ACL users of the database are users CLIENT KILL knows.
+    let mut admin = resp(&s);
+    admin.cmd_str(&["ACL", "SETUSER", "ann", "on", ">pw", "~*", "+@all"]);
+    assert_eq!(
+        admin.cmd_str(&["CLIENT", "KILL", "USER", "ann"]),
+        Canon::Int(0)
+    );
+    // Before AUTH, an EXEC is refused as a transaction's end (redis-server here has no
+    // password, so this is Redis's text as a passworded server answers it).
+    let mut fresh = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(
+        fresh.cmd_str(&["EXEC"]),
+        Canon::Err(
+            "EXECABORT Transaction discarded because of: NOAUTH Authentication required.".into()
+        )
+    );
+}
+
 /// An authenticated connection idle past the idle timeout is closed (here shortened by
 /// `TIDEPOOL_RESP_IDLE_TIMEOUT_MS`; 300 s by default), one that keeps sending is not, and a
 /// subscriber, which waits by design, is never closed for it.

@@ -777,6 +777,13 @@ impl Redis {
         self.r.get_mut().write_all(bytes).expect("write redis");
     }
 
+    /// Reads one byte; None when the connection is closed.
+    pub fn read_byte(&mut self) -> Option<u8> {
+        let b = *self.r.fill_buf().ok()?.first()?;
+        self.r.consume(1);
+        Some(b)
+    }
+
     /// Reads one reply; None when the connection is closed.
     pub fn read(&mut self) -> Option<Canon> {
         if self.r.fill_buf().ok()?.is_empty() {
