@@ -15,6 +15,22 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// An error reply; the text starts with the error class word (`ERR`, `WRONGTYPE`, ...).
     Error(String),
+    /// A reply that carries a RESP3 type of its own over its RESP2 form: a Lua script's
+    /// `{double=..}`, `{map=..}`, `{set=..}`, `{big_number=..}` or `{verbatim_string=..}`. A
+    /// RESP3 connection sees the type; RESP2, JSON and every other reader see the RESP2 form.
+    Typed(Box<(Resp3, Reply)>),
+}
+
+/// The RESP3 type of a [`Reply::Typed`]; the RESP2 form beside it is an array (a map's
+/// pairs flat) or a bulk string (the number's or the text's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resp3 {
+    Map,
+    Set,
+    Double,
+    BigNumber,
+    /// A verbatim string, with its three-letter format (`txt`, `mkd`).
+    Verbatim([u8; 3]),
 }
 
 impl Reply {
@@ -52,6 +68,7 @@ impl Reply {
             Reply::Bulk(b) => b.len() + 8,
             Reply::Nil | Reply::NilArray | Reply::Int(_) => 8,
             Reply::Array(items) => items.iter().map(Reply::wire_bytes).sum::<usize>() + 8,
+            Reply::Typed(t) => t.1.wire_bytes(),
         }
     }
 
@@ -90,6 +107,7 @@ impl Reply {
                     i.write_resp2(out);
                 }
             }
+            Reply::Typed(t) => t.1.write_resp2(out),
         }
     }
 }

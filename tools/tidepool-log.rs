@@ -955,6 +955,7 @@ fn reply_text(r: &tidepool::reply::Reply) -> String {
             "[{}]",
             items.iter().map(reply_text).collect::<Vec<_>>().join(", ")
         ),
+        Reply::Typed(t) => reply_text(&t.1),
     }
 }
 

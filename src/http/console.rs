@@ -321,6 +321,7 @@ fn reply_json_at(r: &Reply, depth: usize) -> Value {
         Reply::Array(items) => {
             Value::Array(items.iter().map(|i| reply_json_at(i, depth + 1)).collect())
         }
+        Reply::Typed(t) => reply_json_at(&t.1, depth),
     }
 }
 

@@ -70,6 +70,8 @@ pub fn json_value(out: &mut Vec<u8>, r: &Reply, enc: Encoding, top: bool) {
             }
             out.push(b']');
         }
+        // REST answers as the hosted service's RESP2 connection reads it.
+        Reply::Typed(t) => json_value(out, &t.1, enc, top),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::config::{
     LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
 };
 use crate::cooling::Coolings;
-use crate::reply::Reply;
+use crate::reply::{Reply, Resp3};
 use crate::state::databases::{DbId, DEFAULT_DB};
 use crate::state::Db;
 use mlua::{Function, Lua, MultiValue, Table, Value};
@@ -755,6 +755,7 @@ fn reply_to_lua(lua: &Lua, r: Reply) -> mlua::Result<Value> {
             }
             Value::Table(t)
         }
+        Reply::Typed(t) => reply_to_lua(lua, t.1)?,
     })
 }
 
@@ -795,6 +796,49 @@ fn lua_to_reply_at(v: Value, depth: usize) -> Reply {
             if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
                 return Reply::Status(String::from_utf8_lossy(&s.as_bytes()).into_owned());
             }
+            // The RESP3 types a script may return, tried in Redis's order; a field of the
+            // wrong Lua type is passed over, as Redis passes it over.
+            if let Ok(Value::Integer(n)) = t.raw_get::<Value>("double") {
+                return typed(
+                    Resp3::Double,
+                    Reply::Bulk(double_text(n as f64).into_bytes()),
+                );
+            }
+            if let Ok(Value::Number(f)) = t.raw_get::<Value>("double") {
+                return typed(Resp3::Double, Reply::Bulk(double_text(f).into_bytes()));
+            }
+            if let Ok(Value::String(n)) = t.raw_get::<Value>("big_number") {
+                return typed(Resp3::BigNumber, Reply::Bulk(n.as_bytes().to_vec()));
+            }
+            if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
+                if let (Ok(Value::String(format)), Ok(Value::String(text))) =
+                    (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
+                {
+                    // RESP3 carries the format's first three bytes.
+                    let mut f = [0u8; 3];
+                    for (d, s) in f.iter_mut().zip(format.as_bytes().iter()) {
+                        *d = *s;
+                    }
+                    return typed(Resp3::Verbatim(f), Reply::Bulk(text.as_bytes().to_vec()));
+                }
+            }
+            if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
+                let mut flat = Vec::new();
+                for pair in m.pairs::<Value, Value>() {
+                    let Ok((k, v)) = pair else { break };
+                    flat.push(lua_to_reply_at(k, depth + 1));
+                    flat.push(lua_to_reply_at(v, depth + 1));
+                }
+                return typed(Resp3::Map, Reply::Array(flat));
+            }
+            if let Ok(Value::Table(m)) = t.raw_get::<Value>("set") {
+                let mut members = Vec::new();
+                for pair in m.pairs::<Value, Value>() {
+                    let Ok((k, _)) = pair else { break };
+                    members.push(lua_to_reply_at(k, depth + 1));
+                }
+                return typed(Resp3::Set, Reply::Array(members));
+            }
             let mut out = Vec::new();
             for i in 1.. {
                 match t.raw_get::<Value>(i) {
@@ -806,6 +850,19 @@ fn lua_to_reply_at(v: Value, depth: usize) -> Reply {
         }
         _ => Reply::Nil,
     }
+}
+
+fn typed(kind: Resp3, resp2: Reply) -> Reply {
+    Reply::Typed(Box::new((kind, resp2)))
+}
+
+/// A Lua number as Redis's `addReplyDouble` writes it: `%.17g`, `inf`, and printf's `nan`
+/// or `-nan` by the sign bit.
+fn double_text(f: f64) -> String {
+    if f.is_nan() {
+        return if f.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    crate::num::fmt_g17(f)
 }
 
 /// `redis.call` / `redis.pcall`: converts the arguments as Redis does and runs them through

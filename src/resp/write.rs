@@ -2,7 +2,7 @@
 //! command's reply takes the type Redis 7 gives it (a map for HGETALL and CONFIG GET, a set
 //! for SMEMBERS, a double for ZSCORE, member-score pairs for WITHSCORES, one null).
 
-use crate::reply::Reply;
+use crate::reply::{Reply, Resp3};
 
 /// What shape a command's reply takes in RESP3, beyond the RESP2 one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,11 @@ pub enum Shape {
     KeyedMap,
     /// An array of `[longitude, latitude]` or nil, as doubles (GEOPOS).
     Positions,
+    /// XINFO STREAM's flat pairs as a map; with FULL, its `groups` an array of maps and each
+    /// group's `consumers` too.
+    XinfoStream,
+    /// An array of flat pairs, as an array of maps (XINFO GROUPS, XINFO CONSUMERS).
+    Maps,
 }
 
 /// The RESP3 shape of `args`' reply.
@@ -62,6 +67,11 @@ pub fn shape(args: &[Vec<u8>]) -> Shape {
         b"geopos" => Shape::Positions,
         b"geodist" => Shape::Double,
         b"bzpopmin" | b"bzpopmax" => Shape::KeyMemberScore,
+        b"xinfo" => match args.get(1).map(|a| a.to_ascii_lowercase()).as_deref() {
+            Some(b"stream") => Shape::XinfoStream,
+            Some(b"groups" | b"consumers") => Shape::Maps,
+            _ => Shape::Plain,
+        },
         _ => Shape::Plain,
     }
 }
@@ -143,11 +153,54 @@ pub fn reply(out: &mut Vec<u8>, r: &Reply, resp3: bool, shape: Shape) {
             plain3(out, &items[1]);
             number(out, &items[2]);
         }
+        (Shape::XinfoStream, Reply::Array(items)) if items.len() % 2 == 0 => {
+            info_map(out, items, Level::Stream)
+        }
+        (Shape::Maps, Reply::Array(items)) => info_maps(out, items, Level::Leaf),
         _ => plain3(out, r),
     }
 }
 
-/// RESP3 with no shape of its own: RESP2's, with one null.
+/// Where an XINFO map stands: the stream's own (whose `groups` holds maps), a group's in
+/// XINFO STREAM FULL (whose `consumers` holds maps), or one whose values are plain. Three
+/// fixed levels, so the writing never recurses further whatever the reply holds.
+#[derive(Clone, Copy)]
+enum Level {
+    Stream,
+    Group,
+    Leaf,
+}
+
+/// Flat `name, value` pairs as a RESP3 map.
+fn info_map(out: &mut Vec<u8>, items: &[Reply], level: Level) {
+    head(out, b'%', items.len() / 2);
+    for pair in items.chunks(2) {
+        plain3(out, &pair[0]);
+        let inner = match (level, &pair[0]) {
+            (Level::Stream, Reply::Bulk(k)) if k == b"groups" => Some(Level::Group),
+            (Level::Group, Reply::Bulk(k)) if k == b"consumers" => Some(Level::Leaf),
+            _ => None,
+        };
+        match (inner, &pair[1]) {
+            (Some(l), Reply::Array(maps)) => info_maps(out, maps, l),
+            (_, v) => plain3(out, v),
+        }
+    }
+}
+
+/// An array of flat pairs as an array of RESP3 maps.
+fn info_maps(out: &mut Vec<u8>, items: &[Reply], level: Level) {
+    head(out, b'*', items.len());
+    for i in items {
+        match i {
+            Reply::Array(pairs) if pairs.len() % 2 == 0 => info_map(out, pairs, level),
+            other => plain3(out, other),
+        }
+    }
+}
+
+/// RESP3 with no shape of its own: RESP2's, with one null, and the types a reply carries
+/// (a script's).
 fn plain3(out: &mut Vec<u8>, r: &Reply) {
     match r {
         Reply::Nil | Reply::NilArray => out.extend_from_slice(b"_\r\n"),
@@ -157,6 +210,34 @@ fn plain3(out: &mut Vec<u8>, r: &Reply) {
                 plain3(out, i);
             }
         }
+        Reply::Typed(t) => match (&t.0, &t.1) {
+            (Resp3::Map, Reply::Array(items)) if items.len() % 2 == 0 => {
+                head(out, b'%', items.len() / 2);
+                for i in items {
+                    plain3(out, i);
+                }
+            }
+            (Resp3::Set, Reply::Array(items)) => {
+                head(out, b'~', items.len());
+                for i in items {
+                    plain3(out, i);
+                }
+            }
+            (Resp3::Double, Reply::Bulk(b)) => double(out, b),
+            (Resp3::BigNumber, Reply::Bulk(b)) => {
+                out.push(b'(');
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            (Resp3::Verbatim(format), Reply::Bulk(b)) => {
+                head(out, b'=', b.len() + 4);
+                out.extend_from_slice(format);
+                out.push(b':');
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            (_, inner) => plain3(out, inner),
+        },
         other => other.write_resp2(out),
     }
 }

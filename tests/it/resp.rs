@@ -995,6 +995,79 @@ fn auth_hello_subscriptions_and_client_reply_run_inside_exec_as_redis_runs_them(
     );
 }
 
+/// A script's RESP3 types (`{double=..}`, `{map=..}`, `{set=..}`, `{big_number=..}`,
+/// `{verbatim_string=..}`) reach a RESP3 connection as those types and a RESP2 one as
+/// Redis's RESP2 forms, byte for byte. Before, each was an empty array.
+#[test]
+fn a_scripts_resp3_types_reach_each_protocol_as_redis_sends_them() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-lua-types");
+    let s = Server::start(dir.path(), &[]);
+    for proto in ["2", "3"] {
+        let script: &[&[&str]] = &[
+            &["HELLO", proto],
+            &["EVAL", "return {double=0.1}", "0"],
+            &["EVAL", "return {double=-1/0}", "0"],
+            &["EVAL", "return {big_number='123'}", "0"],
+            &[
+                "EVAL",
+                "return {verbatim_string={format='markdown',string='hi'}}",
+                "0",
+            ],
+            &["EVAL", "return {map={a=1,b={double=1.5},c={1,2}}}", "0"],
+            &["EVAL", "return {set={x=true,y=true}}", "0"],
+            &["EVAL", "return {1,{map={}},{set={}}}", "0"],
+            &["EVAL", "return {map=5}", "0"],
+            &["ECHO", "END"],
+        ];
+        let theirs = raw_replies(&mut Redis::connect(redis.port), script);
+        let ours = raw_replies(&mut resp(&s), script);
+        assert_eq!(ours, theirs, "RESP{proto}");
+    }
+}
+
+/// XINFO under RESP3 answers maps as Redis 7.0 does: STREAM's (with FULL, its groups and
+/// their consumers maps too), and GROUPS' and CONSUMERS' arrays of maps. Before, flat
+/// arrays.
+#[test]
+fn xinfo_answers_maps_under_resp3() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-xinfo3");
+    let s = Server::start(dir.path(), &[]);
+    let script: &[&[&str]] = &[
+        &["HELLO", "3"],
+        &["XADD", "st", "1-1", "f", "v"],
+        &["XADD", "st", "2-1", "g", "w"],
+        &["XGROUP", "CREATE", "st", "g1", "0"],
+        &["XGROUP", "CREATE", "st", "g2", "$"],
+        &["XINFO", "STREAM", "st"],
+        &["XINFO", "STREAM", "st", "FULL"],
+        &["XINFO", "GROUPS", "st"],
+        &["XGROUP", "CREATECONSUMER", "st", "g1", "c1"],
+        &["XINFO", "CONSUMERS", "st", "g1"],
+        &["XINFO", "STREAM", "nokey"],
+        &["HELLO", "2"],
+        &["XINFO", "GROUPS", "st"],
+        &["ECHO", "END"],
+    ];
+    // A consumer's idle time is the only figure that depends on the moment.
+    let mask = |text: String| -> String {
+        let mark = "$4\r\nidle\r\n:";
+        let mut out = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(mark) {
+            out.push_str(&rest[..at + mark.len()]);
+            let after = &rest[at + mark.len()..];
+            rest = &after[after.find('\r').unwrap_or(0)..];
+        }
+        out.push_str(rest);
+        out
+    };
+    let theirs = mask(raw_replies(&mut Redis::connect(redis.port), script));
+    let ours = mask(raw_replies(&mut resp(&s), script));
+    assert_eq!(ours, theirs);
+}
+
 /// A monitoring connection is a replica to Redis: every command that reads or writes the
 /// keyspace (scripts and publishes too) is refused, after the checks of its name and
 /// arity, and the rest still run. CLIENT KILL USER of a user that does not exist is an
