@@ -1,5 +1,7 @@
 //! A command's reply, in the RESP2 shapes the REST clients expect.
 
+pub mod resp3;
+
 /// A RESP2 reply. Doubles are bulk strings (RESP2 has no double type), maps are flat arrays.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {

@@ -180,7 +180,20 @@ end
 redis.sha1hex = function(s) return bridge.sha1hex(s) end
 redis.log = function() end
 redis.LOG_DEBUG = 0; redis.LOG_VERBOSE = 1; redis.LOG_NOTICE = 2; redis.LOG_WARNING = 3
-redis.setresp = function() end
+do
+  -- The protocol redis.call answers in for the rest of this script (2 until set): C's int
+  -- cast of the argument, as Redis reads it.
+  local select, tonumber, floor, ceil = select, tonumber, math.floor, math.ceil
+  redis.setresp = function(...)
+    if select('#', ...) ~= 1 then
+      error({err = 'ERR redis.setresp() requires one argument.'})
+    end
+    local v = tonumber((...))
+    if v ~= nil then v = v >= 0 and floor(v) or ceil(v) end
+    if v ~= 2 and v ~= 3 then error({err = 'ERR RESP version must be 2 or 3.'}) end
+    bridge.set_resp(v == 3)
+  end
+end
 redis.replicate_commands = function() return true end
 redis.set_repl = function() end
 redis.REPL_NONE = 0; redis.REPL_SLAVE = 1; redis.REPL_REPLICA = 1; redis.REPL_AOF = 2; redis.REPL_ALL = 3
@@ -870,6 +883,7 @@ fn double_text(f: f64) -> String {
 fn script_call(
     call: &mut Call,
     read_only: bool,
+    resp3: bool,
     lua: &Lua,
     args: MultiValue,
 ) -> mlua::Result<(bool, Value)> {
@@ -890,10 +904,63 @@ fn script_call(
             _ => return fail("ERR Lua redis lib command arguments must be strings or integers"),
         }
     }
+    let shape = crate::reply::resp3::shape(&argv);
     match call(argv, read_only) {
         Reply::Error(e) => fail(&e),
+        r if resp3 => Ok((
+            true,
+            reply3_to_lua(lua, &crate::reply::resp3::typed(&r, shape))?,
+        )),
         r => Ok((true, reply_to_lua(lua, r)?)),
     }
+}
+
+/// A reply as Redis converts RESP3 for a script after `redis.setresp(3)`: a null is nil, a
+/// double `{double=n}`, a map `{map={k=v}}`, a set `{set={m=true}}`, a big number
+/// `{big_number=s}`; the rest as in RESP2.
+fn reply3_to_lua(lua: &Lua, r: &Reply) -> mlua::Result<Value> {
+    let wrap = |field: &str, v: Value| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.raw_set(field, v)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match r {
+        Reply::Nil | Reply::NilArray => Value::Nil,
+        Reply::Array(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, reply3_to_lua(lua, item)?)?;
+            }
+            Value::Table(t)
+        }
+        Reply::Typed(t) => match (&t.0, &t.1) {
+            (Resp3::Map, Reply::Array(items)) => {
+                let m = lua.create_table()?;
+                for pair in items.chunks(2) {
+                    if let [k, v] = pair {
+                        m.raw_set(reply3_to_lua(lua, k)?, reply3_to_lua(lua, v)?)?;
+                    }
+                }
+                wrap("map", Value::Table(m))?
+            }
+            (Resp3::Set, Reply::Array(items)) => {
+                let m = lua.create_table()?;
+                for k in items {
+                    m.raw_set(reply3_to_lua(lua, k)?, true)?;
+                }
+                wrap("set", Value::Table(m))?
+            }
+            (Resp3::Double, Reply::Bulk(b)) => {
+                let n = crate::num::parse_f64(b).unwrap_or(f64::NAN);
+                wrap("double", Value::Number(n))?
+            }
+            (Resp3::BigNumber, Reply::Bulk(b)) => {
+                wrap("big_number", Value::String(lua.create_string(b)?))?
+            }
+            (_, inner) => reply3_to_lua(lua, inner)?,
+        },
+        other => reply_to_lua(lua, other.clone())?,
+    })
 }
 
 impl Scripts {
@@ -965,14 +1032,23 @@ impl Scripts {
         call: &mut Call,
     ) -> Reply {
         let env = std::cell::RefCell::new(call);
+        // Each script starts in RESP2, whatever the one before set.
+        let resp3 = std::cell::Cell::new(false);
         let result = self.lua.scope(|scope| {
             // redis.call and redis.pcall are Rust (C) functions, as in Redis: `return
             // redis.call(...)` is then no Lua tail call, and the script's frame (its line, for
             // the error text) is still there when a command fails.
             let bridge = self.bridge.clone();
             let env_call = &env;
+            let resp3_call = &resp3;
             let call = scope.create_function(move |lua, args: MultiValue| {
-                let (ok, v) = script_call(&mut **env_call.borrow_mut(), read_only, lua, args)?;
+                let (ok, v) = script_call(
+                    &mut **env_call.borrow_mut(),
+                    read_only,
+                    resp3_call.get(),
+                    lua,
+                    args,
+                )?;
                 if ok {
                     return Ok(v);
                 }
@@ -991,9 +1067,23 @@ impl Scripts {
                 Err(mlua::Error::RuntimeError("redis.call failed".into()))
             })?;
             let env_pcall = &env;
+            let resp3_pcall = &resp3;
             let pcall = scope.create_function(move |lua, args: MultiValue| {
-                Ok(script_call(&mut **env_pcall.borrow_mut(), read_only, lua, args)?.1)
+                Ok(script_call(
+                    &mut **env_pcall.borrow_mut(),
+                    read_only,
+                    resp3_pcall.get(),
+                    lua,
+                    args,
+                )?
+                .1)
             })?;
+            let resp3_set = &resp3;
+            let set_resp = scope.create_function(move |_, three: bool| {
+                resp3_set.set(three);
+                Ok(())
+            })?;
+            self.bridge.raw_set("set_resp", set_resp)?;
             let redis: Table = self.bridge.get("redis")?;
             redis.raw_set("call", call)?;
             redis.raw_set("pcall", pcall)?;
@@ -1025,6 +1115,7 @@ impl Scripts {
             self.disarm();
             redis.raw_set("call", Value::Nil)?;
             redis.raw_set("pcall", Value::Nil)?;
+            self.bridge.raw_set("set_resp", Value::Nil)?;
             self.bridge.set("last_err", Value::Nil)?;
             Ok(out)
         });

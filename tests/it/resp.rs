@@ -996,8 +996,9 @@ fn auth_hello_subscriptions_and_client_reply_run_inside_exec_as_redis_runs_them(
 }
 
 /// A script's RESP3 types (`{double=..}`, `{map=..}`, `{set=..}`, `{big_number=..}`,
-/// `{verbatim_string=..}`) reach a RESP3 connection as those types and a RESP2 one as
-/// Redis's RESP2 forms, byte for byte. Before, each was an empty array.
+/// `{verbatim_string=..}`, and what `redis.call` answers after `redis.setresp(3)`) reach a
+/// RESP3 connection as those types and a RESP2 one as Redis's RESP2 forms, byte for byte.
+/// Before, each was an empty array.
 #[test]
 fn a_scripts_resp3_types_reach_each_protocol_as_redis_sends_them() {
     let Some(redis) = redis_or_skip() else { return };
@@ -1018,6 +1019,23 @@ fn a_scripts_resp3_types_reach_each_protocol_as_redis_sends_them() {
             &["EVAL", "return {set={x=true,y=true}}", "0"],
             &["EVAL", "return {1,{map={}},{set={}}}", "0"],
             &["EVAL", "return {map=5}", "0"],
+            &["ZADD", "z", "1.5", "m"],
+            &["HSET", "h", "f", "v"],
+            &[
+                "EVAL",
+                "redis.setresp(3); return redis.call('zrange','z',0,-1,'withscores')",
+                "0",
+            ],
+            &[
+                "EVAL",
+                "redis.setresp(3); return redis.call('hgetall','h')",
+                "0",
+            ],
+            &[
+                "EVAL",
+                "redis.setresp(3); return redis.call('zscore','z','nobody')",
+                "0",
+            ],
             &["ECHO", "END"],
         ];
         let theirs = raw_replies(&mut Redis::connect(redis.port), script);
