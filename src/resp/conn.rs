@@ -678,27 +678,12 @@ impl Conn {
             )).await;
             return Then::Go;
         }
-        let own = matches!(
-            name.as_slice(),
-            b"auth"
-                | b"hello"
-                | b"quit"
-                | b"reset"
-                | b"select"
-                | b"multi"
-                | b"exec"
-                | b"discard"
-                | b"watch"
-                | b"unwatch"
-                | b"subscribe"
-                | b"psubscribe"
-                | b"ssubscribe"
-                | b"unsubscribe"
-                | b"punsubscribe"
-                | b"sunsubscribe"
-                | b"monitor"
-                | b"client"
-        ) || (name.as_slice() == b"ping" && self.subscribed() && !self.resp3);
+        let own = queued_own(&args)
+            || matches!(
+                name.as_slice(),
+                b"quit" | b"reset" | b"multi" | b"exec" | b"discard" | b"watch"
+            )
+            || (name.as_slice() == b"ping" && self.subscribed() && !self.resp3);
         if self.multi.is_some()
             && !matches!(
                 name.as_slice(),
