@@ -626,3 +626,22 @@ pub const CONSOLE_TRAVEL_KEYS_MAX: usize = 1000;
 pub const CONSOLE_TIMELINE_BUCKET_MS: u64 = 60_000;
 /// ... and at most this many bars; a longer log gets bars twice as wide until it fits.
 pub const CONSOLE_TIMELINE_BUCKETS_MAX: usize = 1440;
+
+// The cluster (issue 30): Raft's timings and bounds.
+/// How often a leader sends heartbeats to its followers.
+pub const CLUSTER_HEARTBEAT_MS: u64 = 100;
+/// A follower that hears no leader for a time drawn between these two starts an election.
+pub const CLUSTER_ELECTION_TIMEOUT_MIN_MS: u64 = 500;
+pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+/// Entries kept in the cluster's log behind its snapshot, so a follower a little behind
+/// catches up from the log rather than from a snapshot.
+pub const CLUSTER_LOG_KEPT_PAST_SNAPSHOT: u64 = 1000;
+/// The largest entry payload (one batch's records, or a membership) the cluster's log writes
+/// or reads: a frame declaring more is damage, not a long entry.
+pub const CLUSTER_ENTRY_BYTES_MAX: usize = 1 << 30;
+/// The largest message one peer may send another on the cluster listener (a batch of entries,
+/// or one chunk of a snapshot); a larger body is refused with 413.
+pub const CLUSTER_MESSAGE_BYTES_MAX: usize = 256 << 20;
+/// Purged entries that the cluster's log file may still hold before it is rewritten without
+/// them (once they are also more than the rest).
+pub const CLUSTER_LOG_REWRITE_BYTES_MIN: u64 = 64 << 20;

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! server -> http -> executor -> machine -+-> command ---> lua, rdb, state   (key-value)
+//!        cluster (Raft, not yet started) --^
 //!                                        +-> delivery                       (messages)
 //!                                        +-> record ----> what a log record holds
 //!                                        +-> snapshot                       (state images)
@@ -33,6 +34,9 @@
 //!   source, last applied position); apply one record at its position, checked; write and load
 //!   a snapshot image; recover a data directory up to a point. Start-up, `serve --at`,
 //!   `tidepool-log`, the tests and the benchmarks all recover through `machine::recover`.
+//! - [`cluster`]: replication's first part (issue 30): openraft's log store (`cluster/` of the
+//!   data directory, bytes in `log-format.md`), its state machine on `machine`'s door, and
+//!   its messages over HTTP on a cluster listener. Nothing starts it yet.
 //! - [`record`]: what one log record holds (key-value commands or delivery events) and its
 //!   MessagePack payload.
 //! - [`command`]: the command table (`table`: one row per command, with its handler, the only
@@ -67,6 +71,7 @@ pub mod admin_cli;
 pub mod alloc;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod cooling;

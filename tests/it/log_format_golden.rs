@@ -415,3 +415,44 @@ fn documented_versions_match_the_code() {
         )
     );
 }
+
+/// The cluster's log (issue 30): its header, an entry holding the batch of one `SET k v`
+/// record (the frame above), the vote and the purged entry's id, as log-format.md shows them.
+#[test]
+fn the_cluster_log_matches_the_document() {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
+    use tidepool::cluster::log_store as ls;
+    use tidepool::cluster::Batch;
+    let record = Record::KvCommands(vec![vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]]);
+    let mut payload = Vec::new();
+    record.encode_payload(&mut payload);
+    let mut frames = Vec::new();
+    format::encode_frame(&mut frames, 1, 1_767_225_600_123, record.kind(), &payload);
+    assert_eq!(ls::log_header().to_vec(), golden("cluster-log-header"));
+    let entry = Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
+        payload: EntryPayload::Normal(Batch { frames }),
+    };
+    let mut out = Vec::new();
+    ls::encode_entry(&mut out, &entry).expect("encode");
+    let doc = golden("cluster-entry");
+    assert_eq!(
+        out, doc,
+        "the code and log-format.md disagree on a cluster entry"
+    );
+    let (back, len) = ls::decode_entry(&doc, 0)
+        .expect("decodes")
+        .expect("an entry");
+    assert_eq!(len, doc.len());
+    assert_eq!(back.log_id, entry.log_id);
+    assert!(matches!(back.payload, EntryPayload::Normal(b) if b.frames == golden("kv-set-frame")));
+    let vote = Vote::new_committed(3, 2);
+    assert_eq!(ls::encode_vote(&vote).to_vec(), golden("cluster-vote"));
+    assert_eq!(ls::decode_vote(&golden("cluster-vote")), Ok(vote));
+    let purged = LogId::new(CommittedLeaderId::new(1, 1), 2);
+    assert_eq!(
+        ls::encode_purged(&purged).to_vec(),
+        golden("cluster-purged")
+    );
+    assert_eq!(ls::decode_purged(&golden("cluster-purged")), Ok(purged));
+}

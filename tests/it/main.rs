@@ -11,6 +11,7 @@ mod common;
 mod acl;
 mod bad_input;
 mod cli;
+mod cluster;
 mod collections;
 mod console;
 mod crash;

@@ -1,0 +1,258 @@
+//! Raft's messages between nodes: HTTP/1.1 on the cluster listener, one `POST` per message
+//! (`/raft/append`, `/raft/vote`, `/raft/snapshot`), the body MessagePack of openraft's own
+//! message and the answer MessagePack of its `Result`. Every request carries the cluster's
+//! secret as a bearer token; a request without it, too large, or not a message is refused
+//! with a status and a JSON `{"error": ...}` and reaches openraft never.
+
+use super::{NodeId, TypeConfig};
+use crate::config;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Request, Response, StatusCode};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, Raft};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+/// Opens a client per peer (reqwest keeps its connections).
+#[derive(Clone)]
+pub struct Network {
+    client: reqwest::Client,
+    secret: Arc<str>,
+}
+
+impl Network {
+    pub fn new(secret: &str) -> Network {
+        Network {
+            client: reqwest::Client::builder()
+                .no_proxy()
+                .pool_idle_timeout(std::time::Duration::from_secs(60))
+                .build()
+                .unwrap_or_default(),
+            secret: secret.into(),
+        }
+    }
+}
+
+/// One peer.
+pub struct Peer {
+    net: Network,
+    target: NodeId,
+    addr: String,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            net: self.clone(),
+            target,
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+impl Peer {
+    async fn send<Req: Serialize, Resp: DeserializeOwned, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        E: std::error::Error + DeserializeOwned,
+    {
+        let body =
+            rmp_serde::to_vec_named(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let sent = self
+            .net
+            .client
+            .post(format!("http://{}/raft/{path}", self.addr))
+            .bearer_auth(&*self.net.secret)
+            .timeout(option.hard_ttl())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let status = sent.status();
+        let bytes = sent
+            .bytes()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        if !status.is_success() {
+            return Err(RPCError::Network(NetworkError::new(
+                &std::io::Error::other(format!(
+                    "{} answered {status}: {}",
+                    self.addr,
+                    String::from_utf8_lossy(&bytes)
+                )),
+            )));
+        }
+        let answer: Result<Resp, RaftError<NodeId, E>> =
+            rmp_serde::from_slice(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.send("append", &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.send("snapshot", &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.send("vote", &rpc, &option).await
+    }
+}
+
+fn reply(status: StatusCode, body: Vec<u8>, json: bool) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    let kind = if json {
+        "application/json"
+    } else {
+        "application/msgpack"
+    };
+    if let Ok(v) = hyper::header::HeaderValue::from_str(kind) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn refuse(status: StatusCode, why: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({ "error": why }).to_string().into_bytes();
+    reply(status, body, true)
+}
+
+fn answer<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
+    match rmp_serde::to_vec_named(v) {
+        Ok(b) => reply(StatusCode::OK, b, false),
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("encoding the answer: {e}"),
+        ),
+    }
+}
+
+/// One message from a peer, for the local node.
+pub async fn handle(
+    req: Request<hyper::body::Incoming>,
+    raft: &Raft<TypeConfig>,
+    secret: &str,
+) -> Response<Full<Bytes>> {
+    if req.method() != hyper::Method::POST {
+        return refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the cluster listener takes POST only",
+        );
+    }
+    let given = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !crate::secret::ct_eq(given.as_bytes(), secret.as_bytes()) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "the cluster secret is missing or wrong",
+        );
+    }
+    let path = req.uri().path().to_string();
+    let body = match Limited::new(req.into_body(), config::CLUSTER_MESSAGE_BYTES_MAX)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a cluster message past CLUSTER_MESSAGE_BYTES_MAX, or a body that failed",
+            )
+        }
+    };
+    fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, Response<Full<Bytes>>> {
+        rmp_serde::from_slice(b)
+            .map_err(|e| refuse(StatusCode::BAD_REQUEST, &format!("not a Raft message: {e}")))
+    }
+    match path.as_str() {
+        "/raft/append" => match decode::<AppendEntriesRequest<TypeConfig>>(&body) {
+            Ok(m) => answer(&raft.append_entries(m).await),
+            Err(r) => r,
+        },
+        "/raft/vote" => match decode::<VoteRequest<NodeId>>(&body) {
+            Ok(m) => answer(&raft.vote(m).await),
+            Err(r) => r,
+        },
+        "/raft/snapshot" => match decode::<InstallSnapshotRequest<TypeConfig>>(&body) {
+            Ok(m) => answer(&raft.install_snapshot(m).await),
+            Err(r) => r,
+        },
+        _ => refuse(StatusCode::NOT_FOUND, "no such cluster route"),
+    }
+}
+
+/// Serves peers' messages on `listener` until `stop` turns true: then the listener and every
+/// connection close (a connection kept alive must not go on serving a stopped node).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    raft: Raft<TypeConfig>,
+    secret: Arc<str>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            // Out of descriptors, most likely: wait for some to close rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        stream.set_nodelay(true).ok();
+        let (raft, secret, mut stop) = (raft.clone(), secret.clone(), stop.clone());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let (raft, secret) = (raft.clone(), secret.clone());
+                async move { Ok::<_, Infallible>(handle(req, &raft, &secret).await) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(io, svc);
+            tokio::select! {
+                _ = conn => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
+}
