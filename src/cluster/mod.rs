@@ -81,27 +81,30 @@ pub fn raft_config(snapshot_every: u64) -> Result<openraft::Config, String> {
 }
 
 /// A running node: its Raft handle, its state machine, and the task serving its peers.
-pub struct Node {
+pub struct Node<A: state_machine::Applier> {
     pub id: NodeId,
     pub raft: openraft::Raft<TypeConfig>,
-    pub state: state_machine::StateMachine,
+    pub state: state_machine::StateMachine<A>,
     pub addr: std::net::SocketAddr,
     server: tokio::task::JoinHandle<()>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
-impl Node {
-    /// Starts node `id` with its cluster files in `dir`, listening for peers on `listen`.
+impl<A: state_machine::Applier> Node<A> {
+    /// Starts node `id` with its cluster files in `dir`, listening for peers on `listen`,
+    /// applying entries to `applier`, whose state is already that of `kept` (the snapshot the
+    /// node kept: [`state_machine::kept_snapshot`]) or empty.
     pub async fn start(
         id: NodeId,
         dir: &Path,
         listen: &str,
         secret: &str,
         config: openraft::Config,
-    ) -> Result<Node, String> {
+        applier: A,
+        kept: Option<(openraft::SnapshotMeta<NodeId, openraft::BasicNode>, Vec<u8>)>,
+    ) -> Result<Node<A>, String> {
         let log = log_store::LogStore::open(dir).map_err(|e| format!("the cluster log: {e}"))?;
-        let state = state_machine::StateMachine::open(dir)
-            .map_err(|e| format!("the cluster snapshot: {e}"))?;
+        let state = state_machine::StateMachine::new(dir, applier, kept);
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;

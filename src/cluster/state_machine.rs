@@ -1,9 +1,9 @@
-//! openraft's state machine, on the state machine's own door ([`Machine`]): an entry's batch
-//! is applied record by record with [`Machine::apply_frame`] (checked as replay checks a
-//! record), a snapshot is the single node's snapshot image ([`Machine::write_snapshot`]) and
-//! installing one is [`Machine::from_snapshot`]. The snapshot a node holds is kept in
-//! `cluster/raft-snapshot` (its Raft metadata, then the image), so a restart starts from it
-//! and openraft applies the entries after it.
+//! openraft's state machine, on the state machine's own door ([`Machine`]), through an
+//! [`Applier`]: an entry's batch is applied record by record with [`Machine::apply_frame`]
+//! (checked as replay checks a record), a snapshot is the single node's snapshot image
+//! ([`Machine::write_snapshot`]) and installing one is [`Machine::from_snapshot`]. The
+//! snapshot a node holds is kept in `cluster/raft-snapshot` (its Raft metadata, then the
+//! image), so a restart starts from it and openraft applies the entries after it.
 
 use super::{Batch, NodeId, Outcome, TypeConfig};
 use crate::machine::{Machine, Position};
@@ -21,8 +21,74 @@ pub const SNAPSHOT_FILE: &str = "raft-snapshot";
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
+/// Where entries go: the state a node serves. The server's is its executor (which owns the one
+/// `Machine`); [`Owned`] holds a `Machine` of its own (the tests, a tool).
+pub trait Applier: Clone + Send + Sync + 'static {
+    /// Applies the batch's records that the state has not applied yet (a leader's executor
+    /// applied its own before proposing them); the sequence number of the last record applied.
+    fn apply(&self, batch: Batch) -> impl std::future::Future<Output = Result<u64, String>> + Send;
+    /// The state's snapshot image (`log-format.md`, "Snapshots").
+    fn image(&self) -> impl std::future::Future<Output = Result<Vec<u8>, String>> + Send;
+    /// Replaces the state with an image's.
+    fn install(
+        &self,
+        image: Vec<u8>,
+    ) -> impl std::future::Future<Output = Result<(), String>> + Send;
+}
+
+/// A `Machine` of its own, behind a lock.
+#[derive(Clone, Default)]
+pub struct Owned(Arc<Mutex<Machine>>);
+
+impl Owned {
+    /// The state of `image`, or the empty state.
+    pub fn new(image: Option<&[u8]>) -> Result<Owned, String> {
+        let m = match image {
+            Some(i) => machine_of(i)?,
+            None => Machine::new(),
+        };
+        Ok(Owned(Arc::new(Mutex::new(m))))
+    }
+
+    /// Runs `f` on the state (a read of a test, a tool).
+    pub fn with_machine<T>(&self, f: impl FnOnce(&mut Machine) -> T) -> Option<T> {
+        self.0.lock().ok().map(|mut g| f(&mut g))
+    }
+}
+
+impl Applier for Owned {
+    async fn apply(&self, batch: Batch) -> Result<u64, String> {
+        let mut m = self
+            .0
+            .lock()
+            .map_err(|_| "the state's lock is poisoned".to_string())?;
+        apply_batch(&mut m, &batch)?;
+        Ok(m.position().seq)
+    }
+
+    async fn image(&self) -> Result<Vec<u8>, String> {
+        let m = self
+            .0
+            .lock()
+            .map_err(|_| "the state's lock is poisoned".to_string())?;
+        let mut image = Vec::new();
+        m.write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
+            .map_err(|e| e.to_string())?;
+        Ok(image)
+    }
+
+    async fn install(&self, image: Vec<u8>) -> Result<(), String> {
+        let fresh = machine_of(&image)?;
+        let mut m = self
+            .0
+            .lock()
+            .map_err(|_| "the state's lock is poisoned".to_string())?;
+        *m = fresh;
+        Ok(())
+    }
+}
+
 struct Inner {
-    machine: Machine,
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
     /// The snapshot this node holds: its metadata and image.
@@ -32,16 +98,26 @@ struct Inner {
 }
 
 /// The state machine; clones share it (openraft's snapshot builder is a clone).
-#[derive(Clone)]
-pub struct StateMachine {
+pub struct StateMachine<A: Applier> {
     inner: Arc<Mutex<Inner>>,
+    applier: A,
+}
+
+impl<A: Applier> Clone for StateMachine<A> {
+    fn clone(&self) -> Self {
+        StateMachine {
+            inner: self.inner.clone(),
+            applier: self.applier.clone(),
+        }
+    }
 }
 
 fn io_err(e: impl ToString) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-/// Applies a batch's records (the single node's log frames, back to back) to `m`.
+/// Applies a batch's records (the single node's log frames, back to back) to `m`: those after
+/// its position; a record at or before it is there already.
 pub fn apply_batch(m: &mut Machine, batch: &Batch) -> Result<(), String> {
     let mut at = 0;
     loop {
@@ -49,12 +125,14 @@ pub fn apply_batch(m: &mut Machine, batch: &Batch) -> Result<(), String> {
             FrameRead::End => return Ok(()),
             FrameRead::Damaged(d) => return Err(format!("record at byte {at} of the batch: {d}")),
             FrameRead::Frame(f) => {
-                let pos = Position {
-                    seq: f.seq,
-                    unix_ms: f.timestamp_unix_ms,
-                };
-                m.apply_frame(pos, f.kind, f.payload)
-                    .map_err(|e| format!("record #{}: {e}", f.seq))?;
+                if f.seq > m.position().seq {
+                    let pos = Position {
+                        seq: f.seq,
+                        unix_ms: f.timestamp_unix_ms,
+                    };
+                    m.apply_frame(pos, f.kind, f.payload)
+                        .map_err(|e| format!("record #{}: {e}", f.seq))?;
+                }
                 at += f.encoded_len();
             }
         }
@@ -62,10 +140,7 @@ pub fn apply_batch(m: &mut Machine, batch: &Batch) -> Result<(), String> {
 }
 
 /// A snapshot file's bytes: the metadata's length (u32), the metadata (MessagePack), the image.
-fn encode_snapshot_file(
-    meta: &SnapshotMeta<NodeId, BasicNode>,
-    image: &[u8],
-) -> io::Result<Vec<u8>> {
+fn encode_snapshot_file(meta: &Meta, image: &[u8]) -> io::Result<Vec<u8>> {
     let m = rmp_serde::to_vec_named(meta).map_err(io_err)?;
     let mut out = Vec::with_capacity(4 + m.len() + image.len());
     out.extend_from_slice(&(m.len() as u32).to_le_bytes());
@@ -74,7 +149,7 @@ fn encode_snapshot_file(
     Ok(out)
 }
 
-fn decode_snapshot_file(b: &[u8]) -> Result<(SnapshotMeta<NodeId, BasicNode>, &[u8]), String> {
+fn decode_snapshot_file(b: &[u8]) -> Result<(Meta, &[u8]), String> {
     let len = b
         .get(0..4)
         .map(|l| u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize)
@@ -87,39 +162,48 @@ fn decode_snapshot_file(b: &[u8]) -> Result<(SnapshotMeta<NodeId, BasicNode>, &[
 }
 
 /// The state an image holds.
-fn machine_of(image: &[u8]) -> Result<Machine, String> {
+pub fn machine_of(image: &[u8]) -> Result<Machine, String> {
     crate::snapshot::read(Path::new("(cluster snapshot)"), image, |_| {})
         .map(Machine::from_snapshot)
         .map_err(|d| d.to_string())
 }
 
-impl StateMachine {
-    /// The state machine of the node whose cluster files are in `dir`: the snapshot it kept,
-    /// or the empty state.
-    pub fn open(dir: &Path) -> io::Result<StateMachine> {
-        std::fs::create_dir_all(dir)?;
+/// The snapshot kept in `dir` (its metadata and image), if any.
+pub fn kept_snapshot(dir: &Path) -> io::Result<Option<(Meta, Vec<u8>)>> {
+    match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+        Ok(b) => {
+            let (meta, image) = decode_snapshot_file(&b).map_err(io_err)?;
+            Ok(Some((meta, image.to_vec())))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl<A: Applier> StateMachine<A> {
+    /// The state machine of the node whose cluster files are in `dir`, applying to `applier`,
+    /// whose state is already `kept`'s (the snapshot the node kept) or empty.
+    pub fn new(dir: &Path, applier: A, kept: Option<(Meta, Vec<u8>)>) -> StateMachine<A> {
         let mut inner = Inner {
-            machine: Machine::new(),
             last_applied: None,
             membership: StoredMembership::default(),
             snapshot: None,
             built: 0,
             dir: dir.to_path_buf(),
         };
-        match std::fs::read(dir.join(SNAPSHOT_FILE)) {
-            Ok(b) => {
-                let (meta, image) = decode_snapshot_file(&b).map_err(io_err)?;
-                inner.machine = machine_of(image).map_err(io_err)?;
-                inner.last_applied = meta.last_log_id;
-                inner.membership = meta.last_membership.clone();
-                inner.snapshot = Some((meta, Arc::new(image.to_vec())));
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        if let Some((meta, image)) = kept {
+            inner.last_applied = meta.last_log_id;
+            inner.membership = meta.last_membership.clone();
+            inner.snapshot = Some((meta, Arc::new(image)));
         }
-        Ok(StateMachine {
+        StateMachine {
             inner: Arc::new(Mutex::new(inner)),
-        })
+            applier,
+        }
+    }
+
+    pub fn applier(&self) -> &A {
+        &self.applier
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, StorageError<NodeId>> {
@@ -128,49 +212,51 @@ impl StateMachine {
                 .into()
         })
     }
-
-    /// Runs `f` on the state (a read of a test, a tool).
-    pub fn with_machine<T>(&self, f: impl FnOnce(&mut Machine) -> T) -> Option<T> {
-        self.inner.lock().ok().map(|mut g| f(&mut g.machine))
-    }
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut g = me.lock()?;
-            let mut image = Vec::new();
-            g.machine
-                .write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
-                .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        // The applied id first: the image is taken after it, so it holds at least as much
+        // (an entry applied meanwhile is applied again after an install, as a no-op).
+        let (last, membership, built, dir) = {
+            let mut g = self.lock()?;
             g.built += 1;
-            let id = match g.last_applied {
-                Some(l) => format!("{}-{}-{}", l.leader_id, l.index, g.built),
-                None => format!("empty-{}", g.built),
-            };
-            let meta = SnapshotMeta {
-                last_log_id: g.last_applied,
-                last_membership: g.membership.clone(),
-                snapshot_id: id,
-            };
-            let file = encode_snapshot_file(&meta, &image)
-                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-            super::replace_file(&g.dir, SNAPSHOT_FILE, &file)
-                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-            let image = Arc::new(image);
-            g.snapshot = Some((meta.clone(), image.clone()));
-            Ok(Snapshot {
-                meta,
-                snapshot: Box::new(Cursor::new(image.as_ref().clone())),
-            })
+            (g.last_applied, g.membership.clone(), g.built, g.dir.clone())
+        };
+        let image = self
+            .applier
+            .image()
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &io_err(e)))?;
+        let id = match last {
+            Some(l) => format!("{}-{}-{built}", l.leader_id, l.index),
+            None => format!("empty-{built}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last,
+            last_membership: membership,
+            snapshot_id: id,
+        };
+        let image = Arc::new(image);
+        let kept = meta.clone();
+        let held = image.clone();
+        tokio::task::spawn_blocking(move || {
+            let file = encode_snapshot_file(&kept, &held)?;
+            super::replace_file(&dir, SNAPSHOT_FILE, &file)
         })
         .await
-        .map_err(|e| StorageIOError::write_snapshot(None, &io_err(e)))?
+        .map_err(io_err)
+        .and_then(|r| r)
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        self.lock()?.snapshot = Some((meta.clone(), image.clone()));
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(image.as_ref().clone())),
+        })
     }
 }
 
-impl RaftStateMachine<TypeConfig> for StateMachine {
+impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
     type SnapshotBuilder = Self;
 
     async fn applied_state(
@@ -185,20 +271,24 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
     {
-        let mut g = self.lock()?;
         let mut out = Vec::new();
         for e in entries {
-            match &e.payload {
-                EntryPayload::Blank => {}
-                EntryPayload::Normal(batch) => apply_batch(&mut g.machine, batch)
-                    .map_err(|why| StorageIOError::apply(e.log_id, &io_err(why)))?,
+            let seq = match e.payload {
+                EntryPayload::Blank => None,
+                EntryPayload::Normal(batch) => Some(
+                    self.applier
+                        .apply(batch)
+                        .await
+                        .map_err(|why| StorageIOError::apply(e.log_id, &io_err(why)))?,
+                ),
                 EntryPayload::Membership(m) => {
-                    g.membership = StoredMembership::new(Some(e.log_id), m.clone())
+                    self.lock()?.membership = StoredMembership::new(Some(e.log_id), m);
+                    None
                 }
-            }
-            g.last_applied = Some(e.log_id);
+            };
+            self.lock()?.last_applied = Some(e.log_id);
             out.push(Outcome {
-                seq: g.machine.position().seq,
+                seq: seq.unwrap_or(0),
             });
         }
         Ok(out)
@@ -220,22 +310,28 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let image = snapshot.into_inner();
-        let me = self.clone();
-        let meta = meta.clone();
+        let fail = |e: io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &e);
+        // Checked before anything changes: an image that does not read leaves the state.
+        machine_of(&image).map_err(|e| fail(io_err(e)))?;
+        let dir = self.lock()?.dir.clone();
+        let (kept, held) = (meta.clone(), image.clone());
         tokio::task::spawn_blocking(move || {
-            let fail = |e: io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &e);
-            let machine = machine_of(&image).map_err(|e| fail(io_err(e)))?;
-            let mut g = me.lock()?;
-            let file = encode_snapshot_file(&meta, &image).map_err(fail)?;
-            super::replace_file(&g.dir, SNAPSHOT_FILE, &file).map_err(fail)?;
-            g.machine = machine;
-            g.last_applied = meta.last_log_id;
-            g.membership = meta.last_membership.clone();
-            g.snapshot = Some((meta, Arc::new(image)));
-            Ok(())
+            let file = encode_snapshot_file(&kept, &held)?;
+            super::replace_file(&dir, SNAPSHOT_FILE, &file)
         })
         .await
-        .map_err(|e| StorageIOError::read_snapshot(None, &io_err(e)))?
+        .map_err(io_err)
+        .and_then(|r| r)
+        .map_err(fail)?;
+        self.applier
+            .install(image.clone())
+            .await
+            .map_err(|e| fail(io_err(e)))?;
+        let mut g = self.lock()?;
+        g.last_applied = meta.last_log_id;
+        g.membership = meta.last_membership.clone();
+        g.snapshot = Some((meta.clone(), Arc::new(image)));
+        Ok(())
     }
 
     async fn get_current_snapshot(

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use tidepool::cluster::log_store::{self, LogStore};
-use tidepool::cluster::{raft_config, Batch, Node, NodeId};
+use tidepool::cluster::state_machine::{kept_snapshot, Owned};
+use tidepool::cluster::{raft_config, Batch, NodeId};
 use tidepool::record::Record;
 use tidepool::reply::Reply;
 use tidepool::state::databases::DEFAULT_DB;
@@ -48,8 +49,11 @@ fn batch(seq: u64, sets: &[(&str, &str)]) -> Batch {
     Batch { frames }
 }
 
+type Node = tidepool::cluster::Node<Owned>;
+
 fn get(node: &Node, key: &str) -> Reply {
     node.state
+        .applier()
         .with_machine(|m| m.read(DEFAULT_DB, 1_767_225_600_000, &[b"GET", key.as_bytes()]))
         .expect("the state machine")
 }
@@ -59,7 +63,9 @@ async fn start(id: NodeId, dir: &Path, listen: &str, snapshot_every: u64, keep: 
     config.max_in_snapshot_log_to_keep = keep;
     // Purge as soon as a snapshot covers an entry (tidepool's default waits for 256).
     config.purge_batch_size = 1;
-    Node::start(id, dir, listen, SECRET, config)
+    let kept = kept_snapshot(dir).expect("the kept snapshot");
+    let owned = Owned::new(kept.as_ref().map(|k| &k.1[..])).expect("its state");
+    Node::start(id, dir, listen, SECRET, config, owned, kept)
         .await
         .unwrap_or_else(|e| panic!("node {id}: {e}"))
 }
@@ -133,7 +139,7 @@ fn three_nodes_agree_and_a_stopped_leader_is_replaced() {
             applied(n, last).await;
             assert_eq!(get(n, "k7"), Reply::Bulk(b"v7".to_vec()), "node {}", n.id);
             assert_eq!(
-                n.state.with_machine(|m| m.position().seq),
+                n.state.applier().with_machine(|m| m.position().seq),
                 Some(20),
                 "node {} is at the same record",
                 n.id
