@@ -51,6 +51,23 @@ pub struct Serve {
     /// The private key (PEM) of --resp-tls-cert
     #[arg(long, env = "TIDEPOOL_RESP_TLS_KEY", value_name = "PEM")]
     pub resp_tls_key: Option<String>,
+    /// This node's id in a cluster (replication, in progress: docs/replication.md) [default: a single server]
+    #[arg(long, env = "TIDEPOOL_NODE_ID", value_name = "N")]
+    pub node_id: Option<u64>,
+    /// Where this node listens for its peers' Raft messages (with --node-id)
+    #[arg(long, env = "TIDEPOOL_CLUSTER_LISTEN", value_name = "ADDR")]
+    pub cluster_listen: Option<String>,
+    /// The other nodes: ID=HOST:PORT of their --cluster-listen, comma-separated (with --node-id)
+    #[arg(long, env = "TIDEPOOL_PEERS", value_name = "ID=ADDR,...")]
+    pub peers: Option<String>,
+    /// The secret every node of the cluster shares, sent with each Raft message (with --node-id)
+    #[arg(
+        long,
+        env = "TIDEPOOL_CLUSTER_SECRET",
+        value_name = "S",
+        hide_env_values = true
+    )]
+    pub cluster_secret: Option<String>,
     /// The data directory: the log, snapshots and credentials.json
     #[arg(long, env = "TIDEPOOL_DATA", value_name = "DIR", default_value = config::DATA_DIR_DEFAULT)]
     pub data: String,
@@ -259,6 +276,10 @@ impl Serve {
             resp_listen,
             resp_tls_cert,
             resp_tls_key,
+            node_id,
+            cluster_listen,
+            peers,
+            cluster_secret,
             data,
             mut token,
             read_only_token: mut ro,
@@ -319,6 +340,7 @@ impl Serve {
             }
             _ => return Err("--resp-tls-cert and --resp-tls-key go together".into()),
         };
+        let cluster = config::cluster(node_id, cluster_listen, peers, cluster_secret)?;
         if dev && resp_listen.is_some_and(|a| !a.ip().is_loopback()) {
             return Err(
                 "--dev uses public, well-known credentials: --resp-listen must be a loopback address"
@@ -534,6 +556,7 @@ impl Serve {
             listen,
             resp_listen,
             resp_tls,
+            cluster,
             data_dir: PathBuf::from(data),
             token,
             read_only_token: ro,

@@ -475,6 +475,8 @@ pub struct Config {
     pub resp_listen: Option<SocketAddr>,
     /// Its TLS certificate chain and key (`--resp-tls-cert`, `--resp-tls-key`), if any.
     pub resp_tls: Option<(PathBuf, PathBuf)>,
+    /// This node's place in a cluster (`--node-id` and the rest), if it is in one.
+    pub cluster: Option<ClusterConfig>,
     pub data_dir: PathBuf,
     pub token: Option<String>,
     pub read_only_token: Option<String>,
@@ -633,6 +635,8 @@ pub const CLUSTER_HEARTBEAT_MS: u64 = 100;
 /// A follower that hears no leader for a time drawn between these two starts an election.
 pub const CLUSTER_ELECTION_TIMEOUT_MIN_MS: u64 = 500;
 pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+/// A cluster node snapshots its state every this many entries (one entry is one batch).
+pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind
 /// catches up from the log rather than from a snapshot.
 pub const CLUSTER_LOG_KEPT_PAST_SNAPSHOT: u64 = 1000;
@@ -645,3 +649,68 @@ pub const CLUSTER_MESSAGE_BYTES_MAX: usize = 256 << 20;
 /// Purged entries that the cluster's log file may still hold before it is rewritten without
 /// them (once they are also more than the rest).
 pub const CLUSTER_LOG_REWRITE_BYTES_MIN: u64 = 64 << 20;
+
+/// A cluster node's settings (`--node-id`, `--cluster-listen`, `--peers`, `--cluster-secret`).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub node_id: u64,
+    pub listen: SocketAddr,
+    /// The other nodes' ids and cluster addresses.
+    pub peers: Vec<(u64, String)>,
+    pub secret: String,
+}
+
+/// The cluster flags, checked together: all of them or none but `--peers`.
+pub fn cluster(
+    node_id: Option<u64>,
+    listen: Option<String>,
+    peers: Option<String>,
+    secret: Option<String>,
+) -> Result<Option<ClusterConfig>, String> {
+    let Some(node_id) = node_id else {
+        if listen.is_some() || peers.is_some() || secret.is_some() {
+            return Err("--cluster-listen, --peers and --cluster-secret need --node-id".into());
+        }
+        return Ok(None);
+    };
+    if node_id == 0 {
+        return Err("--node-id must be 1 or more".into());
+    }
+    let listen = listen.ok_or("--node-id needs --cluster-listen (where peers reach this node)")?;
+    let listen: SocketAddr = listen.parse().map_err(|_| {
+        format!("--cluster-listen '{listen}' is not an address such as 10.0.0.1:7001")
+    })?;
+    let secret = secret.ok_or("--node-id needs --cluster-secret (shared by every node)")?;
+    if secret.len() < 16 {
+        return Err("--cluster-secret must be at least 16 characters".into());
+    }
+    let mut out = Vec::new();
+    for p in peers
+        .unwrap_or_default()
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+    {
+        let (id, addr) = p
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| format!("--peers '{p}' is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .parse()
+            .map_err(|_| format!("--peers '{p}': '{id}' is not a node id"))?;
+        if id == 0 || id == node_id || out.iter().any(|(o, _)| *o == id) {
+            return Err(format!(
+                "--peers '{p}': node {id} is this node, 0, or named twice"
+            ));
+        }
+        if addr.is_empty() || !addr.contains(':') {
+            return Err(format!("--peers '{p}': '{addr}' is not HOST:PORT"));
+        }
+        out.push((id, addr.to_string()));
+    }
+    Ok(Some(ClusterConfig {
+        node_id,
+        listen,
+        peers: out,
+        secret,
+    }))
+}

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! server -> http -> executor -> machine -+-> command ---> lua, rdb, state   (key-value)
-//!        cluster (Raft, not yet started) --^
+//!   executor::cluster <-> cluster (Raft) --^
 //!                                        +-> delivery                       (messages)
 //!                                        +-> record ----> what a log record holds
 //!                                        +-> snapshot                       (state images)
@@ -34,9 +34,10 @@
 //!   source, last applied position); apply one record at its position, checked; write and load
 //!   a snapshot image; recover a data directory up to a point. Start-up, `serve --at`,
 //!   `tidepool-log`, the tests and the benchmarks all recover through `machine::recover`.
-//! - [`cluster`]: replication's first part (issue 30): openraft's log store (`cluster/` of the
-//!   data directory, bytes in `log-format.md`), its state machine on `machine`'s door, and
-//!   its messages over HTTP on a cluster listener. Nothing starts it yet.
+//! - [`cluster`]: replication (issue 30, in progress): openraft's log store (`cluster/` of the
+//!   data directory, bytes in `log-format.md`), its state machine on `machine`'s door through
+//!   an applier (the executor's `cluster` side), and its messages over HTTP on a cluster
+//!   listener; `serve --node-id` starts it.
 //! - [`record`]: what one log record holds (key-value commands or delivery events) and its
 //!   MessagePack payload.
 //! - [`command`]: the command table (`table`: one row per command, with its handler, the only

@@ -485,6 +485,32 @@ pub struct Recovered {
     pub removed_tmp: usize,
 }
 
+impl Recovered {
+    /// A cluster node's start: its state from the cluster's snapshot, a detached writer, and
+    /// nothing replayed from its own `wal/`.
+    pub fn cluster(machine: Machine, writer: WalWriter) -> Recovered {
+        let at = machine.position();
+        Recovered {
+            machine,
+            writer: Some(writer),
+            report: wal::RecoveryReport {
+                records: 0,
+                segments: 0,
+                last_seq: at.seq,
+                cut_tail: None,
+                snapshot: None,
+            },
+            snapshot: None,
+            skipped: Vec::new(),
+            replayed_bytes: 0,
+            changes: 0,
+            errors: 0,
+            damage: None,
+            removed_tmp: 0,
+        }
+    }
+}
+
 /// Rebuilds the state of `data_dir` as `how` says: the starting snapshot, then every record of
 /// the log after it up to the point, each through [`Machine::apply`]. A record the live path
 /// would have refused, or one that does not decode, stops recovery with an error that names

@@ -268,6 +268,17 @@ pub fn run(cfg: Config) -> Result<(), String> {
             Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
             None => None,
         };
+        // A cluster node: its state starts from the snapshot it kept, in cluster/.
+        let cluster_dir = dir.join("cluster");
+        let cluster_role = Arc::new(crate::executor::cluster::Role::default());
+        let kept = match &cfg.cluster {
+            None => None,
+            Some(_) => {
+                single_node_data(dir)?;
+                crate::cluster::state_machine::kept_snapshot(&cluster_dir)
+                    .map_err(|e| format!("the cluster's snapshot in {}: {e}", cluster_dir.display()))?
+            }
+        };
         let setup = executor::Setup {
             acl_secret: creds.acl_secret.clone(),
             default_tokens: executor::tenants::DbTokens {
@@ -293,8 +304,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
             usage_log_interval_ms: cfg.usage_log_interval_ms,
             script_time_limit_ms: cfg.script_time_limit_ms,
             memory_bytes_max: cfg.memory_bytes_max,
+            cluster: cfg.cluster.as_ref().map(|_| executor::ClusterStart {
+                role: cluster_role.clone(),
+                image: kept.as_ref().map(|k| k.1.clone()),
+            }),
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
+        let node = match &cfg.cluster {
+            None => None,
+            Some(c) => Some(start_node(c, &cluster_dir, &ex, cluster_role.clone(), kept).await?),
+        };
         if let Some(cut) = &ex.report.cut_tail {
             crate::log::line(&format!("warning: {cut}"));
         }
@@ -389,6 +408,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         app.url = url.clone();
+        app.cluster = node.as_ref().map(|(n, members)| http::ClusterHandle {
+            node_id: n.id,
+            raft: n.raft.clone(),
+            role: cluster_role.clone(),
+            members: members.clone(),
+        });
         // The per-hour limit of `/start` counts what the catalog says each address created in
         // the last hour, so a restart does not reset it.
         if app.start.is_some() {
@@ -430,6 +455,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
         http::serve(listener, app, shutdown).await;
         let _ = resp_stop.0.send(());
+        if let Some((n, _)) = node {
+            n.stop().await;
+        }
         let (done, wait) = tokio::sync::oneshot::channel();
         if ex.tx.send(Job::Shutdown { done }).await.is_ok() {
             let _ = wait.await;
@@ -439,6 +467,84 @@ pub fn run(cfg: Config) -> Result<(), String> {
         crate::log::line("tidepool: stopped cleanly; the log is synced");
         Ok::<(), String>(())
     })
+}
+
+type Members = std::collections::BTreeMap<u64, openraft::BasicNode>;
+
+/// Starts this cluster node's Raft on the executor, the proposer of its batches and the
+/// watcher of its role; the node and the members `--peers` names with it.
+async fn start_node(
+    c: &crate::config::ClusterConfig,
+    cluster_dir: &Path,
+    ex: &executor::ExecutorHandle,
+    role: Arc<crate::executor::cluster::Role>,
+    kept: Option<(openraft::SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>)>,
+) -> Result<
+    (
+        crate::cluster::Node<crate::executor::cluster::ExecutorApplier>,
+        Members,
+    ),
+    String,
+> {
+    use crate::executor::cluster;
+    let config = crate::cluster::raft_config(crate::config::CLUSTER_SNAPSHOT_EVERY_ENTRIES)?;
+    let applier = cluster::ExecutorApplier { tx: ex.tx.clone() };
+    let node = crate::cluster::Node::start(
+        c.node_id,
+        cluster_dir,
+        &c.listen.to_string(),
+        &c.secret,
+        config,
+        applier,
+        kept,
+    )
+    .await?;
+    let (proposer, proposals) = tokio::sync::mpsc::unbounded_channel();
+    ex.tx
+        .send(Job::Cluster(cluster::ClusterJob::Attach { proposer }))
+        .await
+        .map_err(|_| "the executor stopped at start".to_string())?;
+    tokio::spawn(cluster::propose(
+        node.raft.clone(),
+        proposals,
+        ex.shared.log.clone(),
+    ));
+    let mut members: Members = c
+        .peers
+        .iter()
+        .map(|(id, addr)| (*id, openraft::BasicNode::new(addr.clone())))
+        .collect();
+    members.insert(c.node_id, openraft::BasicNode::new(c.listen.to_string()));
+    let addrs = members
+        .iter()
+        .map(|(id, n)| (*id, n.addr.clone()))
+        .collect();
+    tokio::spawn(cluster::follow_role(node.raft.clone(), role, addrs));
+    crate::log::line(&format!(
+        "cluster node {} listening for its peers on {} (members: {}); `POST /_admin/cluster/init` on one node starts a new cluster",
+        c.node_id,
+        node.addr,
+        members.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")
+    ));
+    Ok((node, members))
+}
+
+/// A cluster node starts from an empty directory or a cluster node's: a single server's
+/// log or snapshots are refused rather than set aside (making a single server's directory a
+/// cluster's first node is not built yet; docs/replication.md).
+fn single_node_data(dir: &Path) -> Result<(), String> {
+    for sub in ["wal", "snapshots"] {
+        let holds = fs::read_dir(dir.join(sub))
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        if holds {
+            return Err(format!(
+                "{} holds a single server's {sub}; a cluster node starts from an empty data directory (docs/replication.md)",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Installs the SIGTERM and SIGINT handlers now; the future ends at the first of them.

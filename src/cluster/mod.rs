@@ -9,9 +9,9 @@
 //!   a batch record by record, a snapshot is the single node's image;
 //! - [`network`]: Raft's messages over HTTP on the cluster listener, with the cluster secret.
 //!
-//! What is not here yet (see the notes): the server's flags, the executor proposing its
-//! batches and replying on commit, forwarding a follower's writes, the delivery service moving
-//! with leadership, and the `cluster` commands.
+//! The executor's side (proposing its batches, replying on commit, applying a follower's
+//! entries) is `executor::cluster`; `server` starts a node for `serve --node-id`. What is not
+//! here yet is in `docs/replication.md`, "What comes next".
 
 // openraft's traits return its `StorageError` (over 200 bytes) by value; the size is theirs.
 #![allow(clippy::result_large_err)]

@@ -71,8 +71,8 @@ impl Executor {
     /// Runs an administration request.
     pub(super) fn admin(&mut self, op: AdminOp) -> AdminReply {
         if op.writes() {
-            if let Some(why) = &self.read_only {
-                return AdminReply::error(403, why);
+            if let Some(why) = self.read_only.clone().or_else(|| self.follower_refusal()) {
+                return AdminReply::error(403, &why);
             }
         }
         // Reads too, after a failed write or sync: a database whose create record failed

@@ -14,6 +14,7 @@
 //! logged by their effects.
 
 pub mod admin;
+pub mod cluster;
 mod flusher;
 pub mod pubsub;
 pub mod sessions;
@@ -160,6 +161,9 @@ pub enum Job {
         access: Access,
         reply: oneshot::Sender<Option<Perm>>,
     },
+    /// The cluster's: apply a committed entry, take or install a snapshot image, attach the
+    /// proposer (`cluster`).
+    Cluster(cluster::ClusterJob),
     /// An administration request (create, list, delete a database, ...).
     Admin {
         op: admin::AdminOp,
@@ -265,6 +269,8 @@ pub struct Executor {
     scratch_dbs: usize,
     /// Why writes are refused when the server shows a past point of its log (`--at`).
     read_only: Option<String>,
+    /// A cluster node's side (None: a single server).
+    cluster: Option<cluster::Link>,
     /// The time of that point: every job runs at it.
     frozen_ms: Option<u64>,
     snapshots: snapshots::Snapshots,
@@ -322,6 +328,15 @@ pub struct Setup {
     pub script_time_limit_ms: u64,
     /// `--max-memory`: writes that may grow memory are refused past it.
     pub memory_bytes_max: Option<u64>,
+    /// A cluster node: its role, and the image of the snapshot it kept (its state starts there
+    /// and the cluster applies the rest). None: a single server, whose log is its own.
+    pub cluster: Option<ClusterStart>,
+}
+
+/// How a cluster node's executor starts.
+pub struct ClusterStart {
+    pub role: Arc<cluster::Role>,
+    pub image: Option<Vec<u8>>,
 }
 
 /// Watches from the HTTP side how long the executor has been on one job: every `period`, a
@@ -373,17 +388,31 @@ pub fn start(
         Some(why) => machine::Access::ReadOnlyServer(why.clone()),
         None => machine::Access::Write,
     };
-    let recovered = machine::recover(
-        data_dir,
-        machine::Recover {
-            from: machine::Start::Newest,
-            upto: setup.at,
-            access,
-            progress: None,
-            observe: None,
-            deadline: None,
-        },
-    )?;
+    let recovered = match &setup.cluster {
+        // A cluster node's state is the cluster's: its kept snapshot, then the entries the
+        // cluster applies; its own `wal/` is not its log.
+        Some(c) => {
+            let machine = match &c.image {
+                Some(i) => crate::cluster::state_machine::machine_of(i)?,
+                None => Machine::new(),
+            };
+            let at = machine.position();
+            let writer = WalWriter::detached(dir, at.seq, at.unix_ms)
+                .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+            machine::Recovered::cluster(machine, writer)
+        }
+        None => machine::recover(
+            data_dir,
+            machine::Recover {
+                from: machine::Start::Newest,
+                upto: setup.at,
+                access,
+                progress: None,
+                observe: None,
+                deadline: None,
+            },
+        )?,
+    };
     if recovered.removed_tmp > 0 {
         crate::log::line(&format!(
             "removed {} temporary snapshot file(s) left by an interrupted snapshot",
@@ -452,6 +481,8 @@ pub fn start(
     let flusher = match fsync {
         // Read-only at a past point: nothing is ever written, so nothing is synced.
         _ if read_only.is_some() => None,
+        // A cluster node's records are synced in the cluster's log.
+        _ if setup.cluster.is_some() => None,
         FsyncMode::Never => None,
         mode => Some(Flusher::start(mode, shared.log.clone())),
     };
@@ -493,10 +524,17 @@ pub fn start(
             setup.snapshots,
             last_snapshot,
             replayed_bytes,
-            read_only.clone(),
+            match &setup.cluster {
+                Some(_) => Some(format!(
+                    "a cluster node's snapshots are the cluster's: one every {} entries, kept in cluster/ of the data directory",
+                    config::CLUSTER_SNAPSHOT_EVERY_ENTRIES
+                )),
+                None => read_only.clone(),
+            },
             clock::wall_unix_ms(),
         ),
         read_only,
+        cluster: setup.cluster.map(|c| cluster::Link::new(c.role)),
         frozen_ms,
         limits: setup.limits,
         commands_per_day: setup.commands_per_day,
@@ -554,7 +592,10 @@ impl Executor {
     fn write_refusal(&self) -> Option<String> {
         match &self.read_only {
             Some(why) => Some(format!("ERR {why}")),
-            None => self.poisoned().map(|why| errors::log_failed(&why)),
+            None => self
+                .poisoned()
+                .map(|why| errors::log_failed(&why))
+                .or_else(|| self.follower_refusal().map(|why| format!("ERR {why}"))),
         }
     }
 
@@ -753,7 +794,7 @@ impl Executor {
     /// Runs a delivery API operation; its events become one record.
     fn delivery_op(&mut self, op: Op) -> OpReply {
         if op.writes() {
-            if let Some(why) = &self.read_only {
+            if let Some(why) = self.read_only.clone().or_else(|| self.follower_refusal()) {
                 return OpReply {
                     status: 403,
                     body: serde_json::json!({ "error": why }),
@@ -786,7 +827,8 @@ impl Executor {
 
     /// Runs internal delivery work (attempt results, schedules, waiter deadlines) as one record.
     fn delivery_events(&mut self, f: impl FnOnce(&mut Tx, u64)) {
-        if self.poisoned().is_some() {
+        // A follower's delivery state changes only by what the leader logs.
+        if self.poisoned().is_some() || self.follower_refusal().is_some() {
             return;
         }
         let ts = self.now();
@@ -1210,6 +1252,7 @@ impl Executor {
             Job::Permissions { db, access, reply } => {
                 let _ = reply.send(self.resolve(db, &access));
             }
+            Job::Cluster(job) => self.cluster_job(job),
             Job::Admin { op, reply } => {
                 let answer = self.admin(op);
                 pending.push((
@@ -1249,7 +1292,8 @@ impl Executor {
     /// Hands due messages to the worker pool, up to the in-flight limit. Runs after the batch
     /// was written, so each attempt can wait for the record that holds its message.
     fn dispatch_due(&mut self) {
-        if self.poisoned().is_some() {
+        // Only the leader delivers: each node holds the same due messages.
+        if self.poisoned().is_some() || self.follower_refusal().is_some() {
             return;
         }
         let room = config::DELIVERY_IN_FLIGHT_MAX
@@ -1278,6 +1322,9 @@ impl Executor {
 
     /// Writes the batch's records out and releases its replies when the fsync mode allows.
     fn finish_batch(&mut self, pending: Vec<(u64, Pending)>) {
+        if self.cluster.is_some() {
+            return self.finish_batch_cluster(pending);
+        }
         let wrote = self.wal.has_buffered();
         if wrote {
             // The requests one log write (and with `always`, one sync) covers.
@@ -1589,7 +1636,10 @@ impl Executor {
         if self.memory_bytes_max.is_some() {
             crate::alloc::sample();
         }
-        if self.poisoned().is_some() || self.read_only.is_some() {
+        if self.poisoned().is_some()
+            || self.read_only.is_some()
+            || self.follower_refusal().is_some()
+        {
             return;
         }
         self.expire_cycle();
@@ -1633,7 +1683,11 @@ impl Executor {
                 *totals.entry(name.clone()).or_insert(0) += n;
             }
         }
-        if counts.is_empty() || self.read_only.is_some() || self.poisoned().is_some() {
+        if counts.is_empty()
+            || self.read_only.is_some()
+            || self.poisoned().is_some()
+            || self.follower_refusal().is_some()
+        {
             return;
         }
         let event = DbEvent::Usage {

@@ -7,6 +7,8 @@
 //! - `DELETE /_admin/databases/NAME`         deletes it (not the default database)
 //! - `POST   /_admin/databases/NAME/reset`   new tokens; the old ones answer 401 at once
 //! - `POST   /_admin/databases/NAME/claim`   a scratch database no longer expires
+//! - `POST   /_admin/cluster/init`           a cluster node and its `--peers` become members
+//! - `GET    /_admin/cluster/status`         a cluster node's role, term, leader and log
 
 use super::{request, App, Body};
 use crate::clock;
@@ -166,6 +168,9 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
             ),
             Err(_) => refuse(400, "the clock moves by a whole number of milliseconds"),
         };
+    }
+    if let ["cluster", what] = seg.as_slice() {
+        return cluster(app, &method, what).await;
     }
     let op = match (&method, seg.as_slice()) {
         (&Method::GET, ["databases"]) => AdminOp::List,
@@ -386,6 +391,58 @@ console.log(await redis.get("hello"));
 ```
 "#
     )
+}
+
+/// `POST /_admin/cluster/init` (the node and its `--peers` become the cluster's first
+/// members) and `GET /_admin/cluster/status` (openraft's view of the cluster from this node).
+async fn cluster(app: &App, method: &Method, what: &str) -> Response<Body> {
+    let Some(c) = &app.cluster else {
+        return refuse(
+            404,
+            "this server is not a cluster node (start it with --node-id, --cluster-listen, --peers and --cluster-secret)",
+        );
+    };
+    match (method, what) {
+        (&Method::POST, "init") => match c.raft.initialize(c.members.clone()).await {
+            Ok(()) => json_response(
+                200,
+                &serde_json::json!({ "initialized": true, "members": c.members.keys().collect::<Vec<_>>() }),
+            ),
+            Err(e) => refuse(409, &format!("cannot initialize the cluster: {e}")),
+        },
+        (&Method::GET, "status") => {
+            let m = c.raft.metrics().borrow().clone();
+            let role = match m.state {
+                openraft::ServerState::Leader => "leader",
+                openraft::ServerState::Follower => "follower",
+                openraft::ServerState::Candidate => "candidate",
+                openraft::ServerState::Learner => "learner",
+                openraft::ServerState::Shutdown => "shutdown",
+            };
+            let membership = m.membership_config.membership();
+            json_response(
+                200,
+                &serde_json::json!({
+                    "node_id": c.node_id,
+                    "role": role,
+                    "takes_writes": c.role.leading(),
+                    "term": m.current_term,
+                    "leader": m.current_leader,
+                    "last_log_index": m.last_log_index,
+                    "last_applied_index": m.last_applied.map(|l| l.index),
+                    "snapshot_index": m.snapshot.map(|l| l.index),
+                    "purged_index": m.purged.map(|l| l.index),
+                    "voters": membership.voter_ids().collect::<Vec<_>>(),
+                    "learners": membership.learner_ids().collect::<Vec<_>>(),
+                    "record_seq": app.shared.log.last_seq.load(std::sync::atomic::Ordering::SeqCst),
+                }),
+            )
+        }
+        _ => refuse(
+            404,
+            &format!("no such cluster route: {method} {what} (POST {0}/cluster/init, GET {0}/cluster/status)", config::ADMIN_PREFIX),
+        ),
+    }
 }
 
 #[cfg(test)]

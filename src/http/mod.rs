@@ -65,6 +65,17 @@ pub struct App {
     /// The URL clients reach this server at (its listening address), for the documents and
     /// answers that name it.
     pub url: String,
+    /// This node's cluster, if it is in one.
+    pub cluster: Option<ClusterHandle>,
+}
+
+/// What the HTTP side holds of a cluster node: its Raft handle, its role and the members
+/// `--peers` names (with itself), for `/_admin/cluster/...`.
+pub struct ClusterHandle {
+    pub node_id: u64,
+    pub raft: openraft::Raft<crate::cluster::TypeConfig>,
+    pub role: Arc<crate::executor::cluster::Role>,
+    pub members: std::collections::BTreeMap<u64, openraft::BasicNode>,
 }
 
 impl App {
@@ -89,6 +100,7 @@ impl App {
             data_dir: std::path::PathBuf::new(),
             console_rebuild_ms: config::CONSOLE_REBUILD_MS_MAX,
             url: "http://127.0.0.1".into(),
+            cluster: None,
         }
     }
 }

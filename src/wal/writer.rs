@@ -34,6 +34,9 @@ pub struct WalWriter {
     poisoned: Option<String>,
     /// A new segment could not be created when the current one was full (said once).
     rotate_failed_said: bool,
+    /// A cluster node's writer: it frames records and numbers them, and the batch's frames
+    /// go to the cluster's log instead of a segment (`take_buffered`).
+    detached: bool,
 }
 
 impl WalWriter {
@@ -71,7 +74,34 @@ impl WalWriter {
             written_bytes: 0,
             poisoned: None,
             rotate_failed_said: false,
+            detached: false,
         })
+    }
+
+    /// A cluster node's writer (see `detached`), numbering on after `last_seq`. In place of a
+    /// segment it holds the directory open read-only; nothing is written through it.
+    pub fn detached(
+        dir: &Path,
+        last_seq: u64,
+        last_timestamp_unix_ms: u64,
+    ) -> io::Result<WalWriter> {
+        let mut w = WalWriter::read_only(dir, last_seq + 1, last_timestamp_unix_ms, String::new())?;
+        w.poisoned = None;
+        w.detached = true;
+        w.buf = Vec::with_capacity(1 << 16);
+        w.payload = Vec::with_capacity(1 << 12);
+        Ok(w)
+    }
+
+    /// A detached writer's batch: the frames buffered since the last call.
+    pub fn take_buffered(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
+    /// A detached writer's numbering goes on after a record applied from the cluster.
+    pub fn advance(&mut self, seq: u64, timestamp_unix_ms: u64) {
+        self.next_seq = self.next_seq.max(seq + 1);
+        self.last_timestamp_unix_ms = self.last_timestamp_unix_ms.max(timestamp_unix_ms);
     }
 
     /// A writer that takes no record: every write is refused with `why` (a server opened at a
@@ -96,6 +126,7 @@ impl WalWriter {
             written_bytes: 0,
             poisoned: Some(why),
             rotate_failed_said: false,
+            detached: false,
         })
     }
 
@@ -150,6 +181,11 @@ impl WalWriter {
     pub fn write_buffered(&mut self) -> io::Result<()> {
         if self.buf.is_empty() {
             return Ok(());
+        }
+        if self.detached {
+            return Err(io::Error::other(
+                "a cluster node's records go to the cluster's log, not to a segment",
+            ));
         }
         if let Some(why) = &self.poisoned {
             return Err(io::Error::other(why.clone()));

@@ -339,3 +339,201 @@ fn the_cluster_listener_refuses_what_is_not_a_peers_message() {
         node.stop().await;
     });
 }
+
+const ADMIN: &str = "cluster-test-admin";
+
+/// Node `i`'s flags in a cluster whose nodes listen for peers on `ports`.
+fn node_flags(i: usize, ports: &[u16; 3]) -> Vec<String> {
+    let peers: Vec<String> = (0..3)
+        .filter(|j| *j != i)
+        .map(|j| format!("{}=127.0.0.1:{}", j + 1, ports[j]))
+        .collect();
+    vec![
+        "--admin-token".into(),
+        ADMIN.into(),
+        "--node-id".into(),
+        (i + 1).to_string(),
+        "--cluster-listen".into(),
+        format!("127.0.0.1:{}", ports[i]),
+        "--peers".into(),
+        peers.join(","),
+        "--cluster-secret".into(),
+        SECRET.into(),
+    ]
+}
+
+fn serve_node(dir: &Path, i: usize, ports: &[u16; 3]) -> Server {
+    let flags = node_flags(i, ports);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    Server::start(dir, &flags)
+}
+
+fn status(s: &Server) -> serde_json::Value {
+    let r = Http::connect(&s.addr, ADMIN).get("/_admin/cluster/status");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    serde_json::from_slice(&r.body).expect("status JSON")
+}
+
+/// The index among `servers` of the one that takes writes, within the wait.
+fn leader_among(servers: &[Option<&Server>]) -> usize {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < until {
+        for (i, s) in servers.iter().enumerate() {
+            if let Some(s) = s {
+                if status(s)["takes_writes"] == true {
+                    return i;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no node took writes within 20 s");
+}
+
+/// Polls `s` until `cmd` answers `want` (a follower applies what the leader committed a moment
+/// later).
+fn eventually(s: &Server, cmd: &[&str], want: Canon) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let mut got = Canon::Nil;
+    while std::time::Instant::now() < until {
+        got = s.client().cmd_str(cmd);
+        if got == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{cmd:?} on {} answered {got:?}, not {want:?}", s.addr);
+}
+
+/// Three server processes on loopback form a cluster (`--node-id`, `--cluster-listen`,
+/// `--peers`, `POST /_admin/cluster/init`): the leader takes every kind of write, the
+/// followers serve them to readers over REST and RESP and refuse writes naming the leader, a
+/// database created on the leader opens on a follower with its token, and when the leader is
+/// killed the other two elect one that goes on; the killed node comes back on its directory
+/// and catches up.
+#[test]
+fn three_servers_form_a_cluster_and_outlive_their_leader() {
+    let dirs = [
+        TempDir::new("cluster-s1"),
+        TempDir::new("cluster-s2"),
+        TempDir::new("cluster-s3"),
+    ];
+    let ports = [free_port(), free_port(), free_port()];
+    let first = serve_node(dirs[0].path(), 0, &ports);
+    // Every node holds the same credentials (the tokens of databases derive from them).
+    for d in &dirs[1..] {
+        std::fs::copy(
+            dirs[0].path().join("credentials.json"),
+            d.path().join("credentials.json"),
+        )
+        .expect("copy credentials");
+    }
+    let mut servers = [
+        Some(first),
+        Some(serve_node(dirs[1].path(), 1, &ports)),
+        Some(serve_node(dirs[2].path(), 2, &ports)),
+    ];
+    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
+        .post("/_admin/cluster/init", b"");
+    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
+    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let leader = servers[li].as_ref().expect("leader");
+    let mut c = leader.client();
+    assert_eq!(c.cmd_str(&["SET", "a", "1"]), Canon::s("OK"));
+    assert_eq!(c.cmd_str(&["INCR", "n"]), Canon::Int(1));
+    assert_eq!(
+        c.cmd_str(&[
+            "EVAL",
+            "redis.call('set', KEYS[1], 'lua'); return 1",
+            "1",
+            "s"
+        ]),
+        Canon::Int(1)
+    );
+    let created =
+        Http::connect(&leader.addr, ADMIN).post("/_admin/databases", br#"{"name":"two"}"#);
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let two: serde_json::Value = serde_json::from_slice(&created.body).expect("JSON");
+    let two_token = two["token"].as_str().expect("token").to_string();
+    assert_eq!(
+        Http::connect(&leader.addr, &two_token).cmd_str(&["SET", "t", "2"]),
+        Canon::s("OK")
+    );
+    for (i, s) in servers.iter().enumerate() {
+        let s = s.as_ref().expect("node");
+        if i == li {
+            continue;
+        }
+        eventually(s, &["GET", "s"], Canon::s("lua"));
+        assert_eq!(s.client().cmd_str(&["GET", "a"]), Canon::s("1"));
+        eventually(s, &["GET", "t"], Canon::Nil);
+        let mut other = Http::connect(&s.addr, &two_token);
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        while other.cmd_str(&["GET", "t"]) != Canon::s("2") {
+            assert!(
+                std::time::Instant::now() < until,
+                "database two never opened on node {}",
+                i + 1
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let refused = s.client().cmd_str(&["SET", "x", "y"]);
+        assert!(
+            matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
+            "{refused:?}"
+        );
+        let mut r = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
+        assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
+        assert_eq!(r.cmd_str(&["GET", "n"]), Canon::s("1"));
+    }
+    // The leader is killed: the other two elect one, which takes writes.
+    servers[li].take().expect("leader").kill9();
+    let l2 = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let leader = servers[l2].as_ref().expect("new leader");
+    assert_eq!(leader.client().cmd_str(&["INCR", "n"]), Canon::Int(2));
+    assert_eq!(leader.client().cmd_str(&["SET", "c", "3"]), Canon::s("OK"));
+    // The killed node comes back on its directory, follows, and catches up.
+    let back = serve_node(dirs[li].path(), li, &ports);
+    eventually(&back, &["GET", "c"], Canon::s("3"));
+    assert_eq!(back.client().cmd_str(&["GET", "n"]), Canon::s("2"));
+    assert_eq!(status(&back)["takes_writes"], false);
+}
+
+/// The cluster flags are checked together, and a cluster node refuses a data directory that
+/// holds a single server's log rather than set it aside.
+#[test]
+fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
+    let dir = TempDir::new("cluster-flags");
+    let err = Server::try_start(dir.path(), &["--node-id", "1"])
+        .err()
+        .unwrap_or_default();
+    assert!(err.contains("--cluster-listen"), "{err}");
+    let err = Server::try_start(dir.path(), &["--peers", "2=127.0.0.1:1"])
+        .err()
+        .unwrap_or_default();
+    assert!(err.contains("need --node-id"), "{err}");
+    let single = Server::start(dir.path(), &[]);
+    single.client().cmd_str(&["SET", "k", "v"]);
+    single.kill9();
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let err = Server::try_start(
+        dir.path(),
+        &[
+            "--node-id",
+            "1",
+            "--cluster-listen",
+            &listen,
+            "--cluster-secret",
+            SECRET,
+        ],
+    )
+    .err()
+    .unwrap_or_default();
+    assert!(err.contains("single server"), "{err}");
+}

@@ -1,0 +1,361 @@
+//! The executor in a cluster (issue 30): the one `Machine` is the cluster's state, the
+//! cluster's log is the log.
+//!
+//! - The leader runs requests as a single server does. A batch's records, framed by a detached
+//!   writer, go to the proposer task as one Raft entry (in order), and the batch's replies wait
+//!   for its commit where a single server's wait for the sync: a commit moves `durable_seq`.
+//! - openraft applies committed entries through [`ExecutorApplier`]: a job here. A leader's own
+//!   entries come back as it proposed them and are only confirmed; a follower applies the
+//!   records through the machine's door. An entry that neither matches what this node proposed
+//!   nor comes after its state means the node served records the cluster replaced (a leader
+//!   deposed before its writes committed): the node then refuses everything until restarted,
+//!   and a restart rebuilds its state from the cluster's snapshot and log.
+//! - A follower refuses writes (key-value, delivery, admin) with who leads, runs no expiry,
+//!   schedules or deliveries, and answers reads from its state.
+
+use super::{Executor, Job};
+use crate::cluster::state_machine::{apply_batch, Applier};
+use crate::cluster::{Batch, NodeId, TypeConfig};
+use crate::wal::Progress;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use tokio::sync::{mpsc, oneshot};
+
+/// What a node knows of its role, shared with the HTTP side.
+#[derive(Default)]
+pub struct Role {
+    /// This node leads and has applied every entry before its term's first: it takes writes.
+    pub leading: AtomicBool,
+    /// Who leads, as the refusal says it.
+    pub leader: RwLock<String>,
+}
+
+impl Role {
+    pub fn leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
+    /// A follower's refusal of a write.
+    pub fn refusal(&self) -> String {
+        let leader = self.leader.read().map(|l| l.clone()).unwrap_or_default();
+        format!(
+            "this node is a follower in a cluster and takes no writes; {}",
+            if leader.is_empty() {
+                "no leader is known yet".to_string()
+            } else {
+                format!("the leader is {leader}")
+            }
+        )
+    }
+}
+
+/// One batch for the proposer: its frames and its last record's sequence number.
+pub struct Proposal {
+    frames: Vec<u8>,
+    last: u64,
+}
+
+/// A job of the cluster's for the executor.
+pub enum ClusterJob {
+    Apply {
+        batch: Batch,
+        reply: oneshot::Sender<Result<u64, String>>,
+    },
+    Image {
+        reply: oneshot::Sender<Result<Vec<u8>, String>>,
+    },
+    Install {
+        image: Vec<u8>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+    Attach {
+        proposer: mpsc::UnboundedSender<Proposal>,
+    },
+}
+
+/// The executor's cluster side.
+pub struct Link {
+    pub role: Arc<Role>,
+    proposer: Option<mpsc::UnboundedSender<Proposal>>,
+    /// Batches proposed and not yet applied back, oldest first.
+    proposed: VecDeque<Vec<u8>>,
+}
+
+impl Link {
+    pub fn new(role: Arc<Role>) -> Link {
+        Link {
+            role,
+            proposer: None,
+            proposed: VecDeque::new(),
+        }
+    }
+}
+
+/// The executor as openraft's applier: each call a job.
+#[derive(Clone)]
+pub struct ExecutorApplier {
+    pub tx: mpsc::Sender<Job>,
+}
+
+impl ExecutorApplier {
+    async fn ask<T>(
+        &self,
+        job: impl FnOnce(oneshot::Sender<Result<T, String>>) -> ClusterJob,
+    ) -> Result<T, String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Cluster(job(reply)))
+            .await
+            .map_err(|_| "the executor has stopped".to_string())?;
+        rx.await
+            .map_err(|_| "the executor has stopped".to_string())?
+    }
+}
+
+impl Applier for ExecutorApplier {
+    async fn apply(&self, batch: Batch) -> Result<u64, String> {
+        self.ask(|reply| ClusterJob::Apply { batch, reply }).await
+    }
+
+    async fn image(&self) -> Result<Vec<u8>, String> {
+        self.ask(|reply| ClusterJob::Image { reply }).await
+    }
+
+    async fn install(&self, image: Vec<u8>) -> Result<(), String> {
+        self.ask(|reply| ClusterJob::Install { image, reply }).await
+    }
+}
+
+/// Marks the log as refusing everything, with `why` (see the module's note).
+fn refuse_all(log: &Progress, why: String) {
+    if log.fsync_failed.set(why.clone()).is_ok() {
+        crate::log::line(&format!("error: {why}"));
+        log.synced.notify_waiters();
+    }
+}
+
+/// Proposes the executor's batches, in the order they come, and marks each durable when it
+/// commits. A batch that does not commit (the node lost its leadership first) stops the node's
+/// writes and reads (see the module's note).
+pub async fn propose(
+    raft: openraft::Raft<TypeConfig>,
+    mut rx: mpsc::UnboundedReceiver<Proposal>,
+    log: Arc<Progress>,
+) {
+    while let Some(p) = rx.recv().await {
+        let Proposal { frames, last } = p;
+        match raft.client_write_ff(Batch { frames }).await {
+            Ok(answer) => {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    match answer.await {
+                        Ok(Ok(_)) => {
+                            log.durable_seq.fetch_max(last, Ordering::SeqCst);
+                            log.synced.notify_waiters();
+                        }
+                        Ok(Err(e)) => refuse_all(&log, format!(
+                            "the write of record #{last} was not committed ({e}); this node's state may hold records the cluster does not: restart it to rebuild from the cluster"
+                        )),
+                        Err(_) => refuse_all(&log, format!(
+                            "the write of record #{last} was not committed (the node stopped)"
+                        )),
+                    }
+                });
+            }
+            Err(e) => refuse_all(
+                &log,
+                format!("the write of record #{last} could not be proposed: {e}"),
+            ),
+        }
+    }
+}
+
+/// Keeps `role` in step with openraft's view: leading once this node leads and has applied
+/// its term's first entry (so every entry before it is in its state before it numbers a new
+/// record), and who leads.
+pub async fn follow_role(
+    raft: openraft::Raft<TypeConfig>,
+    role: Arc<Role>,
+    peers: std::collections::BTreeMap<NodeId, String>,
+) {
+    let mut metrics = raft.metrics();
+    loop {
+        let (leading, leader) = {
+            let m = metrics.borrow_and_update();
+            let leading = m.state == openraft::ServerState::Leader
+                && m.last_applied
+                    .is_some_and(|l| l.leader_id.term == m.current_term);
+            let leader = m.current_leader.map(|id| match peers.get(&id) {
+                Some(addr) => format!("node {id} (cluster address {addr})"),
+                None => format!("node {id}"),
+            });
+            (leading, leader)
+        };
+        role.leading.store(leading, Ordering::Release);
+        if let Ok(mut l) = role.leader.write() {
+            *l = leader.unwrap_or_default();
+        }
+        if metrics.changed().await.is_err() {
+            role.leading.store(false, Ordering::Release);
+            return;
+        }
+    }
+}
+
+impl Executor {
+    /// Why a write is refused here as a follower, if it is.
+    pub(super) fn follower_refusal(&self) -> Option<String> {
+        let c = self.cluster.as_ref()?;
+        (!c.role.leading()).then(|| c.role.refusal())
+    }
+
+    /// A cluster's job.
+    pub(super) fn cluster_job(&mut self, job: ClusterJob) {
+        match job {
+            ClusterJob::Attach { proposer } => {
+                if let Some(c) = &mut self.cluster {
+                    c.proposer = Some(proposer);
+                }
+            }
+            ClusterJob::Apply { batch, reply } => {
+                let _ = reply.send(self.apply_entry(batch));
+            }
+            ClusterJob::Image { reply } => {
+                let mut image = Vec::new();
+                let r = self
+                    .machine
+                    .write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
+                    .map(|_| image)
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(r);
+            }
+            ClusterJob::Install { image, reply } => {
+                let r = crate::cluster::state_machine::machine_of(&image).map(|m| {
+                    let limits = self.machine.delivery().limits;
+                    self.machine = m;
+                    self.machine.parts().delivery.limits = limits;
+                    self.machine.reseed(crate::clock::wall_unix_us());
+                    self.caught_up();
+                    self.state_replaced();
+                });
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    /// A committed entry: confirmed if it is this node's own next proposal, applied if it
+    /// comes after the state, and otherwise the sign that this node served records the
+    /// cluster replaced.
+    fn apply_entry(&mut self, batch: Batch) -> Result<u64, String> {
+        let Some(c) = &mut self.cluster else {
+            return Err("not a cluster node".into());
+        };
+        if c.proposed.front() == Some(&batch.frames) {
+            c.proposed.pop_front();
+            return Ok(self.machine.position().seq);
+        }
+        let first = match crate::wal::format::read_frame(&batch.frames, 0) {
+            crate::wal::format::FrameRead::Frame(f) => Some(f.seq),
+            _ => None,
+        };
+        if first.is_some_and(|s| s <= self.machine.position().seq) {
+            let why = format!(
+                "the cluster committed record #{} other than this node's: this node served records the cluster replaced; restart it to rebuild from the cluster",
+                first.unwrap_or(0)
+            );
+            refuse_all(&self.shared.log, why.clone());
+            return Ok(self.machine.position().seq);
+        }
+        let databases = batch_has_kind(&batch, crate::record::KIND_DATABASES);
+        apply_batch(&mut self.machine, &batch)?;
+        self.caught_up();
+        if databases {
+            self.state_replaced();
+        }
+        Ok(self.machine.position().seq)
+    }
+
+    /// The state moved to what the cluster committed: numbering goes on after it, and what
+    /// waits for those records to be durable (committed) goes.
+    fn caught_up(&mut self) {
+        let at = self.machine.position();
+        self.wal.advance(at.seq, at.unix_ms);
+        self.shared.log.last_seq.store(at.seq, Ordering::SeqCst);
+        self.shared
+            .log
+            .durable_seq
+            .fetch_max(at.seq, Ordering::SeqCst);
+        self.shared.log.synced.notify_waiters();
+    }
+
+    /// The databases changed under the executor (a snapshot installed, databases created or
+    /// deleted by the leader): their ACL secrets and the token table follow.
+    fn state_replaced(&mut self) {
+        super::arm_acl_secrets(&self.tokens, self.machine.parts().dbs, None);
+        if let Ok(mut t) = self.shared.tokens.write() {
+            *t = super::tenants::TokenTable::build(&self.tokens, self.machine.dbs());
+        }
+    }
+
+    /// The batch's records, for the cluster's log, and its replies on commit.
+    pub(super) fn finish_batch_cluster(&mut self, pending: Vec<(u64, super::flusher::Pending)>) {
+        let frames = self.wal.take_buffered();
+        let last = self.wal.last_seq();
+        self.shared.log.last_seq.store(last, Ordering::SeqCst);
+        if !frames.is_empty() {
+            let sent = match &mut self.cluster {
+                Some(c) => match &c.proposer {
+                    Some(p) => {
+                        c.proposed.push_back(frames.clone());
+                        p.send(Proposal { frames, last }).is_ok()
+                    }
+                    None => false,
+                },
+                None => false,
+            };
+            if !sent {
+                refuse_all(
+                    &self.shared.log,
+                    format!("record #{last} could not be proposed: the node's Raft is not running"),
+                );
+            }
+        }
+        let durable = self.shared.log.durable_seq.load(Ordering::SeqCst);
+        let mut wait = Vec::new();
+        for (needs, p) in pending {
+            if needs <= durable && self.shared.log.fsync_failed.get().is_none() {
+                p(None);
+            } else {
+                wait.push((needs, p));
+            }
+        }
+        if wait.is_empty() {
+            return;
+        }
+        let log = self.shared.log.clone();
+        tokio::spawn(async move {
+            for (needs, p) in wait {
+                log.wait_durable(needs).await;
+                match log.fsync_failed.get() {
+                    Some(why) => p(Some(&crate::reply::errors::log_failed(why))),
+                    None => p(None),
+                }
+            }
+        });
+    }
+}
+
+/// Whether any record of `batch` is of `kind`.
+fn batch_has_kind(batch: &Batch, kind: u8) -> bool {
+    let mut at = 0;
+    while let crate::wal::format::FrameRead::Frame(f) =
+        crate::wal::format::read_frame(&batch.frames, at)
+    {
+        if f.kind == kind {
+            return true;
+        }
+        at += f.encoded_len();
+    }
+    false
+}
