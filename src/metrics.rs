@@ -276,6 +276,21 @@ pub struct Scrape {
     pub schedules: u64,
     /// Each command's latency, by name.
     pub command_seconds: Vec<(String, LocalSeconds)>,
+    /// A cluster node's view of its cluster (filled by the HTTP side, which holds the node).
+    pub cluster: Option<ClusterFacts>,
+}
+
+/// A cluster node's state for `GET /metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterFacts {
+    pub node_id: u64,
+    /// 1 while this node leads and takes writes.
+    pub leading: bool,
+    pub term: u64,
+    /// The leader's id (0: none known).
+    pub leader: u64,
+    pub last_log_index: u64,
+    pub last_applied_index: u64,
 }
 
 /// One database at scrape time.
@@ -343,6 +358,38 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
         g.set(v as i64);
         g
     };
+    if let Some(c) = &scrape.cluster {
+        r.register(
+            "cluster_node_id",
+            "This node's id in its cluster",
+            gauge(c.node_id),
+        );
+        r.register(
+            "cluster_leading",
+            "1 while this node leads its cluster and takes writes",
+            gauge(u64::from(c.leading)),
+        );
+        r.register(
+            "cluster_term",
+            "The cluster's Raft term as this node knows it",
+            gauge(c.term),
+        );
+        r.register(
+            "cluster_leader_id",
+            "The leader's node id (0: none known)",
+            gauge(c.leader),
+        );
+        r.register(
+            "cluster_last_log_index",
+            "The last entry of this node's cluster log",
+            gauge(c.last_log_index),
+        );
+        r.register(
+            "cluster_last_applied_index",
+            "The last entry this node applied to its state",
+            gauge(c.last_applied_index),
+        );
+    }
     r.register(
         "log_appends",
         "Records appended to the log since it began",

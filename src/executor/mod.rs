@@ -906,6 +906,7 @@ impl Executor {
                     .filter_map(|(id, h)| Some((table.name_of(id)?.to_string(), h.clone())))
                     .collect()
             },
+            cluster: None,
         }
     }
 

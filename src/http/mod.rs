@@ -69,6 +69,21 @@ pub struct App {
     pub cluster: Option<ClusterHandle>,
 }
 
+impl ClusterHandle {
+    /// This node's view of its cluster now.
+    pub fn facts(&self) -> crate::metrics::ClusterFacts {
+        let m = self.raft.metrics().borrow().clone();
+        crate::metrics::ClusterFacts {
+            node_id: self.node_id,
+            leading: self.role.leading(),
+            term: m.current_term,
+            leader: m.current_leader.unwrap_or(0),
+            last_log_index: m.last_log_index.unwrap_or(0),
+            last_applied_index: m.last_applied.map_or(0, |l| l.index),
+        }
+    }
+}
+
 /// What the HTTP side holds of a cluster node: its Raft handle, its role and the members
 /// `--peers` names (with itself), for `/_admin/cluster/...`.
 pub struct ClusterHandle {
@@ -434,10 +449,17 @@ fn health(app: &App, path: &str) -> Response<Body> {
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({"status": "not ready", "error": format!("the log failed ({why}): reads and writes are refused until the server is restarted")}),
         ),
-        None => json(
-            StatusCode::OK,
-            serde_json::json!({"status": "ready", "log_last_seq": last_seq, "writable": !app.read_only}),
-        ),
+        None => {
+            let mut v = serde_json::json!({"status": "ready", "log_last_seq": last_seq, "writable": !app.read_only});
+            // A cluster node is ready to serve reads; it takes writes while it leads.
+            if let Some(c) = &app.cluster {
+                let f = c.facts();
+                v["writable"] = (!app.read_only && f.leading).into();
+                v["cluster"] =
+                    serde_json::json!({"node_id": f.node_id, "leader": f.leader, "term": f.term});
+            }
+            json(StatusCode::OK, v)
+        }
     }
 }
 
@@ -580,13 +602,14 @@ async fn metrics(req: &Request<Incoming>, app: &App, peer: SocketAddr) -> Respon
             "ERR the server is shutting down",
         );
     }
-    let Ok(scrape) = rx.await else {
+    let Ok(mut scrape) = rx.await else {
         return error(
             app,
             StatusCode::SERVICE_UNAVAILABLE,
             "ERR the server is shutting down",
         );
     };
+    scrape.cluster = app.cluster.as_ref().map(ClusterHandle::facts);
     match crate::metrics::encode(&app.shared.metrics, &app.shared.log.sync_seconds, &scrape) {
         Ok(text) => {
             let mut r = Response::new(Body::Full(Some(Bytes::from(text))));

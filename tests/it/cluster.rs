@@ -491,6 +491,21 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
         assert_eq!(r.cmd_str(&["GET", "n"]), Canon::s("1"));
     }
+    // /readyz and /metrics say who leads and whether this node takes writes.
+    for (i, s) in servers.iter().enumerate() {
+        let s = s.as_ref().expect("node");
+        let ready = Http::connect(&s.addr, "").get("/readyz");
+        let ready: serde_json::Value = serde_json::from_slice(&ready.body).expect("JSON");
+        assert_eq!(ready["writable"], i == li, "node {}: {ready}", i + 1);
+        assert_eq!(ready["cluster"]["leader"], li as u64 + 1);
+        let m = Http::connect(&s.addr, ADMIN).get("/metrics");
+        let text = String::from_utf8_lossy(&m.body);
+        assert!(
+            text.contains(&format!("tidepool_cluster_leading {}", u8::from(i == li))),
+            "{text}"
+        );
+        assert!(text.contains(&format!("tidepool_cluster_leader_id {}", li + 1)));
+    }
     // The leader is killed: the other two elect one, which takes writes.
     servers[li].take().expect("leader").kill9();
     let l2 = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
