@@ -635,6 +635,11 @@ pub const CLUSTER_HEARTBEAT_MS: u64 = 100;
 /// A follower that hears no leader for a time drawn between these two starts an election.
 pub const CLUSTER_ELECTION_TIMEOUT_MIN_MS: u64 = 500;
 pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+/// How long a cluster node holds a request whose `upstash-sync-token` it has not applied yet
+/// before it answers 503.
+pub const CLUSTER_SYNC_WAIT_MS: u64 = 5_000;
+/// How long a follower waits for the leader's answer to a request it forwarded.
+pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).
 pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind

@@ -3,12 +3,13 @@
 pub mod resp3;
 
 /// A RESP2 reply. Doubles are bulk strings (RESP2 has no double type), maps are flat arrays.
-#[derive(Debug, Clone, PartialEq)]
+/// Serializable, for a cluster follower that forwards a request to its leader.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
     /// `+OK`, `+PONG`, TYPE's `+string`.
     Status(String),
     /// A bulk string.
-    Bulk(Vec<u8>),
+    Bulk(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The nil bulk string `$-1`.
     Nil,
     /// The nil array `*-1`.
@@ -25,7 +26,7 @@ pub enum Reply {
 
 /// The RESP3 type of a [`Reply::Typed`]; the RESP2 form beside it is an array (a map's
 /// pairs flat) or a bulk string (the number's or the text's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Resp3 {
     Map,
     Set,

@@ -489,19 +489,27 @@ async fn start_node(
     use crate::executor::cluster;
     let config = crate::cluster::raft_config(crate::config::CLUSTER_SNAPSHOT_EVERY_ENTRIES)?;
     let applier = cluster::ExecutorApplier { tx: ex.tx.clone() };
-    let node = crate::cluster::Node::start(
-        c.node_id,
-        cluster_dir,
-        &c.listen.to_string(),
-        &c.secret,
+    let listen = c.listen.to_string();
+    let at = crate::cluster::Start {
+        id: c.node_id,
+        dir: cluster_dir,
+        listen: &listen,
+        secret: &c.secret,
         config,
+    };
+    let node = crate::cluster::Node::start(
+        at,
         applier,
         kept,
+        Some(cluster::forward_handler(ex.tx.clone(), role.clone())),
     )
     .await?;
     let (proposer, proposals) = tokio::sync::mpsc::unbounded_channel();
     ex.tx
-        .send(Job::Cluster(cluster::ClusterJob::Attach { proposer }))
+        .send(Job::Cluster(cluster::ClusterJob::Attach {
+            proposer,
+            network: crate::cluster::network::Network::new(&c.secret),
+        }))
         .await
         .map_err(|_| "the executor stopped at start".to_string())?;
     tokio::spawn(cluster::propose(

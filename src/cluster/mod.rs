@@ -80,6 +80,16 @@ pub fn raft_config(snapshot_every: u64) -> Result<openraft::Config, String> {
     c.validate().map_err(|e| e.to_string())
 }
 
+/// Where a node starts: its id, its cluster files' directory, the address it listens on for
+/// its peers, the cluster's secret and openraft's settings.
+pub struct Start<'a> {
+    pub id: NodeId,
+    pub dir: &'a Path,
+    pub listen: &'a str,
+    pub secret: &'a str,
+    pub config: openraft::Config,
+}
+
 /// A running node: its Raft handle, its state machine, and the task serving its peers.
 pub struct Node<A: state_machine::Applier> {
     pub id: NodeId,
@@ -91,18 +101,22 @@ pub struct Node<A: state_machine::Applier> {
 }
 
 impl<A: state_machine::Applier> Node<A> {
-    /// Starts node `id` with its cluster files in `dir`, listening for peers on `listen`,
-    /// applying entries to `applier`, whose state is already that of `kept` (the snapshot the
-    /// node kept: [`state_machine::kept_snapshot`]) or empty.
+    /// Starts the node `at` describes, applying entries to `applier`, whose state is already
+    /// that of `kept` (the snapshot the node kept: [`state_machine::kept_snapshot`]) or empty;
+    /// requests followers forward go to `forward`.
     pub async fn start(
-        id: NodeId,
-        dir: &Path,
-        listen: &str,
-        secret: &str,
-        config: openraft::Config,
+        at: Start<'_>,
         applier: A,
         kept: Option<(openraft::SnapshotMeta<NodeId, openraft::BasicNode>, Vec<u8>)>,
+        forward: Option<network::Forward>,
     ) -> Result<Node<A>, String> {
+        let Start {
+            id,
+            dir,
+            listen,
+            secret,
+            config,
+        } = at;
         let log = log_store::LogStore::open(dir).map_err(|e| format!("the cluster log: {e}"))?;
         let state = state_machine::StateMachine::new(dir, applier, kept);
         let listener = tokio::net::TcpListener::bind(listen)
@@ -124,6 +138,7 @@ impl<A: state_machine::Applier> Node<A> {
             raft.clone(),
             secret.into(),
             stopped,
+            forward,
         ));
         Ok(Node {
             id,

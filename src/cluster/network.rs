@@ -23,6 +23,17 @@ use serde::Serialize;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+/// What a node does with a request a follower forwarded to it (`/raft/exec`): bytes in, bytes
+/// out, so this module knows nothing of the executor that answers them.
+pub type Forward = Arc<
+    dyn Fn(
+            Vec<u8>,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
 /// Opens a client per peer (reqwest keeps its connections).
 #[derive(Clone)]
 pub struct Network {
@@ -40,6 +51,32 @@ impl Network {
                 .unwrap_or_default(),
             secret: secret.into(),
         }
+    }
+}
+
+impl Network {
+    /// Sends a forwarded request to the node whose cluster listener is at `addr`; its answer.
+    pub async fn forward(&self, addr: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        let sent = self
+            .client
+            .post(format!("http://{addr}/raft/exec"))
+            .bearer_auth(&*self.secret)
+            .timeout(std::time::Duration::from_millis(
+                config::CLUSTER_FORWARD_TIMEOUT_MS,
+            ))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = sent.status();
+        let bytes = sent.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "{addr} answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            ));
+        }
+        Ok(bytes.to_vec())
     }
 }
 
@@ -167,6 +204,7 @@ pub async fn handle(
     req: Request<hyper::body::Incoming>,
     raft: &Raft<TypeConfig>,
     secret: &str,
+    forward: Option<&Forward>,
 ) -> Response<Full<Bytes>> {
     if req.method() != hyper::Method::POST {
         return refuse(
@@ -216,6 +254,16 @@ pub async fn handle(
             Ok(m) => answer(&raft.install_snapshot(m).await),
             Err(r) => r,
         },
+        "/raft/exec" => match forward {
+            Some(f) => match f(body.to_vec()).await {
+                Ok(b) => reply(StatusCode::OK, b, false),
+                Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e),
+            },
+            None => refuse(
+                StatusCode::NOT_FOUND,
+                "this node takes no forwarded requests",
+            ),
+        },
         _ => refuse(StatusCode::NOT_FOUND, "no such cluster route"),
     }
 }
@@ -227,6 +275,7 @@ pub async fn serve(
     raft: Raft<TypeConfig>,
     secret: Arc<str>,
     mut stop: tokio::sync::watch::Receiver<bool>,
+    forward: Option<Forward>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -240,10 +289,11 @@ pub async fn serve(
         };
         stream.set_nodelay(true).ok();
         let (raft, secret, mut stop) = (raft.clone(), secret.clone(), stop.clone());
+        let forward = forward.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
-                let (raft, secret) = (raft.clone(), secret.clone());
-                async move { Ok::<_, Infallible>(handle(req, &raft, &secret).await) }
+                let (raft, secret, forward) = (raft.clone(), secret.clone(), forward.clone());
+                async move { Ok::<_, Infallible>(handle(req, &raft, &secret, forward.as_ref()).await) }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let conn = hyper::server::conn::http1::Builder::new()

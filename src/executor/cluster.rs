@@ -29,6 +29,8 @@ pub struct Role {
     pub leading: AtomicBool,
     /// Who leads, as the refusal says it.
     pub leader: RwLock<String>,
+    /// The leader's cluster address, where a follower forwards a write.
+    pub leader_addr: RwLock<Option<String>>,
 }
 
 impl Role {
@@ -71,6 +73,7 @@ pub enum ClusterJob {
     },
     Attach {
         proposer: mpsc::UnboundedSender<Proposal>,
+        network: crate::cluster::network::Network,
     },
 }
 
@@ -78,6 +81,8 @@ pub enum ClusterJob {
 pub struct Link {
     pub role: Arc<Role>,
     proposer: Option<mpsc::UnboundedSender<Proposal>>,
+    /// How a follower reaches the leader with a forwarded request.
+    network: Option<crate::cluster::network::Network>,
     /// Batches proposed and not yet applied back, oldest first.
     proposed: VecDeque<Vec<u8>>,
 }
@@ -87,6 +92,7 @@ impl Link {
         Link {
             role,
             proposer: None,
+            network: None,
             proposed: VecDeque::new(),
         }
     }
@@ -181,7 +187,7 @@ pub async fn follow_role(
 ) {
     let mut metrics = raft.metrics();
     loop {
-        let (leading, leader) = {
+        let leading = {
             let m = metrics.borrow_and_update();
             let leading = m.state == openraft::ServerState::Leader
                 && m.last_applied
@@ -190,11 +196,22 @@ pub async fn follow_role(
                 Some(addr) => format!("node {id} (cluster address {addr})"),
                 None => format!("node {id}"),
             });
-            (leading, leader)
+            let addr = m.current_leader.filter(|id| *id != m.id).and_then(|id| {
+                m.membership_config
+                    .membership()
+                    .get_node(&id)
+                    .map(|n| n.addr.clone())
+                    .or_else(|| peers.get(&id).cloned())
+            });
+            (leading, leader, addr)
         };
+        let (leading, leader, addr) = leading;
         role.leading.store(leading, Ordering::Release);
         if let Ok(mut l) = role.leader.write() {
             *l = leader.unwrap_or_default();
+        }
+        if let Ok(mut a) = role.leader_addr.write() {
+            *a = addr;
         }
         if metrics.changed().await.is_err() {
             role.leading.store(false, Ordering::Release);
@@ -213,9 +230,10 @@ impl Executor {
     /// A cluster's job.
     pub(super) fn cluster_job(&mut self, job: ClusterJob) {
         match job {
-            ClusterJob::Attach { proposer } => {
+            ClusterJob::Attach { proposer, network } => {
                 if let Some(c) = &mut self.cluster {
                     c.proposer = Some(proposer);
+                    c.network = Some(network);
                 }
             }
             ClusterJob::Apply { batch, reply } => {
@@ -358,4 +376,163 @@ fn batch_has_kind(batch: &Batch, kind: u8) -> bool {
         at += f.encoded_len();
     }
     false
+}
+
+/// A request a follower forwards to its leader: what `Job::Exec` carries of a REST request.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Forwarded {
+    db: crate::state::databases::DbId,
+    /// 0 the Standard token, 1 the Read Only token, 2 another token (`token`).
+    access: u8,
+    token: String,
+    cmds: Vec<Vec<serde_bytes::ByteBuf>>,
+    multi: bool,
+}
+
+/// The leader's answer to it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ForwardedAnswer {
+    replies: Result<Vec<Reply>, String>,
+    sync_token: u64,
+    unauthorized: bool,
+}
+
+use super::{Access, Answer, ExecMode};
+use crate::reply::Reply;
+
+/// Whether a follower forwards these commands to its leader rather than answer them: a
+/// command that writes (by its table flags), or a script that may (EVAL, EVALSHA, FCALL; the
+/// `_RO` ones run here). Reads are answered by the follower itself.
+pub(super) fn writes(cmds: &[Vec<Vec<u8>>]) -> bool {
+    cmds.iter()
+        .any(|c| match crate::command::table::global().lookup(c) {
+            crate::command::table::Lookup::Found(info) => {
+                info.write || matches!(info.name.as_str(), "eval" | "evalsha" | "fcall")
+            }
+            _ => false,
+        })
+}
+
+/// The leader's side of `/raft/exec`: the request runs here as a REST request would, unless
+/// this node does not lead (then it is refused: a forwarded request is never forwarded again).
+pub fn forward_handler(tx: mpsc::Sender<Job>, role: Arc<Role>) -> crate::cluster::network::Forward {
+    Arc::new(move |body: Vec<u8>| {
+        let (tx, role) = (tx.clone(), role.clone());
+        Box::pin(async move {
+            let f: Forwarded = rmp_serde::from_slice(&body)
+                .map_err(|e| format!("not a forwarded request: {e}"))?;
+            let answer = if !role.leading() {
+                ForwardedAnswer {
+                    replies: Err(format!("ERR {}", role.refusal())),
+                    sync_token: 0,
+                    unauthorized: false,
+                }
+            } else {
+                let access = match f.access {
+                    0 => Access::Full,
+                    1 => Access::ReadOnly,
+                    _ => Access::Token(f.token.into()),
+                };
+                let (reply, rx) = oneshot::channel();
+                let job = Job::Forwarded {
+                    db: f.db,
+                    cmds: f
+                        .cmds
+                        .into_iter()
+                        .map(|c| c.into_iter().map(|a| a.into_vec()).collect())
+                        .collect(),
+                    mode: if f.multi {
+                        ExecMode::Multi
+                    } else {
+                        ExecMode::Each
+                    },
+                    access,
+                    reply,
+                };
+                tx.send(job)
+                    .await
+                    .map_err(|_| "the leader's executor has stopped".to_string())?;
+                let a = rx
+                    .await
+                    .map_err(|_| "the leader's executor has stopped".to_string())?;
+                ForwardedAnswer {
+                    replies: a.replies,
+                    sync_token: a.sync_token,
+                    unauthorized: a.unauthorized,
+                }
+            };
+            rmp_serde::to_vec_named(&answer).map_err(|e| e.to_string())
+        })
+    })
+}
+
+impl Executor {
+    /// Where a follower sends a REST request that writes: its leader's cluster address and
+    /// the way there; None when this node answers it itself.
+    pub(super) fn forward_target(
+        &self,
+        cmds: &[Vec<Vec<u8>>],
+    ) -> Option<(crate::cluster::network::Network, String)> {
+        let c = self.cluster.as_ref()?;
+        if c.role.leading() || !writes(cmds) {
+            return None;
+        }
+        let addr = c.role.leader_addr.read().ok()?.clone()?;
+        Some((c.network.clone()?, addr))
+    }
+
+    /// Sends a REST request to the leader; its answer goes to `reply` as the leader gave it.
+    pub(super) fn forward(
+        &self,
+        to: (crate::cluster::network::Network, String),
+        db: crate::state::databases::DbId,
+        cmds: Vec<Vec<Vec<u8>>>,
+        mode: ExecMode,
+        access: Access,
+        reply: oneshot::Sender<Answer>,
+    ) {
+        let (access, token) = match access {
+            Access::Full => (0, String::new()),
+            Access::ReadOnly => (1, String::new()),
+            Access::Token(t) => (2, t.to_string()),
+        };
+        let f = Forwarded {
+            db,
+            access,
+            token,
+            cmds: cmds
+                .into_iter()
+                .map(|c| c.into_iter().map(serde_bytes::ByteBuf::from).collect())
+                .collect(),
+            multi: mode == ExecMode::Multi,
+        };
+        let (net, addr) = to;
+        tokio::spawn(async move {
+            let answer = match rmp_serde::to_vec_named(&f) {
+                Ok(body) => match net.forward(&addr, body).await {
+                    Ok(bytes) => rmp_serde::from_slice::<ForwardedAnswer>(&bytes)
+                        .map_err(|e| format!("the leader's answer does not read: {e}")),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            let answer = match answer {
+                Ok(a) => Answer {
+                    replies: a.replies,
+                    sync_token: a.sync_token,
+                    unauthorized: a.unauthorized,
+                    aborted: false,
+                },
+                Err(e) => Answer {
+                    replies: Err(format!(
+                        "ERR this node is a follower and could not reach the leader at {addr}: {e}"
+                    )),
+                    sync_token: 0,
+                    unauthorized: false,
+                    aborted: false,
+                },
+            };
+            let _ = reply.send(answer);
+        });
+    }
 }

@@ -164,6 +164,15 @@ pub enum Job {
     /// The cluster's: apply a committed entry, take or install a snapshot image, attach the
     /// proposer (`cluster`).
     Cluster(cluster::ClusterJob),
+    /// A REST request a follower forwarded to this node, its leader: run as `Exec` is, and
+    /// never forwarded again.
+    Forwarded {
+        db: DbId,
+        cmds: Vec<Vec<Vec<u8>>>,
+        mode: ExecMode,
+        access: Access,
+        reply: oneshot::Sender<Answer>,
+    },
     /// An administration request (create, list, delete a database, ...).
     Admin {
         op: admin::AdminOp,
@@ -1197,7 +1206,31 @@ impl Executor {
                 client,
                 reply,
                 connection,
-            } => self.exec_job(db, cmds, mode, access, client, reply, connection, pending),
+            } => {
+                // A follower sends a REST request that writes to its leader.
+                if connection.is_none() {
+                    if let Some(to) = self.forward_target(&cmds) {
+                        return self.forward(to, db, cmds, mode, access, reply);
+                    }
+                }
+                self.exec_job(db, cmds, mode, access, client, reply, connection, pending)
+            }
+            Job::Forwarded {
+                db,
+                cmds,
+                mode,
+                access,
+                reply,
+            } => self.exec_job(
+                db,
+                cmds,
+                mode,
+                access,
+                "forwarded".into(),
+                reply,
+                None,
+                pending,
+            ),
             Job::Session { conn, op } => self.session_op(conn, op, pending),
             Job::Subscribe(mut handle) => {
                 // A stream of a database deleted meanwhile ends at once; one of a

@@ -70,6 +70,16 @@ pub struct App {
 }
 
 impl ClusterHandle {
+    /// Waits until this node's state holds record `seq` (a follower applies what the leader
+    /// committed a moment later), at most `CLUSTER_SYNC_WAIT_MS`; whether it does.
+    pub async fn caught_up_to(&self, log: &crate::wal::Progress, seq: u64) -> bool {
+        let wait = std::time::Duration::from_millis(config::CLUSTER_SYNC_WAIT_MS);
+        let done = tokio::time::timeout(wait, log.wait_durable(seq))
+            .await
+            .is_ok();
+        done && log.durable_seq.load(Ordering::SeqCst) >= seq
+    }
+
     /// This node's view of its cluster now.
     pub fn facts(&self) -> crate::metrics::ClusterFacts {
         let m = self.raft.metrics().borrow().clone();
@@ -688,6 +698,26 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
         );
     };
     let headers = &parts.headers;
+    // Read your writes across a cluster: a request that shows a sync token this node has not
+    // applied yet (a write answered by the leader) waits for it, a bounded while.
+    if let Some(c) = &app.cluster {
+        if let Some(token) = headers
+            .get("upstash-sync-token")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            if !c.caught_up_to(&app.shared.log, token).await {
+                return error(
+                    app,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!(
+                        "ERR this node has not applied record #{token} (the upstash-sync-token) within {} ms: retry, or ask the leader",
+                        config::CLUSTER_SYNC_WAIT_MS
+                    ),
+                );
+            }
+        }
+    }
     let enc = match headers.get("upstash-encoding").map(|v| v.as_bytes()) {
         Some(v) if v.eq_ignore_ascii_case(b"base64") => Encoding::Base64,
         _ => Encoding::Plain,

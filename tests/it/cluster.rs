@@ -65,7 +65,14 @@ async fn start(id: NodeId, dir: &Path, listen: &str, snapshot_every: u64, keep: 
     config.purge_batch_size = 1;
     let kept = kept_snapshot(dir).expect("the kept snapshot");
     let owned = Owned::new(kept.as_ref().map(|k| &k.1[..])).expect("its state");
-    Node::start(id, dir, listen, SECRET, config, owned, kept)
+    let at = tidepool::cluster::Start {
+        id,
+        dir,
+        listen,
+        secret: SECRET,
+        config,
+    };
+    Node::start(at, owned, kept, None)
         .await
         .unwrap_or_else(|e| panic!("node {id}: {e}"))
 }
@@ -407,7 +414,8 @@ fn eventually(s: &Server, cmd: &[&str], want: Canon) {
 
 /// Three server processes on loopback form a cluster (`--node-id`, `--cluster-listen`,
 /// `--peers`, `POST /_admin/cluster/init`): the leader takes every kind of write, the
-/// followers serve them to readers over REST and RESP and refuse writes naming the leader, a
+/// followers serve them to readers over REST and RESP, forward REST writes to the leader and
+/// refuse RESP writes naming it, a
 /// database created on the leader opens on a follower with its token, and when the leader is
 /// killed the other two elect one that goes on; the killed node comes back on its directory
 /// and catches up.
@@ -482,14 +490,49 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let refused = s.client().cmd_str(&["SET", "x", "y"]);
+        // A REST write sent to a follower is forwarded to the leader and answered as the
+        // leader answers it, pipelines and transactions too; the follower then serves it.
+        let key = format!("from-{}", i + 1);
+        assert_eq!(s.client().cmd_str(&["SET", &key, "v"]), Canon::s("OK"));
+        let piped = s.client().post(
+            "/pipeline",
+            format!(r#"[["INCR","{key}-n"],["INCR","{key}-n"],["GET","a"]]"#).as_bytes(),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&piped.body),
+            r#"[{"result":1},{"result":2},{"result":"1"}]"#
+        );
+        let tx = s.client().post(
+            "/multi-exec",
+            format!(r#"[["SET","{key}-t","1"],["INCR","{key}-t"]]"#).as_bytes(),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&tx.body),
+            r#"[{"result":"OK"},{"result":2}]"#
+        );
+        assert_eq!(leader.client().cmd_str(&["GET", &key]), Canon::s("v"));
+        // The answer's sync token, shown back to the follower, makes it wait until it has
+        // applied that write: read your writes on any node.
+        let token = tx
+            .header("upstash-sync-token")
+            .expect("sync token")
+            .to_string();
+        let read = s.client().request(
+            "POST",
+            "/",
+            &[("upstash-sync-token", token.as_str())],
+            format!(r#"["GET","{key}-t"]"#).as_bytes(),
+        );
+        assert_eq!(String::from_utf8_lossy(&read.body), r#"{"result":"2"}"#);
+        // Over RESP a follower answers reads and refuses writes, naming the leader.
+        let mut r = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
+        assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
+        assert_eq!(r.cmd_str(&["GET", "n"]), Canon::s("1"));
+        let refused = r.cmd_str(&["SET", "x", "y"]);
         assert!(
             matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
             "{refused:?}"
         );
-        let mut r = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
-        assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
-        assert_eq!(r.cmd_str(&["GET", "n"]), Canon::s("1"));
     }
     // /readyz and /metrics say who leads and whether this node takes writes.
     for (i, s) in servers.iter().enumerate() {
