@@ -6,14 +6,31 @@
 use crate::config;
 use std::path::PathBuf;
 
+/// Runs one `tidepool cluster` command; prints the server's JSON answer.
+pub fn cluster(c: crate::cli::Cluster) -> Result<(), String> {
+    let (url, token) = target(c.server)?;
+    let (method, what) = match c.action {
+        crate::cli::ClusterAction::Init => ("POST", "init"),
+        crate::cli::ClusterAction::Status => ("GET", "status"),
+    };
+    let target = format!("{url}{}/cluster/{what}", config::ADMIN_PREFIX);
+    call(&url, &token, method, &target, String::new())
+}
+
+/// The server's URL and the admin token to show it.
+fn target(t: crate::cli::AdminTarget) -> Result<(String, String), String> {
+    let url = t.url.trim_end_matches('/').to_string();
+    let token = match t.admin_token.filter(|t| !t.is_empty()) {
+        Some(t) => t,
+        None => stored_admin_token(PathBuf::from(&t.data))?,
+    };
+    Ok((url, token))
+}
+
 /// Runs one `tidepool db` command; prints the server's JSON answer.
 pub fn run(db: crate::cli::Db) -> Result<(), String> {
     use crate::cli::DbAction;
-    let url = db.url.trim_end_matches('/').to_string();
-    let token = match db.admin_token.filter(|t| !t.is_empty()) {
-        Some(t) => t,
-        None => stored_admin_token(PathBuf::from(&db.data))?,
-    };
+    let (url, token) = target(db.server)?;
     let base = format!("{url}{}/databases", config::ADMIN_PREFIX);
     let enc = |n: &str| -> String {
         n.bytes()
@@ -62,6 +79,11 @@ pub fn run(db: crate::cli::Db) -> Result<(), String> {
             String::new(),
         ),
     };
+    call(&url, &token, method, &target, body)
+}
+
+/// Sends one admin request; prints the JSON answer, or fails with the status and answer.
+fn call(url: &str, token: &str, method: &str, target: &str, body: String) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -75,8 +97,8 @@ pub fn run(db: crate::cli::Db) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
         let resp = client
-            .request(method, &target)
-            .bearer_auth(&token)
+            .request(method, target)
+            .bearer_auth(token)
             .header("content-type", "application/json")
             .body(body)
             .send()

@@ -33,6 +33,8 @@ pub enum Cmd {
     Serve(Box<Serve>),
     /// Create, list, get, delete, reset or claim a database of a running server (the admin API).
     Db(Db),
+    /// Start a cluster of running servers, or look at one (replication, in progress: docs/replication.md).
+    Cluster(Cluster),
 }
 
 /// `tidepool serve`'s flags. Defaults that are not fixed values (generated credentials, the
@@ -179,6 +181,13 @@ pub struct Serve {
 pub struct Db {
     #[command(subcommand)]
     pub action: DbAction,
+    #[command(flatten)]
+    pub server: AdminTarget,
+}
+
+/// The running server an admin command talks to, and its admin token.
+#[derive(Args, Debug)]
+pub struct AdminTarget {
     /// The server's URL
     #[arg(
         long,
@@ -194,6 +203,23 @@ pub struct Db {
     /// The server's data directory, to read the admin token from
     #[arg(long, global = true, env = "TIDEPOOL_DATA", value_name = "DIR", default_value = config::DATA_DIR_DEFAULT)]
     pub data: String,
+}
+
+/// `tidepool cluster`'s flags.
+#[derive(Args, Debug)]
+pub struct Cluster {
+    #[command(subcommand)]
+    pub action: ClusterAction,
+    #[command(flatten)]
+    pub server: AdminTarget,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterAction {
+    /// Make the node at --url and its --peers the first members of a new cluster
+    Init,
+    /// The node's view of its cluster: role, term, leader, members, log
+    Status,
 }
 
 #[derive(Subcommand, Debug)]

@@ -11,6 +11,7 @@ fn main() {
         }
         Some(Cmd::Serve(s)) => s.config().and_then(tidepool::server::run),
         Some(Cmd::Db(db)) => tidepool::admin_cli::run(db),
+        Some(Cmd::Cluster(c)) => tidepool::admin_cli::cluster(c),
         None => {
             let _ = cli::command().print_help();
             std::process::exit(2);

@@ -549,6 +549,14 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         );
         assert!(text.contains(&format!("tidepool_cluster_leader_id {}", li + 1)));
     }
+    // `tidepool cluster status` is the same route from the command line.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+        .args(["cluster", "status", "--admin-token", ADMIN, "--url"])
+        .arg(format!("http://{}", leader.addr))
+        .output()
+        .expect("tidepool cluster status");
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(shown["role"], "leader", "{shown}");
     // The leader is killed: the other two elect one, which takes writes.
     servers[li].take().expect("leader").kill9();
     let l2 = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
