@@ -214,6 +214,11 @@ pub const LUA_MEMORY_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Redis's "reached lua stack limit" error at this depth (Redis's own bound is its Lua
 /// stack, about 8,000).
 pub const LUA_REPLY_DEPTH_MAX: usize = 1_000;
+/// Most elements a script's reply may have (a table reached twice counts twice): more, and
+/// the reply is refused whole rather than built (a table that holds itself in two places
+/// doubles at each level of nesting, 2^1000 elements at the depth bound). Redis's own bound
+/// on the elements of one request (`proto-max-multibulk-len`).
+pub const LUA_REPLY_ELEMENTS_MAX: usize = 1 << 20;
 
 /// Longest `Upstash-Delay` accepted (100 years); longer is refused with 400, so that every
 /// `notBefore` the API answers stays within JavaScript's safe integers.

@@ -34,6 +34,8 @@ pub enum Resp3 {
     BigNumber,
     /// A verbatim string, with its three-letter format (`txt`, `mkd`).
     Verbatim([u8; 3]),
+    /// A boolean; its RESP2 form is `:1` or `:0`.
+    Bool,
 }
 
 impl Reply {

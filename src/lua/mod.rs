@@ -12,7 +12,8 @@ mod libs;
 mod packing;
 
 use crate::config::{
-    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, SCRIPT_TIME_LIMIT_MS,
+    LUA_HOOK_INSTRUCTIONS, LUA_MEMORY_BYTES_MAX, LUA_REPLY_DEPTH_MAX, LUA_REPLY_ELEMENTS_MAX,
+    SCRIPT_TIME_LIMIT_MS,
 };
 use crate::cooling::Coolings;
 use crate::reply::{Reply, Resp3};
@@ -784,84 +785,123 @@ fn c_long_long(f: f64) -> i64 {
     }
 }
 
-/// A script's return value as a reply (Redis's Lua-to-RESP2 conversion). Tables nested past
-/// [`LUA_REPLY_DEPTH_MAX`] end in Redis's "reached lua stack limit" error at that depth, as
-/// Redis ends them at its Lua stack's limit, instead of recursing without bound.
-fn lua_to_reply(v: Value) -> Reply {
-    lua_to_reply_at(v, 0)
+/// A script's return value as a reply (Redis's Lua-to-RESP conversion; after
+/// `redis.setresp(3)` a boolean is RESP3's, `:1`/`:0` in RESP2, as Redis converts it). Tables
+/// nested past [`LUA_REPLY_DEPTH_MAX`] end in Redis's "reached lua stack limit" error at that
+/// depth, as Redis ends them at its Lua stack's limit, instead of recursing without bound; and
+/// a reply of more than [`LUA_REPLY_ELEMENTS_MAX`] elements (a table reached twice counts
+/// twice: one that holds itself in two places doubles at each level) is refused whole, so the
+/// conversion, which runs after the script's time limit, ends.
+fn lua_to_reply(v: Value, resp3: bool) -> Reply {
+    let mut conv = Conv {
+        left: LUA_REPLY_ELEMENTS_MAX + 1,
+        resp3,
+    };
+    let r = conv.reply(v, 0);
+    if conv.left == 0 {
+        return Reply::Error(format!(
+            "ERR the script's reply has more than {LUA_REPLY_ELEMENTS_MAX} elements"
+        ));
+    }
+    r
 }
 
-fn lua_to_reply_at(v: Value, depth: usize) -> Reply {
-    match v {
-        Value::Nil => Reply::Nil,
-        Value::Boolean(true) => Reply::Int(1),
-        Value::Boolean(false) => Reply::Nil,
-        Value::Integer(n) => Reply::Int(n),
-        Value::Number(f) => Reply::Int(c_long_long(f)),
-        Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
-        Value::Table(_) if depth >= LUA_REPLY_DEPTH_MAX => {
-            Reply::err("ERR reached lua stack limit")
+/// One conversion's state: elements it may still make, and the script's protocol.
+struct Conv {
+    left: usize,
+    resp3: bool,
+}
+
+impl Conv {
+    fn reply(&mut self, v: Value, depth: usize) -> Reply {
+        if self.left == 0 {
+            return Reply::Nil;
         }
-        Value::Table(t) => {
-            if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
-                return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
+        self.left -= 1;
+        match v {
+            Value::Nil => Reply::Nil,
+            Value::Boolean(b) if self.resp3 => typed(Resp3::Bool, Reply::Int(i64::from(b))),
+            Value::Boolean(true) => Reply::Int(1),
+            Value::Boolean(false) => Reply::Nil,
+            Value::Integer(n) => Reply::Int(n),
+            Value::Number(f) => Reply::Int(c_long_long(f)),
+            Value::String(s) => Reply::Bulk(s.as_bytes().to_vec()),
+            Value::Table(_) if depth >= LUA_REPLY_DEPTH_MAX => {
+                Reply::err("ERR reached lua stack limit")
             }
-            if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-                return Reply::Status(String::from_utf8_lossy(&s.as_bytes()).into_owned());
-            }
-            // The RESP3 types a script may return, tried in Redis's order; a field of the
-            // wrong Lua type is passed over, as Redis passes it over.
-            if let Ok(Value::Integer(n)) = t.raw_get::<Value>("double") {
-                return typed(
-                    Resp3::Double,
-                    Reply::Bulk(double_text(n as f64).into_bytes()),
-                );
-            }
-            if let Ok(Value::Number(f)) = t.raw_get::<Value>("double") {
-                return typed(Resp3::Double, Reply::Bulk(double_text(f).into_bytes()));
-            }
-            if let Ok(Value::String(n)) = t.raw_get::<Value>("big_number") {
-                return typed(Resp3::BigNumber, Reply::Bulk(n.as_bytes().to_vec()));
-            }
-            if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
-                if let (Ok(Value::String(format)), Ok(Value::String(text))) =
-                    (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
-                {
-                    // RESP3 carries the format's first three bytes.
-                    let mut f = [0u8; 3];
-                    for (d, s) in f.iter_mut().zip(format.as_bytes().iter()) {
-                        *d = *s;
-                    }
-                    return typed(Resp3::Verbatim(f), Reply::Bulk(text.as_bytes().to_vec()));
-                }
-            }
-            if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
-                let mut flat = Vec::new();
-                for pair in m.pairs::<Value, Value>() {
-                    let Ok((k, v)) = pair else { break };
-                    flat.push(lua_to_reply_at(k, depth + 1));
-                    flat.push(lua_to_reply_at(v, depth + 1));
-                }
-                return typed(Resp3::Map, Reply::Array(flat));
-            }
-            if let Ok(Value::Table(m)) = t.raw_get::<Value>("set") {
-                let mut members = Vec::new();
-                for pair in m.pairs::<Value, Value>() {
-                    let Ok((k, _)) = pair else { break };
-                    members.push(lua_to_reply_at(k, depth + 1));
-                }
-                return typed(Resp3::Set, Reply::Array(members));
-            }
-            let mut out = Vec::new();
-            for i in 1.. {
-                match t.raw_get::<Value>(i) {
-                    Ok(Value::Nil) | Err(_) => break,
-                    Ok(v) => out.push(lua_to_reply_at(v, depth + 1)),
-                }
-            }
-            Reply::Array(out)
+            Value::Table(t) => self.table(t, depth),
+            _ => Reply::Nil,
         }
-        _ => Reply::Nil,
+    }
+
+    fn table(&mut self, t: Table, depth: usize) -> Reply {
+        if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+            return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
+        }
+        if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+            return Reply::Status(String::from_utf8_lossy(&s.as_bytes()).into_owned());
+        }
+        // The RESP3 types a script may return, tried in Redis's order; a field of the wrong
+        // Lua type is passed over, as Redis passes it over.
+        if let Ok(Value::Integer(n)) = t.raw_get::<Value>("double") {
+            return typed(
+                Resp3::Double,
+                Reply::Bulk(double_text(n as f64).into_bytes()),
+            );
+        }
+        if let Ok(Value::Number(f)) = t.raw_get::<Value>("double") {
+            return typed(Resp3::Double, Reply::Bulk(double_text(f).into_bytes()));
+        }
+        if let Ok(Value::String(n)) = t.raw_get::<Value>("big_number") {
+            return typed(Resp3::BigNumber, Reply::Bulk(n.as_bytes().to_vec()));
+        }
+        if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
+            if let (Ok(Value::String(format)), Ok(Value::String(text))) =
+                (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
+            {
+                // RESP3 carries the format's first three bytes (a shorter one padded with
+                // spaces, as Redis pads it).
+                let mut f = [b' '; 3];
+                for (d, s) in f.iter_mut().zip(format.as_bytes().iter()) {
+                    *d = *s;
+                }
+                return typed(Resp3::Verbatim(f), Reply::Bulk(text.as_bytes().to_vec()));
+            }
+        }
+        if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
+            let mut flat = Vec::new();
+            for pair in m.pairs::<Value, Value>() {
+                let Ok((k, v)) = pair else { break };
+                flat.push(self.reply(k, depth + 1));
+                flat.push(self.reply(v, depth + 1));
+                if self.left == 0 {
+                    break;
+                }
+            }
+            return typed(Resp3::Map, Reply::Array(flat));
+        }
+        if let Ok(Value::Table(m)) = t.raw_get::<Value>("set") {
+            let mut members = Vec::new();
+            for pair in m.pairs::<Value, Value>() {
+                let Ok((k, _)) = pair else { break };
+                members.push(self.reply(k, depth + 1));
+                if self.left == 0 {
+                    break;
+                }
+            }
+            return typed(Resp3::Set, Reply::Array(members));
+        }
+        let mut out = Vec::new();
+        for i in 1.. {
+            match t.raw_get::<Value>(i) {
+                Ok(Value::Nil) | Err(_) => break,
+                Ok(v) => out.push(self.reply(v, depth + 1)),
+            }
+            if self.left == 0 {
+                break;
+            }
+        }
+        Reply::Array(out)
     }
 }
 
@@ -1120,7 +1160,7 @@ impl Scripts {
             Ok(out)
         });
         match result {
-            Ok((true, v)) => lua_to_reply(v),
+            Ok((true, v)) => lua_to_reply(v, resp3.get()),
             Ok((false, v)) => Reply::Error(error_text(v, Some(label))),
             Err(e) => {
                 self.disarm();

@@ -40,6 +40,9 @@ fn plain3(out: &mut Vec<u8>, r: &Reply) {
                 }
             }
             (Resp3::Double, Reply::Bulk(b)) => double(out, b),
+            (Resp3::Bool, Reply::Int(n)) => {
+                out.extend_from_slice(if *n != 0 { b"#t\r\n" } else { b"#f\r\n" })
+            }
             (Resp3::BigNumber, Reply::Bulk(b)) => {
                 out.push(b'(');
                 out.extend_from_slice(b);

@@ -567,3 +567,25 @@ fn msgpack_and_struct_decoders_survive_any_input() {
     }
     still_answers(&server);
 }
+
+/// A script's reply whose table holds itself in two places doubles at each level of nesting
+/// (2^1000 elements at the depth bound): its conversion, which runs after the script's time
+/// limit, ran for ever and held the executor (every database) while its memory grew. It is
+/// now refused past `LUA_REPLY_ELEMENTS_MAX` elements, and the server answers on.
+#[test]
+fn a_script_reply_that_doubles_at_each_level_is_refused_not_built() {
+    let dir = TempDir::new("lua-reply-doubling");
+    let server = Server::start(dir.path(), &[]);
+    let mut c = server.client();
+    for script in [
+        "local t={} t[1]=t t[2]=t return t",
+        "local t={} t.map={} t.map[t]=t return t",
+    ] {
+        let reply = c.cmd_str(&["EVAL", script, "0"]);
+        assert!(
+            matches!(&reply, Canon::Err(e) if e.contains("elements")),
+            "{script}: {reply:?}"
+        );
+        still_answers(&server);
+    }
+}

@@ -1036,6 +1036,16 @@ fn a_scripts_resp3_types_reach_each_protocol_as_redis_sends_them() {
                 "redis.setresp(3); return redis.call('zscore','z','nobody')",
                 "0",
             ],
+            &[
+                "EVAL",
+                "redis.setresp(3) return {true, false, {map={a=false}}}",
+                "0",
+            ],
+            &[
+                "EVAL",
+                "return {verbatim_string={format='t',string='x'}}",
+                "0",
+            ],
             &["ECHO", "END"],
         ];
         let theirs = raw_replies(&mut Redis::connect(redis.port), script);

@@ -271,6 +271,9 @@ const FUNCTION_CASES: &[&[&str]] = &[
     &["EVAL", "redis.setresp()", "0"],
     &["EVAL", "redis.setresp(2, 3)", "0"],
     &["EVAL", "redis.setresp('x')", "0"],
+    &["EVAL", "redis.setresp(3) return false", "0"],
+    &["EVAL", "redis.setresp(3) return true", "0"],
+    &["EVAL", "redis.setresp(3) return {true, false, {map={a=false}}}", "0"],
     &["EVAL", "cmsgpack.pack = nil", "0"],
     &["EVAL", "struct.x = 1", "0"],
 ];
