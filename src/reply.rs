@@ -80,16 +80,8 @@ impl Reply {
     /// Writes the RESP2 encoding, as a TCP client would receive it.
     pub fn write_resp2(&self, out: &mut Vec<u8>) {
         match self {
-            Reply::Status(s) => {
-                out.push(b'+');
-                out.extend_from_slice(s.as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            Reply::Error(s) => {
-                out.push(b'-');
-                out.extend_from_slice(s.as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
+            Reply::Status(s) => line(out, b'+', s.as_bytes()),
+            Reply::Error(s) => line(out, b'-', s.as_bytes()),
             Reply::Int(i) => {
                 out.push(b':');
                 out.extend_from_slice(i.to_string().as_bytes());
@@ -115,6 +107,22 @@ impl Reply {
             Reply::Typed(t) => t.1.write_resp2(out),
         }
     }
+}
+
+/// A one-line reply (`+status`, `-error`, a RESP3 big number): a CR or LF in its text is
+/// written as a space, as Redis writes it, so that no text can end the line early and
+/// inject a reply of its own.
+pub fn line(out: &mut Vec<u8>, kind: u8, text: &[u8]) {
+    out.push(kind);
+    if text.iter().any(|b| *b == b'\r' || *b == b'\n') {
+        out.extend(
+            text.iter()
+                .map(|b| if matches!(b, b'\r' | b'\n') { b' ' } else { *b }),
+        );
+    } else {
+        out.extend_from_slice(text);
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Redis's standard error texts, in one place so that every command says them the same way.

@@ -835,11 +835,17 @@ impl Conv {
     }
 
     fn table(&mut self, t: Table, depth: usize) -> Reply {
+        // The texts of one-line replies lose their CRs and LFs, as Redis maps them to spaces.
+        let one_line = |b: &[u8]| -> Vec<u8> {
+            b.iter()
+                .map(|c| if matches!(c, b'\r' | b'\n') { b' ' } else { *c })
+                .collect()
+        };
         if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
-            return Reply::Error(String::from_utf8_lossy(&e.as_bytes()).into_owned());
+            return Reply::Error(String::from_utf8_lossy(&one_line(&e.as_bytes())).into_owned());
         }
         if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-            return Reply::Status(String::from_utf8_lossy(&s.as_bytes()).into_owned());
+            return Reply::Status(String::from_utf8_lossy(&one_line(&s.as_bytes())).into_owned());
         }
         // The RESP3 types a script may return, tried in Redis's order; a field of the wrong
         // Lua type is passed over, as Redis passes it over.
@@ -853,7 +859,7 @@ impl Conv {
             return typed(Resp3::Double, Reply::Bulk(double_text(f).into_bytes()));
         }
         if let Ok(Value::String(n)) = t.raw_get::<Value>("big_number") {
-            return typed(Resp3::BigNumber, Reply::Bulk(n.as_bytes().to_vec()));
+            return typed(Resp3::BigNumber, Reply::Bulk(one_line(&n.as_bytes())));
         }
         if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
             if let (Ok(Value::String(format)), Ok(Value::String(text))) =

@@ -43,11 +43,7 @@ fn plain3(out: &mut Vec<u8>, r: &Reply) {
             (Resp3::Bool, Reply::Int(n)) => {
                 out.extend_from_slice(if *n != 0 { b"#t\r\n" } else { b"#f\r\n" })
             }
-            (Resp3::BigNumber, Reply::Bulk(b)) => {
-                out.push(b'(');
-                out.extend_from_slice(b);
-                out.extend_from_slice(b"\r\n");
-            }
+            (Resp3::BigNumber, Reply::Bulk(b)) => crate::reply::line(out, b'(', b),
             (Resp3::Verbatim(format), Reply::Bulk(b)) => {
                 head(out, b'=', b.len() + 4);
                 out.extend_from_slice(format);

@@ -1046,6 +1046,7 @@ fn a_scripts_resp3_types_reach_each_protocol_as_redis_sends_them() {
                 "return {verbatim_string={format='t',string='x'}}",
                 "0",
             ],
+            &["EVAL", "return {big_number='1\\r\\n+OK'}", "0"],
             &["ECHO", "END"],
         ];
         let theirs = raw_replies(&mut Redis::connect(redis.port), script);
@@ -1107,6 +1108,10 @@ fn a_monitor_may_not_touch_the_keyspace_and_client_kill_names_real_users() {
     let s = Server::start(dir.path(), &[]);
     let script: &[&[&str]] = &[
         &["CLIENT", "KILL", "USER", "nobody"],
+        // A CR or LF in a one-line reply's text goes out as a space: no injected reply.
+        &["CLIENT", "KILL", "USER", "x\r\n+OK"],
+        &["EVAL", "return {err='ERR a\\r\\n+OK'}", "0"],
+        &["EVAL", "return {ok='fine\\n:5'}", "0"],
         &["CLIENT", "KILL", "USER", "nobody", "SKIPME", "maybe"],
         &["CLIENT", "KILL", "SKIPME", "maybe", "USER", "nobody"],
         &["CLIENT", "KILL", "USER", "default", "SKIPME", "yes"],
