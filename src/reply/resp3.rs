@@ -36,37 +36,63 @@ pub enum Shape {
     Maps,
 }
 
-/// The RESP3 shape of `args`' reply.
+/// The RESP3 shape of `args`' reply. An option is looked for only where the command takes
+/// options, never among its keys, members or values (a key named `withscores` is a key).
 pub fn shape(args: &[Vec<u8>]) -> Shape {
     let Some(name) = args.first() else {
         return Shape::Plain;
     };
     let name = name.to_ascii_lowercase();
-    let has = |w: &str| {
+    let from = |at: usize, w: &str| {
         args.iter()
-            .skip(1)
+            .skip(at)
             .any(|a| a.eq_ignore_ascii_case(w.as_bytes()))
+    };
+    // ZADD's options come before its first score; a member named INCR is a member.
+    let zadd_incr = || {
+        args.iter()
+            .skip(2)
+            .take_while(|a| {
+                let a = a.to_ascii_lowercase();
+                matches!(
+                    a.as_slice(),
+                    b"nx" | b"xx" | b"gt" | b"lt" | b"ch" | b"incr"
+                )
+            })
+            .any(|a| a.eq_ignore_ascii_case(b"incr"))
+    };
+    // ZUNION, ZINTER, ZDIFF: numkeys, the keys, then the options.
+    let after_keys = || {
+        std::str::from_utf8(args.get(1).map_or(&[][..], |a| a))
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+            .map_or(usize::MAX, |n| n.saturating_add(2))
     };
     match name.as_slice() {
         b"hgetall" => Shape::Map,
         b"config" if args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"get")) => Shape::Map,
         b"smembers" | b"sinter" | b"sunion" | b"sdiff" => Shape::Set,
         b"zscore" | b"zincrby" => Shape::Double,
-        b"zadd" if has("incr") => Shape::Double,
+        b"zadd" if zadd_incr() => Shape::Double,
         b"zmscore" => Shape::Doubles,
-        b"zrange" | b"zrangebyscore" | b"zrevrange" | b"zrevrangebyscore" | b"zrandmember"
-        | b"zunion" | b"zinter" | b"zdiff"
-            if has("withscores") =>
+        // key, start and stop (or min and max) first.
+        b"zrange" | b"zrangebyscore" | b"zrevrange" | b"zrevrangebyscore"
+            if from(4, "withscores") =>
         {
             Shape::ScorePairs
         }
+        b"zrandmember" if args.len() == 4 && args[3].eq_ignore_ascii_case(b"withscores") => {
+            Shape::ScorePairs
+        }
+        b"zunion" | b"zinter" | b"zdiff" if from(after_keys(), "withscores") => Shape::ScorePairs,
         b"zpopmin" | b"zpopmax" if args.len() > 2 => Shape::ScorePairs,
         b"zpopmin" | b"zpopmax" => Shape::MemberScore,
-        b"hrandfield" if has("withvalues") => Shape::Pairs,
+        b"hrandfield" if args.len() == 4 && args[3].eq_ignore_ascii_case(b"withvalues") => {
+            Shape::Pairs
+        }
         b"xread" | b"xreadgroup" => Shape::KeyedMap,
         b"spop" if args.len() > 2 => Shape::Set,
         b"geopos" => Shape::Positions,
-        b"geodist" => Shape::Double,
         b"bzpopmin" | b"bzpopmax" => Shape::KeyMemberScore,
         b"xinfo" => match args.get(1).map(|a| a.to_ascii_lowercase()).as_deref() {
             Some(b"stream") => Shape::XinfoStream,

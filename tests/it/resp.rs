@@ -1097,6 +1097,47 @@ fn xinfo_answers_maps_under_resp3() {
     assert_eq!(ours, theirs);
 }
 
+/// Under RESP3 a reply's shape follows the command's options, never its keys or members: a
+/// sorted set named `withscores` or a hash named `withvalues` answered pairs of a score that
+/// was a member (`,b`, not a double), and a member named `incr` made ZADD answer a double.
+/// GEODIST answers a bulk string, as Redis 7.0 does.
+#[test]
+fn a_key_named_like_an_option_does_not_change_a_replys_shape() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-shape-keys");
+    let s = Server::start(dir.path(), &[]);
+    let script: &[&[&str]] = &[
+        &["HELLO", "3"],
+        &["ZADD", "withscores", "1", "a", "2", "b"],
+        &["ZRANGE", "withscores", "0", "-1"],
+        &["ZRANGE", "withscores", "0", "-1", "WITHSCORES"],
+        &["ZRANGEBYSCORE", "withscores", "-inf", "+inf"],
+        &["ZREVRANGE", "withscores", "0", "-1"],
+        &["ZUNION", "1", "withscores"],
+        &["ZUNION", "1", "withscores", "WITHSCORES"],
+        &["ZADD", "z", "1", "incr"],
+        &["ZADD", "z", "INCR", "2", "incr"],
+        &["HSET", "withvalues", "f", "v"],
+        &["HRANDFIELD", "withvalues", "1"],
+        &["HRANDFIELD", "withvalues", "1", "WITHVALUES"],
+        &[
+            "GEOADD",
+            "g",
+            "13.361389",
+            "38.115556",
+            "m1",
+            "15.087269",
+            "37.502669",
+            "m2",
+        ],
+        &["GEODIST", "g", "m1", "m2"],
+        &["ECHO", "END"],
+    ];
+    let theirs = raw_replies(&mut Redis::connect(redis.port), script);
+    let ours = raw_replies(&mut resp(&s), script);
+    assert_eq!(ours, theirs);
+}
+
 /// A monitoring connection is a replica to Redis: every command that reads or writes the
 /// keyspace (scripts and publishes too) is refused, after the checks of its name and
 /// arity, and the rest still run. CLIENT KILL USER of a user that does not exist is an
