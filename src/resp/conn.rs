@@ -701,9 +701,19 @@ impl Conn {
         if !matches!(
             name.as_slice(),
             b"auth" | b"hello" | b"quit" | b"reset" | b"ping"
-        ) && !self.allowed(&args).await
-        {
-            return Then::Go;
+        ) {
+            if let Err(r) = self.check(&args).await {
+                // A command refused inside MULTI fails the transaction, and a refused EXEC
+                // ends it, as Redis refuses them.
+                if self.multi.is_some() {
+                    self.multi_failed = true;
+                }
+                match r {
+                    Reply::Error(e) => self.refuse(&name, e).await,
+                    other => self.put_plain(other),
+                }
+                return Then::Go;
+            }
         }
         match name.as_slice() {
             b"auth" => self.auth_command(&args).await,
@@ -995,11 +1005,22 @@ impl Conn {
     /// Whether the token may run this command of the connection's own; answers the refusal
     /// when not. The Standard token may run them all without asking the executor.
     async fn allowed(&mut self, args: &[Vec<u8>]) -> bool {
+        match self.check(args).await {
+            Ok(()) => true,
+            Err(r) => {
+                self.put_plain(r);
+                false
+            }
+        }
+    }
+
+    /// Whether this connection's credentials may run `args` now, or the refusal.
+    async fn check(&mut self, args: &[Vec<u8>]) -> Result<(), Reply> {
         let Some(a) = self.auth.clone() else {
-            return false;
+            return Err(Reply::err("NOAUTH Authentication required."));
         };
         if a.access == Access::Full {
-            return true;
+            return Ok(());
         }
         // The Read Only token runs transactions of reads, as /multi-exec does.
         let name = args[0].to_ascii_lowercase();
@@ -1009,7 +1030,7 @@ impl Conn {
                 b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch"
             )
         {
-            return true;
+            return Ok(());
         }
         let (reply, rx) = oneshot::channel();
         self.session(SessionOp::Check {
@@ -1020,15 +1041,8 @@ impl Conn {
         })
         .await;
         match rx.await {
-            Ok(Ok(())) => true,
-            Ok(Err(r)) => {
-                self.put_plain(r);
-                false
-            }
-            Err(_) => {
-                self.put_plain(Reply::err("ERR the server is shutting down"));
-                false
-            }
+            Ok(r) => r,
+            Err(_) => Err(Reply::err("ERR the server is shutting down")),
         }
     }
 
@@ -1074,6 +1088,9 @@ impl Conn {
 
     fn multi_command(&mut self, args: &[Vec<u8>]) {
         if args.len() != 1 {
+            if self.multi.is_some() {
+                self.multi_failed = true;
+            }
             self.put_plain(Reply::Error(crate::reply::errors::wrong_arity("multi")));
         } else if self.multi.is_some() {
             self.put_plain(Reply::err("ERR MULTI calls can not be nested"));
@@ -1086,7 +1103,8 @@ impl Conn {
 
     async fn exec_command(&mut self, args: &[Vec<u8>]) -> Then {
         if args.len() != 1 {
-            self.put_plain(Reply::Error(crate::reply::errors::wrong_arity("exec")));
+            self.refuse(b"exec", crate::reply::errors::wrong_arity("exec"))
+                .await;
             return Then::Go;
         }
         let Some(queued) = self.multi.take() else {
@@ -1173,6 +1191,12 @@ impl Conn {
             .first()
             .map(|n| n.to_ascii_lowercase())
             .unwrap_or_default();
+        // Rights are checked again now, as Redis checks every queued command at EXEC: they
+        // may have changed since it was queued, or an AUTH before it in this EXEC changed
+        // whose they are.
+        if !matches!(name.as_slice(), b"auth" | b"hello") && !self.allowed(args).await {
+            return Then::Go;
+        }
         match name.as_slice() {
             b"select" => self.select(args),
             b"unwatch" => self.put_plain(Reply::ok()),
@@ -1198,6 +1222,10 @@ impl Conn {
 
     async fn discard(&mut self, args: &[Vec<u8>]) {
         if args.len() != 1 {
+            // Refused for its arity, it fails the transaction it was sent in.
+            if self.multi.is_some() {
+                self.multi_failed = true;
+            }
             self.put_plain(Reply::Error(crate::reply::errors::wrong_arity("discard")));
             return;
         }

@@ -1138,6 +1138,70 @@ fn a_key_named_like_an_option_does_not_change_a_replys_shape() {
     assert_eq!(ours, theirs);
 }
 
+/// A transaction's refusals as Redis answers them: an EXEC refused (its arity, its ACL)
+/// answers EXECABORT with the reason and ends the transaction, a DISCARD or MULTI refused for
+/// its arity fails it; and the connection's own commands queued in it are checked again at
+/// EXEC, so an ACL change in between, or an AUTH before them in the same EXEC, holds (before,
+/// a SUBSCRIBE queued while allowed subscribed after its channels were taken away).
+#[test]
+fn a_transactions_refusals_and_its_own_commands_rights_hold_at_exec() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-exec-refusals");
+    let s = Server::start(dir.path(), &[]);
+    let scripts: &[&[&[&str]]] = &[
+        &[
+            &["MULTI"],
+            &["SET", "kk", "1"],
+            &["EXEC", "x"],
+            &["GET", "kk"],
+            &["EXEC"],
+        ],
+        &[&["MULTI"], &["DISCARD", "x"], &["EXEC"]],
+        &[&["MULTI"], &["MULTI", "x"], &["EXEC"]],
+    ];
+    for script in scripts {
+        let run = |r: &mut Redis| -> Vec<Canon> { script.iter().map(|c| r.cmd_str(c)).collect() };
+        let theirs = run(&mut Redis::connect(redis.port));
+        let ours = run(&mut resp(&s));
+        assert_eq!(ours, theirs, "{script:?}");
+    }
+    let mut admin = resp(&s);
+    admin.cmd_str(&[
+        "ACL", "SETUSER", "nx", "on", ">pw", "~*", "+@all", "-exec", "&*",
+    ]);
+    let mut nx = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(nx.cmd_str(&["AUTH", "nx", "pw"]), ok());
+    assert_eq!(nx.cmd_str(&["MULTI"]), ok());
+    assert_eq!(nx.cmd_str(&["SET", "a", "1"]), Canon::s("QUEUED"));
+    assert!(
+        matches!(nx.cmd_str(&["EXEC"]), Canon::Err(e) if e.starts_with("EXECABORT Transaction discarded because of: NOPERM")),
+    );
+    assert_eq!(
+        nx.cmd_str(&["DISCARD"]),
+        Canon::Err("ERR DISCARD without MULTI".into())
+    );
+    // Channels taken away between SUBSCRIBE's queueing and EXEC.
+    admin.cmd_str(&["ACL", "SETUSER", "u", "on", ">pw", "~*", "+@all", "&ch1"]);
+    let mut u = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(u.cmd_str(&["AUTH", "u", "pw"]), ok());
+    assert_eq!(u.cmd_str(&["MULTI"]), ok());
+    assert_eq!(u.cmd_str(&["SUBSCRIBE", "ch1"]), Canon::s("QUEUED"));
+    assert_eq!(
+        admin.cmd_str(&["ACL", "SETUSER", "u", "resetchannels"]),
+        ok()
+    );
+    match u.cmd_str(&["EXEC"]) {
+        Canon::Arr(items) => {
+            assert!(
+                matches!(&items[..], [Canon::Err(e)] if e.starts_with("NOPERM")),
+                "{items:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(u.cmd_str(&["PING"]), Canon::s("PONG"), "not subscribed");
+}
+
 /// A monitoring connection is a replica to Redis: every command that reads or writes the
 /// keyspace (scripts and publishes too) is refused, after the checks of its name and
 /// arity, and the rest still run. CLIENT KILL USER of a user that does not exist is an
