@@ -136,6 +136,12 @@ pub enum Job {
         id: u64,
         more: SubKind,
     },
+    /// A RESP connection's stream `id` writes in RESP3 (or RESP2) from now on (HELLO).
+    Rewire {
+        db: DbId,
+        id: u64,
+        resp3: bool,
+    },
     /// A RESP connection's stream `id` stops hearing some (none named: all).
     UnsubscribeSome {
         db: DbId,
@@ -1264,6 +1270,11 @@ impl Executor {
             Job::SubscribeMore { db, id, more } => {
                 if let Some(p) = self.pubsubs.get_mut(&db) {
                     p.extend(id, more);
+                }
+            }
+            Job::Rewire { db, id, resp3 } => {
+                if let Some(p) = self.pubsubs.get_mut(&db) {
+                    p.rewire(id, resp3);
                 }
             }
             Job::UnsubscribeSome { db, id, less } => {

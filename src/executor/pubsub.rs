@@ -201,6 +201,22 @@ impl PubSub {
     }
 
     /// A RESP connection subscribes to more channels or patterns on its stream `id`.
+    /// A RESP connection changed protocol (HELLO): its stream `id` writes in the new one.
+    pub fn rewire(&mut self, id: u64, resp3: bool) {
+        let to = |w: Wire| match w {
+            Wire::Shard(_) => Wire::Shard(resp3),
+            Wire::Sse => Wire::Sse,
+            _ if resp3 => Wire::Resp3,
+            _ => Wire::Resp2,
+        };
+        if let Some(h) = self.subs.get_mut(&id) {
+            h.wire = to(h.wire);
+        }
+        for m in self.monitors.iter_mut().filter(|m| m.id == id) {
+            m.wire = to(m.wire);
+        }
+    }
+
     pub fn extend(&mut self, id: u64, more: SubKind) {
         let Some(h) = self.subs.get_mut(&id) else {
             return;

@@ -1456,7 +1456,20 @@ impl Conn {
             self.name = String::from_utf8_lossy(&n).into_owned();
         }
         if let Some(v) = version {
-            self.resp3 = v == 3;
+            let was = std::mem::replace(&mut self.resp3, v == 3);
+            // The streams this connection has write in the new protocol from now on.
+            if was != self.resp3 {
+                if let (Some(ev), Some(a)) = (&self.events, &self.auth) {
+                    for id in ev.ids.iter().filter(|id| **id != 0) {
+                        let job = Job::Rewire {
+                            db: a.db,
+                            id: *id,
+                            resp3: self.resp3,
+                        };
+                        let _ = self.l.tx.send(job).await;
+                    }
+                }
+            }
         }
         let pairs = [
             ("server", Reply::bulk("redis")),

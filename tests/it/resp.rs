@@ -868,13 +868,18 @@ fn raw_replies(r: &mut Redis, script: &[&[&str]]) -> String {
         };
         got.push(byte);
     }
-    let text = String::from_utf8_lossy(&got).into_owned();
+    mask_ids(String::from_utf8_lossy(&got).into_owned())
+}
+
+/// `text` with every HELLO reply's connection id masked.
+fn mask_ids(text: String) -> String {
+    let mark = "$2\r\nid\r\n:";
     let mut masked = String::new();
     let mut rest = text.as_str();
-    while let Some(at) = rest.find("$2\r\nid\r\n:") {
-        masked.push_str(&rest[..at]);
-        masked.push_str("$2\r\nid\r\n:N");
-        let after = &rest[at + "$2\r\nid\r\n:".len()..];
+    while let Some(at) = rest.find(mark) {
+        masked.push_str(&rest[..at + mark.len()]);
+        masked.push('N');
+        let after = &rest[at + mark.len()..];
         rest = &after[after.find('\r').unwrap_or(0)..];
     }
     masked.push_str(rest);
@@ -1200,6 +1205,57 @@ fn a_transactions_refusals_and_its_own_commands_rights_hold_at_exec() {
         other => panic!("{other:?}"),
     }
     assert_eq!(u.cmd_str(&["PING"]), Canon::s("PONG"), "not subscribed");
+}
+
+/// A subscriber that changes protocol with HELLO (inside a transaction or, under RESP3, on
+/// its own) hears its messages in the new protocol: before, a RESP3 client got RESP2 arrays
+/// it took for replies, and a RESP2 one RESP3 pushes.
+#[test]
+fn a_subscriber_hears_in_the_protocol_it_changed_to() {
+    let Some(redis) = redis_or_skip() else { return };
+    let dir = TempDir::new("resp-rewire");
+    let s = Server::start(dir.path(), &[]);
+    let frame = |c: &[&str]| -> Vec<u8> {
+        let mut out = format!("*{}\r\n", c.len()).into_bytes();
+        for a in c {
+            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        out
+    };
+    // What the subscriber reads: the commands' replies up to the marker, then the message.
+    let run = |sub: &mut Redis, publisher: &mut Redis, cmds: &[&[&str]], marker: &str| -> String {
+        let mut bytes = Vec::new();
+        for c in cmds {
+            bytes.extend(frame(c));
+        }
+        // PING, which a RESP2 subscriber may send too.
+        bytes.extend(frame(&["PING", marker]));
+        sub.send_raw(&bytes);
+        let mut got = Vec::new();
+        let end = format!("{marker}\r\n");
+        while !got.ends_with(end.as_bytes()) {
+            got.push(sub.read_byte().expect("open"));
+        }
+        publisher.cmd_str(&["PUBLISH", "c", "m1"]);
+        while !got.ends_with(b"m1\r\n") {
+            got.push(sub.read_byte().expect("open"));
+        }
+        mask_ids(String::from_utf8_lossy(&got).into_owned())
+    };
+    let cases: &[&[&[&str]]] = &[
+        &[&["MULTI"], &["SUBSCRIBE", "c"], &["HELLO", "3"], &["EXEC"]],
+        &[&["HELLO", "3"], &["SUBSCRIBE", "c"], &["HELLO", "2"]],
+    ];
+    for cmds in cases {
+        let theirs = run(
+            &mut Redis::connect(redis.port),
+            &mut Redis::connect(redis.port),
+            cmds,
+            "MARK",
+        );
+        let ours = run(&mut resp(&s), &mut resp(&s), cmds, "MARK");
+        assert_eq!(ours, theirs, "{cmds:?}");
+    }
 }
 
 /// A monitoring connection is a replica to Redis: every command that reads or writes the
