@@ -34,6 +34,12 @@ pub enum Shape {
     XinfoStream,
     /// An array of flat pairs, as an array of maps (XINFO GROUPS, XINFO CONSUMERS).
     Maps,
+    /// `[key, [[member, score], ...]]`, the scores as doubles (ZMPOP, BZMPOP).
+    KeyScorePairs,
+    /// GEOSEARCH's and GEORADIUS's items: each item's coordinates as doubles (WITHCOORD).
+    GeoItems,
+    /// A bulk string of text, as a verbatim string (`txt`): INFO.
+    Verbatim,
 }
 
 /// The RESP3 shape of `args`' reply. An option is looked for only where the command takes
@@ -94,6 +100,19 @@ pub fn shape(args: &[Vec<u8>]) -> Shape {
         b"spop" if args.len() > 2 => Shape::Set,
         b"geopos" => Shape::Positions,
         b"bzpopmin" | b"bzpopmax" => Shape::KeyMemberScore,
+        b"zmpop" | b"bzmpop" => Shape::KeyScorePairs,
+        b"geosearch"
+        | b"georadius"
+        | b"georadius_ro"
+        | b"georadiusbymember"
+        | b"georadiusbymember_ro"
+            if from(2, "withcoord") =>
+        {
+            Shape::GeoItems
+        }
+        // LCS key1 key2 [LEN] [IDX] ...: a map of the matches and the length.
+        b"lcs" if from(3, "idx") => Shape::Map,
+        b"info" => Shape::Verbatim,
         b"xinfo" => match args.get(1).map(|a| a.to_ascii_lowercase()).as_deref() {
             Some(b"stream") => Shape::XinfoStream,
             Some(b"groups" | b"consumers") => Shape::Maps,
@@ -173,6 +192,43 @@ pub fn typed(r: &Reply, shape: Shape) -> std::borrow::Cow<'_, Reply> {
             info_map(items, Level::Stream)
         }
         (Shape::Maps, Reply::Array(items)) => info_maps(items, Level::Leaf),
+        (Shape::KeyScorePairs, Reply::Array(items)) if items.len() == 2 => match &items[1] {
+            Reply::Array(pairs) => Reply::Array(vec![
+                items[0].clone(),
+                Reply::Array(
+                    pairs
+                        .iter()
+                        .map(|p| match p {
+                            Reply::Array(ms) if ms.len() == 2 => {
+                                Reply::Array(vec![ms[0].clone(), as_double(&ms[1])])
+                            }
+                            other => other.clone(),
+                        })
+                        .collect(),
+                ),
+            ]),
+            _ => return Cow::Borrowed(r),
+        },
+        (Shape::GeoItems, Reply::Array(items)) => Reply::Array(
+            items
+                .iter()
+                .map(|i| match i {
+                    Reply::Array(parts) => Reply::Array(
+                        parts
+                            .iter()
+                            .map(|p| match p {
+                                Reply::Array(ll) if ll.len() == 2 => {
+                                    Reply::Array(ll.iter().map(as_double).collect())
+                                }
+                                other => other.clone(),
+                            })
+                            .collect(),
+                    ),
+                    other => other.clone(),
+                })
+                .collect(),
+        ),
+        (Shape::Verbatim, Reply::Bulk(_)) => tag(Resp3::Verbatim(*b"txt"), r.clone()),
         _ => return Cow::Borrowed(r),
     })
 }

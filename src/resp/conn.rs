@@ -1715,7 +1715,7 @@ impl Conn {
             }
             b"info" if arity(2) => {
                 self.show();
-                Reply::bulk(format!("{}\n", self.me.line(Instant::now())))
+                verbatim(format!("{}\n", self.me.line(Instant::now())))
             }
             b"list" => {
                 self.show();
@@ -1773,7 +1773,7 @@ impl Conn {
                     text.push_str(&c.line(now));
                     text.push('\n');
                 }
-                Reply::bulk(text)
+                verbatim(text)
             }
             b"kill" if args.len() >= 3 => return self.client_kill(args).await,
             b"unblock" if args.len() == 3 || args.len() == 4 => {
@@ -1982,6 +1982,14 @@ const CLIENT_HELP: &[&str] = &[
     "HELP",
     "    Print this help.",
 ];
+
+/// Text that RESP3 sends as a verbatim string (`txt`), as Redis sends CLIENT INFO and LIST.
+fn verbatim(text: String) -> Reply {
+    Reply::Typed(Box::new((
+        crate::reply::Resp3::Verbatim(*b"txt"),
+        Reply::bulk(text),
+    )))
+}
 
 /// Redis's rule for CLIENT SETNAME: no spaces, newlines or special characters.
 fn valid_name(n: &[u8]) -> Result<(), Reply> {

@@ -1105,7 +1105,7 @@ fn xinfo_answers_maps_under_resp3() {
 /// Under RESP3 a reply's shape follows the command's options, never its keys or members: a
 /// sorted set named `withscores` or a hash named `withvalues` answered pairs of a score that
 /// was a member (`,b`, not a double), and a member named `incr` made ZADD answer a double.
-/// GEODIST answers a bulk string, as Redis 7.0 does.
+/// GEODIST answers a bulk string, as Redis 7.0 does; and the shapes a review found missing.
 #[test]
 fn a_key_named_like_an_option_does_not_change_a_replys_shape() {
     let Some(redis) = redis_or_skip() else { return };
@@ -1136,11 +1136,75 @@ fn a_key_named_like_an_option_does_not_change_a_replys_shape() {
             "m2",
         ],
         &["GEODIST", "g", "m1", "m2"],
+        // And the shapes the review found missing: ZMPOP's and BZMPOP's scores are doubles,
+        // GEOSEARCH's coordinates too (its distance stays a bulk string), LCS IDX a map.
+        &["ZADD", "z1", "1.5", "a", "2", "b"],
+        &["ZMPOP", "1", "z1", "MIN", "COUNT", "2"],
+        &["ZADD", "z2", "3", "c"],
+        &["BZMPOP", "0", "1", "z2", "MAX"],
+        &[
+            "GEOSEARCH",
+            "g",
+            "FROMLONLAT",
+            "15",
+            "37",
+            "BYRADIUS",
+            "200",
+            "km",
+            "ASC",
+            "WITHCOORD",
+            "WITHDIST",
+            "WITHHASH",
+        ],
+        &["GEORADIUS", "g", "15", "37", "200", "km", "ASC", "WITHDIST"],
+        &["SET", "s1", "ohmytext"],
+        &["SET", "s2", "mynewtext"],
+        &["LCS", "s1", "s2", "IDX", "MINMATCHLEN", "4", "WITHMATCHLEN"],
+        &["LCS", "s1", "s2", "LEN"],
         &["ECHO", "END"],
     ];
     let theirs = raw_replies(&mut Redis::connect(redis.port), script);
     let ours = raw_replies(&mut resp(&s), script);
     assert_eq!(ours, theirs);
+    // INFO, CLIENT INFO and CLIENT LIST are verbatim text under RESP3 (their contents are
+    // the server's own), and bulk strings under RESP2.
+    let mut r = resp(&s);
+    for (proto, kind) in [("3", b'='), ("2", b'$')] {
+        r.send_raw(format!("*2\r\n$5\r\nHELLO\r\n$1\r\n{proto}\r\n").as_bytes());
+        // HELLO's reply ends with its (empty) modules.
+        let mut hello = Vec::new();
+        while !hello.ends_with(b"modules\r\n*0\r\n") {
+            hello.push(r.read_byte().expect("HELLO's reply"));
+        }
+        for cmd in [
+            &["INFO", "server"][..],
+            &["CLIENT", "INFO"],
+            &["CLIENT", "LIST"],
+        ] {
+            let mut out = format!("*{}\r\n", cmd.len());
+            for a in cmd {
+                out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            }
+            r.send_raw(out.as_bytes());
+            let first = r.read_byte().expect("a reply");
+            assert_eq!(first, kind, "{cmd:?} under RESP{proto}");
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                line.push(r.read_byte().expect("its length"));
+            }
+            let len: usize = String::from_utf8_lossy(&line)
+                .trim()
+                .parse()
+                .expect("a length");
+            let mut body = vec![0u8; len + 2];
+            for b in body.iter_mut() {
+                *b = r.read_byte().expect("its body");
+            }
+            if kind == b'=' {
+                assert!(body.starts_with(b"txt:"), "{cmd:?}");
+            }
+        }
+    }
 }
 
 /// A transaction's refusals as Redis answers them: an EXEC refused (its arity, its ACL)
