@@ -312,7 +312,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         let node = match &cfg.cluster {
             None => None,
-            Some(c) => Some(start_node(c, &cluster_dir, &ex, cluster_role.clone(), kept).await?),
+            Some(c) => Some(start_node(c, addr, &cluster_dir, &ex, cluster_role.clone(), kept).await?),
         };
         if let Some(cut) = &ex.report.cut_tail {
             crate::log::line(&format!("warning: {cut}"));
@@ -410,6 +410,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         app.url = url.clone();
         app.cluster = node.as_ref().map(|(n, members)| http::ClusterHandle {
             node_id: n.id,
+            network: crate::cluster::network::Network::new(
+                cfg.cluster.as_ref().map_or("", |c| c.secret.as_str()),
+            ),
             raft: n.raft.clone(),
             role: cluster_role.clone(),
             members: members.clone(),
@@ -475,6 +478,7 @@ type Members = std::collections::BTreeMap<u64, openraft::BasicNode>;
 /// watcher of its role; the node and the members `--peers` names with it.
 async fn start_node(
     c: &crate::config::ClusterConfig,
+    http_addr: std::net::SocketAddr,
     cluster_dir: &Path,
     ex: &executor::ExecutorHandle,
     role: Arc<crate::executor::cluster::Role>,
@@ -496,6 +500,7 @@ async fn start_node(
         listen: &listen,
         secret: &c.secret,
         config,
+        local_http: Some(http_addr),
     };
     let node = crate::cluster::Node::start(
         at,

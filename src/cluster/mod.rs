@@ -88,6 +88,8 @@ pub struct Start<'a> {
     pub listen: &'a str,
     pub secret: &'a str,
     pub config: openraft::Config,
+    /// This node's own HTTP listener, where requests its followers relay go.
+    pub local_http: Option<std::net::SocketAddr>,
 }
 
 /// A running node: its Raft handle, its state machine, and the task serving its peers.
@@ -116,6 +118,7 @@ impl<A: state_machine::Applier> Node<A> {
             listen,
             secret,
             config,
+            local_http,
         } = at;
         let log = log_store::LogStore::open(dir).map_err(|e| format!("the cluster log: {e}"))?;
         let state = state_machine::StateMachine::new(dir, applier, kept);
@@ -139,6 +142,7 @@ impl<A: state_machine::Applier> Node<A> {
             secret.into(),
             stopped,
             forward,
+            local_http,
         ));
         Ok(Node {
             id,

@@ -34,6 +34,37 @@ pub type Forward = Arc<
         + Sync,
 >;
 
+/// An HTTP request a follower hands its leader whole (the delivery and admin APIs' writes),
+/// and the leader's answer to it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Relayed {
+    /// The method; for an answer, empty.
+    pub method: String,
+    /// Path and query; for an answer, empty.
+    pub target: String,
+    /// The status of an answer (0 in a request).
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    #[serde(with = "serde_bytes")]
+    pub body: Vec<u8>,
+}
+
+/// Headers that belong to one connection, not to the request it carries.
+fn hop_by_hop(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "upgrade"
+            | "te"
+            | "trailer"
+            | "host"
+            | "content-length"
+    )
+}
+
 /// Opens a client per peer (reqwest keeps its connections).
 #[derive(Clone)]
 pub struct Network {
@@ -55,6 +86,31 @@ impl Network {
 }
 
 impl Network {
+    /// Hands an HTTP request to the node whose cluster listener is at `addr`; its answer.
+    pub async fn relay(&self, addr: &str, req: &Relayed) -> Result<Relayed, String> {
+        let body = rmp_serde::to_vec_named(req).map_err(|e| e.to_string())?;
+        let sent = self
+            .client
+            .post(format!("http://{addr}/raft/http"))
+            .bearer_auth(&*self.secret)
+            .timeout(std::time::Duration::from_millis(
+                config::CLUSTER_FORWARD_TIMEOUT_MS,
+            ))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = sent.status();
+        let bytes = sent.bytes().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "{addr} answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            ));
+        }
+        rmp_serde::from_slice(&bytes).map_err(|e| format!("the leader's answer does not read: {e}"))
+    }
+
     /// Sends a forwarded request to the node whose cluster listener is at `addr`; its answer.
     pub async fn forward(&self, addr: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let sent = self
@@ -205,6 +261,7 @@ pub async fn handle(
     raft: &Raft<TypeConfig>,
     secret: &str,
     forward: Option<&Forward>,
+    local_http: Option<std::net::SocketAddr>,
 ) -> Response<Full<Bytes>> {
     if req.method() != hyper::Method::POST {
         return refuse(
@@ -254,6 +311,14 @@ pub async fn handle(
             Ok(m) => answer(&raft.install_snapshot(m).await),
             Err(r) => r,
         },
+        "/raft/http" => match (local_http, decode::<Relayed>(&body)) {
+            (Some(local), Ok(r)) => match relay_locally(local, r).await {
+                Ok(a) => answer(&a),
+                Err(e) => refuse(StatusCode::BAD_GATEWAY, &e),
+            },
+            (None, _) => refuse(StatusCode::NOT_FOUND, "this node relays no HTTP requests"),
+            (_, Err(r)) => r,
+        },
         "/raft/exec" => match forward {
             Some(f) => match f(body.to_vec()).await {
                 Ok(b) => reply(StatusCode::OK, b, false),
@@ -276,6 +341,7 @@ pub async fn serve(
     secret: Arc<str>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     forward: Option<Forward>,
+    local_http: Option<std::net::SocketAddr>,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -293,7 +359,11 @@ pub async fn serve(
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let (raft, secret, forward) = (raft.clone(), secret.clone(), forward.clone());
-                async move { Ok::<_, Infallible>(handle(req, &raft, &secret, forward.as_ref()).await) }
+                async move {
+                    Ok::<_, Infallible>(
+                        handle(req, &raft, &secret, forward.as_ref(), local_http).await,
+                    )
+                }
             });
             let io = hyper_util::rt::TokioIo::new(stream);
             let conn = hyper::server::conn::http1::Builder::new()
@@ -305,4 +375,52 @@ pub async fn serve(
             }
         });
     }
+}
+
+/// A relayed request sent to this node's own HTTP listener, as its client sent it to the
+/// follower; the answer as it came.
+async fn relay_locally(local: std::net::SocketAddr, r: Relayed) -> Result<Relayed, String> {
+    if !r.target.starts_with('/') {
+        return Err("a relayed request's target is a path".into());
+    }
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let method = reqwest::Method::from_bytes(r.method.as_bytes()).map_err(|e| e.to_string())?;
+    let mut req = client
+        .request(method, format!("http://{local}{}", r.target))
+        .timeout(std::time::Duration::from_millis(
+            config::CLUSTER_FORWARD_TIMEOUT_MS,
+        ));
+    for (k, v) in &r.headers {
+        if !hop_by_hop(k) {
+            req = req.header(k.as_str(), v.as_str());
+        }
+    }
+    let resp = req.body(r.body).send().await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .filter(|(k, _)| !hop_by_hop(k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    let body = resp.bytes().await.map_err(|e| e.to_string())?.to_vec();
+    Ok(Relayed {
+        method: String::new(),
+        target: String::new(),
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The headers of a request to relay, without those of its connection.
+pub fn relayable_headers(h: &hyper::HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .filter(|(k, _)| !hop_by_hop(k.as_str()))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
 }

@@ -94,10 +94,93 @@ impl ClusterHandle {
     }
 }
 
+/// Whether a follower relays a request to its leader: a write of the delivery API or of the
+/// admin API's databases (key-value writes go to the leader through the executor; the
+/// cluster's own admin routes answer here).
+fn relays(method: &Method, path: &str) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return false;
+    }
+    let databases = format!("{}/databases", config::ADMIN_PREFIX);
+    path.starts_with("/v2/") || path == databases || path.starts_with(&format!("{databases}/"))
+}
+
+/// Relays a request to the leader over the cluster listener and answers what it answered.
+async fn relay(req: Request<Incoming>, app: &App, c: &ClusterHandle) -> Response<Body> {
+    let refused = |status: StatusCode, why: String| {
+        let mut r = Response::new(Body::Full(Some(Bytes::from(
+            serde_json::json!({ "error": why }).to_string(),
+        ))));
+        *r.status_mut() = status;
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r
+    };
+    let unavailable = |why: String| refused(StatusCode::SERVICE_UNAVAILABLE, why);
+    let Some(addr) = c.role.leader_addr.read().ok().and_then(|a| a.clone()) else {
+        return unavailable(format!("ERR {}", c.role.refusal()));
+    };
+    let (parts, body) = req.into_parts();
+    let max = app.qstash.as_ref().map_or(app.request_bytes_max, |q| {
+        q.message_bytes_max.max(app.request_bytes_max)
+    });
+    let body = match body::read(body, max).await {
+        Ok(b) => b.to_vec(),
+        Err(e) => {
+            let (status, why) = match e {
+                body::BodyError::TooLarge(m) => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("it is larger than {m} bytes"),
+                ),
+                body::BodyError::TooSlow => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    "it came too slowly".to_string(),
+                ),
+                body::BodyError::Broken(e) => (StatusCode::BAD_REQUEST, e),
+            };
+            return refused(
+                status,
+                format!("ERR the request's body could not be read: {why}"),
+            );
+        }
+    };
+    let request = crate::cluster::network::Relayed {
+        method: parts.method.to_string(),
+        target: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_string(), |p| p.to_string()),
+        status: 0,
+        headers: crate::cluster::network::relayable_headers(&parts.headers),
+        body,
+    };
+    match c.network.relay(&addr, &request).await {
+        Ok(answer) => {
+            let mut r = Response::new(Body::Full(Some(Bytes::from(answer.body))));
+            *r.status_mut() =
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            for (k, v) in answer.headers {
+                if let (Ok(k), Ok(v)) = (
+                    hyper::header::HeaderName::from_bytes(k.as_bytes()),
+                    HeaderValue::from_str(&v),
+                ) {
+                    r.headers_mut().append(k, v);
+                }
+            }
+            r
+        }
+        Err(e) => unavailable(format!(
+            "ERR this node is a follower and could not reach the leader at {addr}: {e}"
+        )),
+    }
+}
+
 /// What the HTTP side holds of a cluster node: its Raft handle, its role and the members
 /// `--peers` names (with itself), for `/_admin/cluster/...`.
 pub struct ClusterHandle {
     pub node_id: u64,
+    /// The way to the leader, for the requests a follower relays.
+    pub network: crate::cluster::network::Network,
     pub raft: openraft::Raft<crate::cluster::TypeConfig>,
     pub role: Arc<crate::executor::cluster::Role>,
     pub members: std::collections::BTreeMap<u64, openraft::BasicNode>,
@@ -648,6 +731,12 @@ async fn route_request(
     let p = req.uri().path();
     if req.method() == Method::GET && p == "/metrics" {
         return metrics(&req, app, peer).await;
+    }
+    // A follower hands the delivery and admin APIs' writes to its leader whole.
+    if let Some(c) = &app.cluster {
+        if relays(req.method(), p) && !c.role.leading() {
+            return relay(req, app, c).await;
+        }
     }
     if p == "/v2" || p.starts_with("/v2/") {
         return qstash::handle(req, app, peer).await;

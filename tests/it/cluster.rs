@@ -71,6 +71,7 @@ async fn start(id: NodeId, dir: &Path, listen: &str, snapshot_every: u64, keep: 
         listen,
         secret: SECRET,
         config,
+        local_http: None,
     };
     Node::start(at, owned, kept, None)
         .await
@@ -414,8 +415,8 @@ fn eventually(s: &Server, cmd: &[&str], want: Canon) {
 
 /// Three server processes on loopback form a cluster (`--node-id`, `--cluster-listen`,
 /// `--peers`, `POST /_admin/cluster/init`): the leader takes every kind of write, the
-/// followers serve them to readers over REST and RESP, forward REST writes to the leader and
-/// refuse RESP writes naming it, a
+/// followers serve them to readers over REST and RESP, forward REST writes and relay the
+/// delivery and admin APIs' writes to the leader and refuse RESP writes naming it, a
 /// database created on the leader opens on a follower with its token, and when the leader is
 /// killed the other two elect one that goes on; the killed node comes back on its directory
 /// and catches up.
@@ -533,6 +534,47 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
             "{refused:?}"
         );
+    }
+    // A follower relays the delivery and admin APIs' writes to the leader whole, and
+    // answers their reads itself once it has applied them.
+    let creds: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dirs[0].path().join("credentials.json")).expect("credentials"),
+    )
+    .expect("JSON");
+    let qstash = creds["qstash_token"].as_str().expect("QStash token");
+    let fi = (li + 1) % 3;
+    let follower = servers[fi].as_ref().expect("follower");
+    let group = Http::connect(&follower.addr, qstash).post(
+        "/v2/topics/grp/endpoints",
+        br#"{"endpoints":[{"url":"http://127.0.0.1:9/x"}]}"#,
+    );
+    assert_eq!(
+        group.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&group.body)
+    );
+    let three =
+        Http::connect(&follower.addr, ADMIN).post("/_admin/databases", br#"{"name":"three"}"#);
+    assert_eq!(
+        three.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&three.body)
+    );
+    let listed = Http::connect(&leader.addr, ADMIN).get("/_admin/databases/three");
+    assert_eq!(listed.status, 200);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let g = Http::connect(&follower.addr, qstash).get("/v2/topics/grp");
+        if g.status == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the URL group never reached the follower"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
     // /readyz and /metrics say who leads and whether this node takes writes.
     for (i, s) in servers.iter().enumerate() {
