@@ -31,6 +31,8 @@ pub struct Role {
     pub leader: RwLock<String>,
     /// The leader's cluster address, where a follower forwards a write.
     pub leader_addr: RwLock<Option<String>>,
+    /// The other members' cluster addresses, where a publish goes too.
+    pub peers: RwLock<Vec<String>>,
 }
 
 impl Role {
@@ -75,11 +77,51 @@ pub enum ClusterJob {
         proposer: mpsc::UnboundedSender<Proposal>,
         network: crate::cluster::network::Network,
     },
+    /// Another node's publishes, for this node's subscribers (not sent on again).
+    Publish { items: Vec<Published> },
+}
+
+/// One PUBLISH or SPUBLISH, as a node sends it to the others: publishes are not logged, so
+/// without this a subscriber hears only what was published on its own node (Redis Cluster
+/// broadcasts a publish to every node likewise).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Published {
+    db: crate::state::databases::DbId,
+    shard: bool,
+    channel: serde_bytes::ByteBuf,
+    message: serde_bytes::ByteBuf,
+}
+
+impl Published {
+    pub fn new(
+        db: crate::state::databases::DbId,
+        shard: bool,
+        channel: &[u8],
+        message: &[u8],
+    ) -> Published {
+        Published {
+            db,
+            shard,
+            channel: serde_bytes::ByteBuf::from(channel.to_vec()),
+            message: serde_bytes::ByteBuf::from(message.to_vec()),
+        }
+    }
+}
+
+/// What one node's executor sends another's over `/raft/exec`.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum ToExecutor {
+    /// A follower's REST request, for its leader.
+    Exec(Forwarded),
+    /// Publishes, for the node's subscribers.
+    Publish(Vec<Published>),
 }
 
 /// The executor's cluster side.
 pub struct Link {
     pub role: Arc<Role>,
+    /// This request's publishes, for the other nodes' subscribers.
+    pub outbox: Vec<Published>,
     proposer: Option<mpsc::UnboundedSender<Proposal>>,
     /// How a follower reaches the leader with a forwarded request.
     network: Option<crate::cluster::network::Network>,
@@ -91,6 +133,7 @@ impl Link {
     pub fn new(role: Arc<Role>) -> Link {
         Link {
             role,
+            outbox: Vec::new(),
             proposer: None,
             network: None,
             proposed: VecDeque::new(),
@@ -203,9 +246,19 @@ pub async fn follow_role(
                     .map(|n| n.addr.clone())
                     .or_else(|| peers.get(&id).cloned())
             });
-            (leading, leader, addr)
+            let others: Vec<String> = m
+                .membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != m.id)
+                .map(|(_, n)| n.addr.clone())
+                .collect();
+            (leading, leader, addr, others)
         };
-        let (leading, leader, addr) = leading;
+        let (leading, leader, addr, others) = leading;
+        if let Ok(mut p) = role.peers.write() {
+            *p = others;
+        }
         role.leading.store(leading, Ordering::Release);
         if let Ok(mut l) = role.leader.write() {
             *l = leader.unwrap_or_default();
@@ -234,6 +287,17 @@ impl Executor {
                 if let Some(c) = &mut self.cluster {
                     c.proposer = Some(proposer);
                     c.network = Some(network);
+                }
+            }
+            ClusterJob::Publish { items } => {
+                for p in items {
+                    if let Some(ps) = self.pubsubs.get_mut(&p.db) {
+                        if p.shard {
+                            ps.publish_shard(&p.channel, &p.message);
+                        } else {
+                            ps.publish(&p.channel, &p.message);
+                        }
+                    }
                 }
             }
             ClusterJob::Apply { batch, reply } => {
@@ -419,8 +483,17 @@ pub fn forward_handler(tx: mpsc::Sender<Job>, role: Arc<Role>) -> crate::cluster
     Arc::new(move |body: Vec<u8>| {
         let (tx, role) = (tx.clone(), role.clone());
         Box::pin(async move {
-            let f: Forwarded = rmp_serde::from_slice(&body)
-                .map_err(|e| format!("not a forwarded request: {e}"))?;
+            let f = match rmp_serde::from_slice::<ToExecutor>(&body)
+                .map_err(|e| format!("not a message for the executor: {e}"))?
+            {
+                ToExecutor::Exec(f) => f,
+                ToExecutor::Publish(items) => {
+                    tx.send(Job::Cluster(ClusterJob::Publish { items }))
+                        .await
+                        .map_err(|_| "the executor has stopped".to_string())?;
+                    return Ok(Vec::new());
+                }
+            };
             let answer = if !role.leading() {
                 ForwardedAnswer {
                     replies: Err(format!("ERR {}", role.refusal())),
@@ -481,6 +554,30 @@ impl Executor {
         Some((c.network.clone()?, addr))
     }
 
+    /// Sends this request's publishes to every other member, for their subscribers (best
+    /// effort, as a publish is: a node that does not answer misses them).
+    pub(super) fn broadcast_published(&mut self) {
+        let Some(c) = &mut self.cluster else {
+            return;
+        };
+        if c.outbox.is_empty() {
+            return;
+        }
+        let items = std::mem::take(&mut c.outbox);
+        let (Some(net), Ok(peers)) = (c.network.clone(), c.role.peers.read()) else {
+            return;
+        };
+        let Ok(body) = rmp_serde::to_vec_named(&ToExecutor::Publish(items)) else {
+            return;
+        };
+        for addr in peers.iter() {
+            let (net, body, addr) = (net.clone(), body.clone(), addr.clone());
+            tokio::spawn(async move {
+                let _ = net.forward(&addr, body).await;
+            });
+        }
+    }
+
     /// Sends a REST request to the leader; its answer goes to `reply` as the leader gave it.
     pub(super) fn forward(
         &self,
@@ -508,7 +605,7 @@ impl Executor {
         };
         let (net, addr) = to;
         tokio::spawn(async move {
-            let answer = match rmp_serde::to_vec_named(&f) {
+            let answer = match rmp_serde::to_vec_named(&ToExecutor::Exec(f)) {
                 Ok(body) => match net.forward(&addr, body).await {
                     Ok(bytes) => rmp_serde::from_slice::<ForwardedAnswer>(&bytes)
                         .map_err(|e| format!("the leader's answer does not read: {e}")),

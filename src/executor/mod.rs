@@ -1531,8 +1531,10 @@ impl Executor {
             listen_port,
             snapshots,
             limits,
+            cluster,
             ..
         } = self;
+        let published = cluster.as_mut().map(|c| &mut c.outbox);
         let machine::Parts { dbs, rng, .. } = machine.parts();
         let in_use = crate::alloc::in_use();
         let memory_full = self.memory_bytes_max.is_some_and(|max| in_use > max);
@@ -1563,6 +1565,7 @@ impl Executor {
             snapshot_asked: None,
             memory_max: self.memory_bytes_max.unwrap_or(0),
             retry,
+            published,
         };
         let mut ctx = Ctx::new(
             db,
@@ -1589,6 +1592,7 @@ impl Executor {
             self.shares.ran(db_id, ended.duration_since(began));
         }
         let asked = around.snapshot_asked;
+        self.broadcast_published();
         // At a past point only reads run; what they change (hash fields whose time has passed
         // leave before a read sees them) is a view of that moment, not a record.
         if !logged.is_empty() && self.read_only.is_none() {
@@ -1861,6 +1865,8 @@ struct Around<'a> {
     /// A blocked command tried again after a write: it was counted and shown to MONITOR
     /// when it was sent, and is neither again.
     retry: bool,
+    /// A cluster node's publishes, for its peers' subscribers (`cluster`).
+    published: Option<&'a mut Vec<cluster::Published>>,
 }
 
 impl Around<'_> {
@@ -1913,9 +1919,15 @@ impl Server for Around<'_> {
         }
     }
     fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
+        if let Some(out) = self.published.as_deref_mut() {
+            out.push(cluster::Published::new(self.db, false, channel, message));
+        }
         self.pubsub.publish(channel, message)
     }
     fn publish_shard(&mut self, channel: &[u8], message: &[u8]) -> i64 {
+        if let Some(out) = self.published.as_deref_mut() {
+            out.push(cluster::Published::new(self.db, true, channel, message));
+        }
         self.pubsub.publish_shard(channel, message)
     }
     fn shard_channels(&self) -> Vec<Vec<u8>> {

@@ -370,6 +370,10 @@ fn node_flags(i: usize, ports: &[u16; 3]) -> Vec<String> {
     ]
 }
 
+fn ok_canon() -> Canon {
+    Canon::s("OK")
+}
+
 fn serve_node(dir: &Path, i: usize, ports: &[u16; 3]) -> Server {
     let flags = node_flags(i, ports);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -535,6 +539,37 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             "{refused:?}"
         );
     }
+    // A publish on any node reaches the subscribers of every node (publishes are not
+    // logged: each node sends its own to the others).
+    let fi = (li + 1) % 3;
+    let other = (li + 2) % 3;
+    let mut sub = Redis::connect_addr(
+        servers[fi]
+            .as_ref()
+            .expect("node")
+            .resp_addr
+            .as_deref()
+            .expect("RESP"),
+    );
+    assert_eq!(sub.cmd_str(&["AUTH", TOKEN]), ok_canon());
+    sub.send_raw(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nnews\r\n");
+    assert!(sub.read().is_some(), "the subscription's confirmation");
+    for (from, text) in [(li, "from the leader"), (other, "from a follower")] {
+        let n = servers[from]
+            .as_ref()
+            .expect("node")
+            .client()
+            .cmd_str(&["PUBLISH", "news", text]);
+        assert!(matches!(n, Canon::Int(_)), "{n:?}");
+        assert_eq!(
+            sub.read(),
+            Some(Canon::Arr(vec![
+                Canon::s("message"),
+                Canon::s("news"),
+                Canon::s(text)
+            ])),
+        );
+    }
     // A follower relays the delivery and admin APIs' writes to the leader whole, and
     // answers their reads itself once it has applied them.
     let creds: serde_json::Value = serde_json::from_slice(
@@ -542,7 +577,6 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
     )
     .expect("JSON");
     let qstash = creds["qstash_token"].as_str().expect("QStash token");
-    let fi = (li + 1) % 3;
     let follower = servers[fi].as_ref().expect("follower");
     let group = Http::connect(&follower.addr, qstash).post(
         "/v2/topics/grp/endpoints",
