@@ -477,6 +477,16 @@ pub(super) fn writes(cmds: &[Vec<Vec<u8>>]) -> bool {
         })
 }
 
+/// Whether any of these commands may block (BLPOP, XREAD with BLOCK, ...).
+pub(super) fn blocks(cmds: &[Vec<Vec<u8>>]) -> bool {
+    cmds.iter().any(|c| {
+        matches!(
+            crate::command::table::global().lookup(c),
+            crate::command::table::Lookup::Found(info) if info.blocking
+        )
+    })
+}
+
 /// The leader's side of `/raft/exec`: the request runs here as a REST request would, unless
 /// this node does not lead (then it is refused: a forwarded request is never forwarded again).
 pub fn forward_handler(tx: mpsc::Sender<Job>, role: Arc<Role>) -> crate::cluster::network::Forward {

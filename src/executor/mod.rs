@@ -1213,8 +1213,12 @@ impl Executor {
                 reply,
                 connection,
             } => {
-                // A follower sends a REST request that writes to its leader.
-                if connection.is_none() {
+                // A follower sends a request that writes to its leader: a REST one, or a RESP
+                // one that needs nothing of its connection (no transaction, whose WATCH lives
+                // here, and no blocking command, which waits here).
+                let resp_alone =
+                    connection.is_some() && mode == ExecMode::Each && !cluster::blocks(&cmds);
+                if connection.is_none() || resp_alone {
                     if let Some(to) = self.forward_target(&cmds) {
                         return self.forward(to, db, cmds, mode, access, reply);
                     }

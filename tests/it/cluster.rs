@@ -419,8 +419,9 @@ fn eventually(s: &Server, cmd: &[&str], want: Canon) {
 
 /// Three server processes on loopback form a cluster (`--node-id`, `--cluster-listen`,
 /// `--peers`, `POST /_admin/cluster/init`): the leader takes every kind of write, the
-/// followers serve them to readers over REST and RESP, forward REST writes and relay the
-/// delivery and admin APIs' writes to the leader and refuse RESP writes naming it, a
+/// followers serve them to readers over REST and RESP, forward writes (REST, and RESP's but
+/// for blocking ones and transactions) and relay the delivery and admin APIs' writes to the
+/// leader, a
 /// database created on the leader opens on a follower with its token, and when the leader is
 /// killed the other two elect one that goes on; the killed node comes back on its directory
 /// and catches up.
@@ -529,11 +530,21 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             format!(r#"["GET","{key}-t"]"#).as_bytes(),
         );
         assert_eq!(String::from_utf8_lossy(&read.body), r#"{"result":"2"}"#);
-        // Over RESP a follower answers reads and refuses writes, naming the leader.
+        // Over RESP a follower answers reads and forwards writes too, but for those that
+        // need the connection (a blocking command waits on its node), which it refuses naming
+        // the leader.
         let mut r = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
         assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
         assert_eq!(r.cmd_str(&["GET", "n"]), Canon::s("1"));
-        let refused = r.cmd_str(&["SET", "x", "y"]);
+        assert_eq!(
+            r.cmd_str(&["SET", &format!("{key}-resp"), "y"]),
+            Canon::s("OK")
+        );
+        assert_eq!(
+            leader.client().cmd_str(&["GET", &format!("{key}-resp")]),
+            Canon::s("y")
+        );
+        let refused = r.cmd_str(&["BLPOP", "nothing", "1"]);
         assert!(
             matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
             "{refused:?}"
