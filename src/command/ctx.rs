@@ -150,6 +150,21 @@ pub struct Facts {
     pub snapshots: SnapshotFacts,
     /// This database's usage over the days kept (`INFO commandstats`, `INFO stats`).
     pub usage: crate::state::databases::DayUsage,
+    /// A cluster node's place in its cluster (`INFO replication`); None: a single server.
+    pub cluster: Option<ClusterFacts>,
+}
+
+/// What `INFO replication` says of a cluster node.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterFacts {
+    pub node_id: u64,
+    /// This node leads and takes writes.
+    pub leading: bool,
+    /// The leader's id (0: none known).
+    pub leader: u64,
+    pub term: u64,
+    /// The other members' cluster addresses.
+    pub peers: Vec<String>,
 }
 
 /// What INFO persistence reports about snapshots.

@@ -278,6 +278,25 @@ pub fn info(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
             f.usage.commands, f.usage.requests, f.commands_processed
         ));
     }
+    if want("replication") {
+        // A single server is a master without replicas; a cluster node a master while it
+        // leads, a replica (`slave`, as Redis 7.0 says) otherwise, with its cluster's view.
+        match &f.cluster {
+            None => out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n"),
+            Some(c) => {
+                let role = if c.leading { "master" } else { "slave" };
+                out.push_str(&format!(
+                    "# Replication\r\nrole:{role}\r\nconnected_slaves:{}\r\nmaster_repl_offset:{}\r\ntidepool_cluster_node_id:{}\r\ntidepool_cluster_leader_id:{}\r\ntidepool_cluster_term:{}\r\ntidepool_cluster_peers:{}\r\n\r\n",
+                    if c.leading { c.peers.len() } else { 0 },
+                    f.log_durable_seq,
+                    c.node_id,
+                    c.leader,
+                    c.term,
+                    c.peers.join(","),
+                ));
+            }
+        }
+    }
     // Not in the default set, as in Redis: asked for by name, or with `all`/`everything`.
     if wanted
         .iter()

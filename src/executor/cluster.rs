@@ -33,6 +33,23 @@ pub struct Role {
     pub leader_addr: RwLock<Option<String>>,
     /// The other members' cluster addresses, where a publish goes too.
     pub peers: RwLock<Vec<String>>,
+    /// This node's id, the leader's (0: none known) and the term, for `INFO replication`.
+    pub node_id: std::sync::atomic::AtomicU64,
+    pub leader_id: std::sync::atomic::AtomicU64,
+    pub term: std::sync::atomic::AtomicU64,
+}
+
+impl Role {
+    /// What `INFO replication` says of this node.
+    pub fn facts(&self) -> crate::command::ctx::ClusterFacts {
+        crate::command::ctx::ClusterFacts {
+            node_id: self.node_id.load(Ordering::Relaxed),
+            leading: self.leading(),
+            leader: self.leader_id.load(Ordering::Relaxed),
+            term: self.term.load(Ordering::Relaxed),
+            peers: self.peers.read().map(|p| p.clone()).unwrap_or_default(),
+        }
+    }
 }
 
 impl Role {
@@ -256,6 +273,13 @@ pub async fn follow_role(
             (leading, leader, addr, others)
         };
         let (leading, leader, addr, others) = leading;
+        {
+            let m = metrics.borrow();
+            role.node_id.store(m.id, Ordering::Relaxed);
+            role.leader_id
+                .store(m.current_leader.unwrap_or(0), Ordering::Relaxed);
+            role.term.store(m.current_term, Ordering::Relaxed);
+        }
         if let Ok(mut p) = role.peers.write() {
             *p = others;
         }

@@ -1538,7 +1538,10 @@ impl Executor {
             cluster,
             ..
         } = self;
-        let published = cluster.as_mut().map(|c| &mut c.outbox);
+        let (published, role) = match cluster.as_mut() {
+            Some(c) => (Some(&mut c.outbox), Some(&*c.role)),
+            None => (None, None),
+        };
         let machine::Parts { dbs, rng, .. } = machine.parts();
         let in_use = crate::alloc::in_use();
         let memory_full = self.memory_bytes_max.is_some_and(|max| in_use > max);
@@ -1570,6 +1573,7 @@ impl Executor {
             memory_max: self.memory_bytes_max.unwrap_or(0),
             retry,
             published,
+            role,
         };
         let mut ctx = Ctx::new(
             db,
@@ -1871,6 +1875,8 @@ struct Around<'a> {
     retry: bool,
     /// A cluster node's publishes, for its peers' subscribers (`cluster`).
     published: Option<&'a mut Vec<cluster::Published>>,
+    /// A cluster node's role (`INFO replication`).
+    role: Option<&'a cluster::Role>,
 }
 
 impl Around<'_> {
@@ -1959,6 +1965,7 @@ impl Server for Around<'_> {
             log_durable_seq: self.shared.log.durable_seq.load(Ordering::SeqCst),
             log_syncs: self.shared.log.syncs.load(Ordering::Relaxed),
             log_writable: self.refusal.is_none(),
+            cluster: self.role.map(cluster::Role::facts),
             monitors: self.pubsub.monitor_count(),
             subscribers: self.pubsub.subscriber_count(),
             commands_processed: *self.commands_processed,

@@ -621,9 +621,20 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // /readyz and /metrics say who leads and whether this node takes writes.
+    // /readyz, /metrics and INFO replication say who leads and whether this node takes
+    // writes.
     for (i, s) in servers.iter().enumerate() {
         let s = s.as_ref().expect("node");
+        let Canon::Str(info) = s.client().cmd_str(&["INFO", "replication"]) else {
+            panic!("INFO answers text");
+        };
+        let info = String::from_utf8_lossy(&info).into_owned();
+        let role = if i == li { "role:master" } else { "role:slave" };
+        assert!(info.contains(role), "{info}");
+        assert!(
+            info.contains(&format!("tidepool_cluster_leader_id:{}", li + 1)),
+            "{info}"
+        );
         let ready = Http::connect(&s.addr, "").get("/readyz");
         let ready: serde_json::Value = serde_json::from_slice(&ready.body).expect("JSON");
         assert_eq!(ready["writable"], i == li, "node {}: {ready}", i + 1);
