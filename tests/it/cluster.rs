@@ -701,3 +701,238 @@ fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
     .unwrap_or_default();
     assert!(err.contains("single server"), "{err}");
 }
+
+/// Three hosts in network namespaces: each node has a cluster interface on one bridge and a
+/// client interface on another, so a test can cut a node off from its peers while its
+/// clients still reach it. Removed on drop.
+struct Hosts {
+    tag: String,
+    /// The first two octets of the two subnets: cluster `10.n.0.0/24`, clients `10.n.1.0/24`.
+    net: u8,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+impl Hosts {
+    /// Three namespaces, or None when this machine cannot make them (not root) and
+    /// TIDEPOOL_SKIP_NETNS=1 says so; CI runs as root.
+    fn make() -> Option<Hosts> {
+        let pid = std::process::id();
+        let h = Hosts {
+            tag: format!("tp{:04x}", pid & 0xffff),
+            net: 100 + (pid % 100) as u8,
+        };
+        match h.build() {
+            Ok(()) => Some(h),
+            Err(e) if std::env::var("TIDEPOOL_SKIP_NETNS").as_deref() == Ok("1") => {
+                eprintln!(
+                    "skipping: cannot make network namespaces ({e}) and TIDEPOOL_SKIP_NETNS=1"
+                );
+                None
+            }
+            Err(e) => panic!(
+                "cannot make network namespaces ({e}): run as root, or set TIDEPOOL_SKIP_NETNS=1"
+            ),
+        }
+    }
+
+    fn ns(&self, i: usize) -> String {
+        format!("{}n{i}", self.tag)
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let (t, n) = (&self.tag, self.net);
+        for (br, addr) in [
+            (format!("{t}c"), None),
+            (format!("{t}h"), Some(format!("10.{n}.1.254/24"))),
+        ] {
+            ip(&["link", "add", &br, "type", "bridge"])?;
+            if let Some(a) = addr {
+                ip(&["addr", "add", &a, "dev", &br])?;
+            }
+            ip(&["link", "set", &br, "up"])?;
+        }
+        for i in 1..=3 {
+            let ns = self.ns(i);
+            ip(&["netns", "add", &ns])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            for (side, sub, inner) in [("c", 0, "c0"), ("h", 1, "h0")] {
+                let outer = format!("{t}{side}{i}");
+                ip(&[
+                    "link", "add", &outer, "type", "veth", "peer", "name", inner, "netns", &ns,
+                ])?;
+                ip(&["link", "set", &outer, "master", &format!("{t}{side}")])?;
+                ip(&["link", "set", &outer, "up"])?;
+                ip(&[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("10.{n}.{sub}.{i}/24"),
+                    "dev",
+                    inner,
+                ])?;
+                ip(&["-n", &ns, "link", "set", inner, "up"])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts node `i` off from its peers (its clients still reach it), or joins it again.
+    fn partition(&self, i: usize, cut: bool) {
+        let link = format!("{}c{i}", self.tag);
+        ip(&["link", "set", &link, if cut { "down" } else { "up" }]).expect("partition");
+    }
+
+    fn cluster_addr(&self, i: usize) -> String {
+        format!("10.{}.0.{i}:7001", self.net)
+    }
+
+    fn http_addr(&self, i: usize) -> String {
+        format!("10.{}.1.{i}:8079", self.net)
+    }
+
+    /// Node `i` (1-based) on its host.
+    fn serve(&self, i: usize, dir: &Path) -> Server {
+        let peers: Vec<String> = (1..=3)
+            .filter(|j| *j != i)
+            .map(|j| format!("{j}={}", self.cluster_addr(j)))
+            .collect();
+        let (listen, cluster, peers, id) = (
+            self.http_addr(i),
+            self.cluster_addr(i),
+            peers.join(","),
+            i.to_string(),
+        );
+        let ns = self.ns(i);
+        Server::try_start_under(
+            &["ip", "netns", "exec", &ns],
+            dir,
+            &[
+                "--listen",
+                &listen,
+                "--admin-token",
+                ADMIN,
+                "--node-id",
+                &id,
+                "--cluster-listen",
+                &cluster,
+                "--peers",
+                &peers,
+                "--cluster-secret",
+                SECRET,
+            ],
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("node {i}: {e}"))
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for i in 1..=3 {
+            let _ = ip(&["netns", "del", &self.ns(i)]);
+        }
+        for br in ["c", "h"] {
+            let _ = ip(&["link", "del", &format!("{}{br}", self.tag)]);
+        }
+    }
+}
+
+/// A leader cut off from its peers (network namespaces, its cluster link down) is replaced
+/// by the other two, which go on taking writes. A write sent to the old leader meanwhile is
+/// never acknowledged: when the partition heals, it learns it was deposed, answers the write
+/// with an error and refuses everything until restarted; restarted, it rebuilds from the
+/// cluster and holds what the cluster holds, without that write.
+#[test]
+fn a_partitioned_leader_is_replaced_and_its_unacknowledged_write_is_not_kept() {
+    let Some(hosts) = Hosts::make() else { return };
+    let dirs = [
+        TempDir::new("cluster-p1"),
+        TempDir::new("cluster-p2"),
+        TempDir::new("cluster-p3"),
+    ];
+    let first = hosts.serve(1, dirs[0].path());
+    for d in &dirs[1..] {
+        std::fs::copy(
+            dirs[0].path().join("credentials.json"),
+            d.path().join("credentials.json"),
+        )
+        .expect("copy credentials");
+    }
+    let mut servers = [
+        Some(first),
+        Some(hosts.serve(2, dirs[1].path())),
+        Some(hosts.serve(3, dirs[2].path())),
+    ];
+    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
+        .post("/_admin/cluster/init", b"");
+    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
+    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let old = servers[li].as_ref().expect("leader");
+    assert_eq!(
+        old.client().cmd_str(&["SET", "before", "1"]),
+        Canon::s("OK")
+    );
+    hosts.partition(li + 1, true);
+    // The old leader's clients still reach it; a write there cannot commit.
+    let old_addr = old.addr.clone();
+    let stuck =
+        std::thread::spawn(move || Http::connect(&old_addr, TOKEN).cmd_str(&["SET", "lost", "1"]));
+    let others: Vec<Option<&Server>> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| if i == li { None } else { s.as_ref() })
+        .collect();
+    let l2 = leader_among(&others);
+    let new = servers[l2].as_ref().expect("new leader");
+    assert_eq!(
+        new.client().cmd_str(&["SET", "during", "2"]),
+        Canon::s("OK")
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !stuck.is_finished(),
+        "the cut-off leader acknowledged a write it could not commit"
+    );
+    hosts.partition(li + 1, false);
+    let answer = stuck.join().expect("the stuck write");
+    assert!(
+        answer.is_err(),
+        "the deposed leader's write was answered {answer:?}"
+    );
+    let ready = Http::connect(&servers[li].as_ref().expect("old").addr, "").get("/readyz");
+    assert_eq!(
+        ready.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&ready.body)
+    );
+    // Restarted, it rebuilds from the cluster: the other nodes' write, not its own.
+    servers[li].take().expect("old").kill9();
+    let back = hosts.serve(li + 1, dirs[li].path());
+    eventually(&back, &["GET", "during"], Canon::s("2"));
+    assert_eq!(back.client().cmd_str(&["GET", "lost"]), Canon::Nil);
+    assert_eq!(back.client().cmd_str(&["GET", "before"]), Canon::s("1"));
+    assert_eq!(
+        servers[l2]
+            .as_ref()
+            .expect("leader")
+            .client()
+            .cmd_str(&["GET", "lost"]),
+        Canon::Nil
+    );
+}
