@@ -643,6 +643,13 @@ pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
 /// How long a cluster node holds a request whose `upstash-sync-token` it has not applied yet
 /// before it answers 503.
 pub const CLUSTER_SYNC_WAIT_MS: u64 = 5_000;
+/// A cluster message signed further than this from the receiving node's clock is refused
+/// (the nodes' clocks must agree within it).
+pub const CLUSTER_AUTH_SKEW_MS: u64 = 60_000;
+/// The signed messages' nonces a node remembers to refuse a replay within the skew; past
+/// this many, those older than the skew are forgotten, and if none is, messages are refused
+/// until some are.
+pub const CLUSTER_AUTH_NONCES_MAX: usize = 1_000_000;
 /// How long a follower waits for the leader's answer to a request it forwarded.
 pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).

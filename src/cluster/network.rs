@@ -1,8 +1,12 @@
 //! Raft's messages between nodes: HTTP/1.1 on the cluster listener, one `POST` per message
 //! (`/raft/append`, `/raft/vote`, `/raft/snapshot`), the body MessagePack of openraft's own
-//! message and the answer MessagePack of its `Result`. Every request carries the cluster's
-//! secret as a bearer token; a request without it, too large, or not a message is refused
-//! with a status and a JSON `{"error": ...}` and reaches openraft never.
+//! message and the answer MessagePack of its `Result`; and what a follower hands its leader
+//! (`/raft/exec`, `/raft/http`). Every request is signed with the cluster's secret, which
+//! never travels: `Authorization: TidepoolCluster <ms>.<nonce>.<signature>`, the signature
+//! an HMAC-SHA256 of the method, the path, the time, the nonce and the body's SHA-256. A
+//! request signed more than `CLUSTER_AUTH_SKEW_MS` from this node's clock, or whose nonce
+//! was seen already (a replay), or not signed with the secret, too large, or not a message,
+//! is refused with a status and a JSON `{"error": ...}` and reaches openraft never.
 
 use super::{NodeId, TypeConfig};
 use crate::config;
@@ -72,7 +76,117 @@ pub struct Network {
     secret: Arc<str>,
 }
 
+/// The `Authorization` value of a request: signed with `secret` at `now_ms` with `nonce`.
+pub fn sign(
+    secret: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    now_ms: u64,
+    nonce: u64,
+) -> String {
+    format!(
+        "TidepoolCluster {now_ms}.{nonce:016x}.{}",
+        signature(secret, method, path, body, now_ms, nonce)
+    )
+}
+
+fn signature(
+    secret: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    at_ms: u64,
+    nonce: u64,
+) -> String {
+    use hmac::{KeyInit, Mac};
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(body);
+    let Ok(mut m) = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()) else {
+        return String::new();
+    };
+    m.update(format!("{method}\n{path}\n{at_ms}\n{nonce:016x}\n").as_bytes());
+    m.update(&digest);
+    m.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The nonces of the requests accepted within the allowed skew, to refuse a replay.
+#[derive(Default)]
+pub struct Seen {
+    nonces: std::collections::HashMap<u64, u64>,
+}
+
+impl Seen {
+    /// Whether `nonce` is new (and so is kept until `at_ms` is past the window).
+    fn first(&mut self, nonce: u64, at_ms: u64, now_ms: u64) -> bool {
+        if self.nonces.len() >= config::CLUSTER_AUTH_NONCES_MAX {
+            self.nonces
+                .retain(|_, at| now_ms.saturating_sub(*at) <= config::CLUSTER_AUTH_SKEW_MS);
+            if self.nonces.len() >= config::CLUSTER_AUTH_NONCES_MAX {
+                return false;
+            }
+        }
+        self.nonces.insert(nonce, at_ms).is_none()
+    }
+}
+
+/// Whether `header` is a valid signature of this request by a holder of `secret`.
+fn verified(
+    secret: &str,
+    header: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    seen: &std::sync::Mutex<Seen>,
+) -> Result<(), &'static str> {
+    let mut parts = header
+        .strip_prefix("TidepoolCluster ")
+        .ok_or("the request is not signed")?
+        .splitn(3, '.');
+    let (Some(at), Some(nonce), Some(sig)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("the signature is malformed");
+    };
+    let at: u64 = at.parse().map_err(|_| "the signature is malformed")?;
+    let nonce = u64::from_str_radix(nonce, 16).map_err(|_| "the signature is malformed")?;
+    let now = crate::clock::wall_unix_ms();
+    if now.abs_diff(at) > config::CLUSTER_AUTH_SKEW_MS {
+        return Err("the request was signed too long ago, or by a clock too far from this one's");
+    }
+    let want = signature(secret, method, path, body, at, nonce);
+    if want.is_empty() || !crate::secret::ct_eq(want.as_bytes(), sig.as_bytes()) {
+        return Err("the request is not signed with the cluster's secret");
+    }
+    let mut seen = seen.lock().map_err(|_| "the listener's lock is poisoned")?;
+    if !seen.first(nonce, at, now) {
+        return Err("the request was sent before (a replay)");
+    }
+    Ok(())
+}
+
+/// A new nonce for a request.
+fn nonce() -> u64 {
+    crate::secret::random_bytes::<8>()
+        .map(u64::from_le_bytes)
+        .unwrap_or_else(|_| crate::clock::wall_unix_us())
+}
+
 impl Network {
+    /// The `Authorization` value of a POST of `body` to `path`.
+    fn authorization(&self, path: &str, body: &[u8]) -> String {
+        sign(
+            &self.secret,
+            "POST",
+            path,
+            body,
+            crate::clock::wall_unix_ms(),
+            nonce(),
+        )
+    }
+
     pub fn new(secret: &str) -> Network {
         Network {
             client: reqwest::Client::builder()
@@ -92,7 +206,10 @@ impl Network {
         let sent = self
             .client
             .post(format!("http://{addr}/raft/http"))
-            .bearer_auth(&*self.secret)
+            .header(
+                hyper::header::AUTHORIZATION,
+                self.authorization("/raft/http", &body),
+            )
             .timeout(std::time::Duration::from_millis(
                 config::CLUSTER_FORWARD_TIMEOUT_MS,
             ))
@@ -116,7 +233,10 @@ impl Network {
         let sent = self
             .client
             .post(format!("http://{addr}/raft/exec"))
-            .bearer_auth(&*self.secret)
+            .header(
+                hyper::header::AUTHORIZATION,
+                self.authorization("/raft/exec", &body),
+            )
             .timeout(std::time::Duration::from_millis(
                 config::CLUSTER_FORWARD_TIMEOUT_MS,
             ))
@@ -171,7 +291,10 @@ impl Peer {
             .net
             .client
             .post(format!("http://{}/raft/{path}", self.addr))
-            .bearer_auth(&*self.net.secret)
+            .header(
+                hyper::header::AUTHORIZATION,
+                self.net.authorization(&format!("/raft/{path}"), &body),
+            )
             .timeout(option.hard_ttl())
             .body(body)
             .send()
@@ -262,6 +385,7 @@ pub async fn handle(
     secret: &str,
     forward: Option<&Forward>,
     local_http: Option<std::net::SocketAddr>,
+    seen: &std::sync::Mutex<Seen>,
 ) -> Response<Full<Bytes>> {
     if req.method() != hyper::Method::POST {
         return refuse(
@@ -273,13 +397,11 @@ pub async fn handle(
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !crate::secret::ct_eq(given.as_bytes(), secret.as_bytes()) {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "the cluster secret is missing or wrong",
-        );
+        .unwrap_or("")
+        .to_string();
+    // An unsigned request is refused before its body is read.
+    if !given.starts_with("TidepoolCluster ") {
+        return refuse(StatusCode::UNAUTHORIZED, "the request is not signed");
     }
     let path = req.uri().path().to_string();
     let body = match Limited::new(req.into_body(), config::CLUSTER_MESSAGE_BYTES_MAX)
@@ -294,6 +416,9 @@ pub async fn handle(
             )
         }
     };
+    if let Err(why) = verified(secret, &given, "POST", &path, &body, seen) {
+        return refuse(StatusCode::UNAUTHORIZED, why);
+    }
     fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, Response<Full<Bytes>>> {
         rmp_serde::from_slice(b)
             .map_err(|e| refuse(StatusCode::BAD_REQUEST, &format!("not a Raft message: {e}")))
@@ -343,6 +468,7 @@ pub async fn serve(
     forward: Option<Forward>,
     local_http: Option<std::net::SocketAddr>,
 ) {
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -355,13 +481,14 @@ pub async fn serve(
         };
         stream.set_nodelay(true).ok();
         let (raft, secret, mut stop) = (raft.clone(), secret.clone(), stop.clone());
-        let forward = forward.clone();
+        let (forward, seen) = (forward.clone(), seen.clone());
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
-                let (raft, secret, forward) = (raft.clone(), secret.clone(), forward.clone());
+                let (raft, secret, forward, seen) =
+                    (raft.clone(), secret.clone(), forward.clone(), seen.clone());
                 async move {
                     Ok::<_, Infallible>(
-                        handle(req, &raft, &secret, forward.as_ref(), local_http).await,
+                        handle(req, &raft, &secret, forward.as_ref(), local_http, &seen).await,
                     )
                 }
             });

@@ -310,29 +310,68 @@ fn the_cluster_listener_refuses_what_is_not_a_peers_message() {
             .build()
             .expect("client");
         let url = |p: &str| format!("http://{}{p}", node.addr);
-        let no_secret = c
-            .post(url("/raft/vote"))
-            .body("x")
-            .send()
-            .await
-            .expect("send");
-        assert_eq!(no_secret.status(), 401);
+        use tidepool::cluster::network::sign;
+        let now = || tidepool::clock::wall_unix_ms();
+        // Unsigned, with the secret itself as a bearer token (it never travels), signed with
+        // another secret, signed too long ago: refused.
+        for auth in [
+            None,
+            Some(format!("Bearer {SECRET}")),
+            Some(sign(
+                "another-secret-0123456789",
+                "POST",
+                "/raft/vote",
+                b"x",
+                now(),
+                1,
+            )),
+            Some(sign(
+                SECRET,
+                "POST",
+                "/raft/vote",
+                b"x",
+                now() - 3_600_000,
+                2,
+            )),
+            Some(sign(SECRET, "POST", "/raft/append", b"x", now(), 3)),
+        ] {
+            let mut r = c.post(url("/raft/vote")).body("x");
+            if let Some(a) = &auth {
+                r = r.header("authorization", a);
+            }
+            let r = r.send().await.expect("send");
+            assert_eq!(r.status(), 401, "{auth:?}");
+        }
+        let body = vec![0xc1u8; 64];
+        let signed = sign(SECRET, "POST", "/raft/append", &body, now(), 4);
         let garbage = c
             .post(url("/raft/append"))
-            .bearer_auth(SECRET)
-            .body(vec![0xc1u8; 64])
+            .header("authorization", &signed)
+            .body(body.clone())
             .send()
             .await
             .expect("send");
         assert_eq!(garbage.status(), 400);
-        let body: serde_json::Value =
+        let answer: serde_json::Value =
             serde_json::from_slice(&garbage.bytes().await.expect("body")).expect("json");
-        assert!(body["error"]
+        assert!(answer["error"]
             .as_str()
             .is_some_and(|e| e.contains("not a Raft message")));
+        // The same signed request again is a replay.
+        let replay = c
+            .post(url("/raft/append"))
+            .header("authorization", &signed)
+            .body(body)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(replay.status(), 401);
         let nowhere = c
             .post(url("/raft/x"))
-            .bearer_auth(SECRET)
+            .header(
+                "authorization",
+                sign(SECRET, "POST", "/raft/x", b"", now(), 5),
+            )
             .send()
             .await
             .expect("send");
