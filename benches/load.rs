@@ -15,6 +15,7 @@
 //!
 //!     target/release/tidepool-bench --memory [--only NAME]
 //!     target/release/tidepool-bench --resp [--rounds N]
+//!     target/release/tidepool-bench --cluster [--rounds N] [--seconds N]
 //!
 //!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
 //!
@@ -36,6 +37,7 @@
 //! SETs (commands/s). Prints Markdown tables for docs/performance.md.
 
 mod ceiling;
+mod cluster;
 mod delivery;
 mod instructions;
 mod memory;
@@ -764,6 +766,9 @@ struct Cli {
     /// The RESP listener against redis-server with redis-benchmark, and idle connections
     #[arg(long, group = "form")]
     resp: bool,
+    /// Three cluster nodes against one: durable SET, a follower's GET, the failover time
+    #[arg(long, group = "form")]
+    cluster: bool,
     /// Serve the bare-hyper ceiling on this port (the load form starts it itself)
     #[arg(long, value_name = "PORT", hide = true)]
     ceiling_server: Option<u16>,
@@ -855,6 +860,11 @@ fn run() -> Result<(), String> {
     }
     if cli.replay {
         let r = replay(&bin, &tmp, cli.commands, cli.singles);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    if cli.cluster {
+        let r = cluster::run(&bin, &tmp, rounds.max(3), seconds, conns);
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }

@@ -418,6 +418,12 @@ impl Serve {
             config::RESP_IDLE_TIMEOUT_MS,
             false,
         )?;
+        // How often a cluster node snapshots (entries; the tests shorten it).
+        let cluster_snapshot_every = env_ms(
+            "TIDEPOOL_CLUSTER_SNAPSHOT_EVERY",
+            config::CLUSTER_SNAPSHOT_EVERY_ENTRIES,
+            false,
+        )?;
         let console_rebuild_ms = env_ms(
             "TIDEPOOL_CONSOLE_REBUILD_MS",
             config::CONSOLE_REBUILD_MS_MAX,
@@ -582,7 +588,10 @@ impl Serve {
             listen,
             resp_listen,
             resp_tls,
-            cluster,
+            cluster: cluster.map(|c| config::ClusterConfig {
+                snapshot_every: cluster_snapshot_every,
+                ..c
+            }),
             data_dir: PathBuf::from(data),
             token,
             read_only_token: ro,

@@ -675,6 +675,8 @@ pub struct ClusterConfig {
     /// The other nodes' ids and cluster addresses.
     pub peers: Vec<(u64, String)>,
     pub secret: String,
+    /// A snapshot every this many entries (`CLUSTER_SNAPSHOT_EVERY_ENTRIES`).
+    pub snapshot_every: u64,
 }
 
 /// The cluster flags, checked together: all of them or none but `--peers`.
@@ -729,5 +731,6 @@ pub fn cluster(
         listen,
         peers: out,
         secret,
+        snapshot_every: CLUSTER_SNAPSHOT_EVERY_ENTRIES,
     }))
 }

@@ -491,7 +491,7 @@ async fn start_node(
     String,
 > {
     use crate::executor::cluster;
-    let config = crate::cluster::raft_config(crate::config::CLUSTER_SNAPSHOT_EVERY_ENTRIES)?;
+    let config = crate::cluster::raft_config(c.snapshot_every)?;
     let applier = cluster::ExecutorApplier { tx: ex.tx.clone() };
     let listen = c.listen.to_string();
     let at = crate::cluster::Start {

@@ -121,7 +121,7 @@ impl<A: state_machine::Applier> Node<A> {
             local_http,
         } = at;
         let log = log_store::LogStore::open(dir).map_err(|e| format!("the cluster log: {e}"))?;
-        let state = state_machine::StateMachine::new(dir, applier, kept);
+        let state = state_machine::StateMachine::new(dir, applier, kept, log.clone());
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| format!("cannot listen on {listen}: {e}"))?;

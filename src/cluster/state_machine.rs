@@ -9,6 +9,7 @@ use super::{Batch, NodeId, Outcome, TypeConfig};
 use crate::machine::{Machine, Position};
 use crate::wal::format::{read_frame, FrameRead};
 use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::RaftLogReader;
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta,
     StorageError, StorageIOError, StoredMembership,
@@ -27,8 +28,6 @@ pub trait Applier: Clone + Send + Sync + 'static {
     /// Applies the batch's records that the state has not applied yet (a leader's executor
     /// applied its own before proposing them); the sequence number of the last record applied.
     fn apply(&self, batch: Batch) -> impl std::future::Future<Output = Result<u64, String>> + Send;
-    /// The state's snapshot image (`log-format.md`, "Snapshots").
-    fn image(&self) -> impl std::future::Future<Output = Result<Vec<u8>, String>> + Send;
     /// Replaces the state with an image's.
     fn install(
         &self,
@@ -66,17 +65,6 @@ impl Applier for Owned {
         Ok(m.position().seq)
     }
 
-    async fn image(&self) -> Result<Vec<u8>, String> {
-        let m = self
-            .0
-            .lock()
-            .map_err(|_| "the state's lock is poisoned".to_string())?;
-        let mut image = Vec::new();
-        m.write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
-            .map_err(|e| e.to_string())?;
-        Ok(image)
-    }
-
     async fn install(&self, image: Vec<u8>) -> Result<(), String> {
         let fresh = machine_of(&image)?;
         let mut m = self
@@ -101,6 +89,8 @@ struct Inner {
 pub struct StateMachine<A: Applier> {
     inner: Arc<Mutex<Inner>>,
     applier: A,
+    /// The cluster's log, whose committed entries a snapshot is built from.
+    log: super::log_store::LogStore,
 }
 
 impl<A: Applier> Clone for StateMachine<A> {
@@ -108,6 +98,7 @@ impl<A: Applier> Clone for StateMachine<A> {
         StateMachine {
             inner: self.inner.clone(),
             applier: self.applier.clone(),
+            log: self.log.clone(),
         }
     }
 }
@@ -183,7 +174,12 @@ pub fn kept_snapshot(dir: &Path) -> io::Result<Option<(Meta, Vec<u8>)>> {
 impl<A: Applier> StateMachine<A> {
     /// The state machine of the node whose cluster files are in `dir`, applying to `applier`,
     /// whose state is already `kept`'s (the snapshot the node kept) or empty.
-    pub fn new(dir: &Path, applier: A, kept: Option<(Meta, Vec<u8>)>) -> StateMachine<A> {
+    pub fn new(
+        dir: &Path,
+        applier: A,
+        kept: Option<(Meta, Vec<u8>)>,
+        log: super::log_store::LogStore,
+    ) -> StateMachine<A> {
         let mut inner = Inner {
             last_applied: None,
             membership: StoredMembership::default(),
@@ -199,6 +195,7 @@ impl<A: Applier> StateMachine<A> {
         StateMachine {
             inner: Arc::new(Mutex::new(inner)),
             applier,
+            log,
         }
     }
 
@@ -215,19 +212,44 @@ impl<A: Applier> StateMachine<A> {
 }
 
 impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
+    /// The state at the last entry applied, rebuilt apart from the live one: the snapshot
+    /// this node holds, then the committed entries after it from the cluster's log. A
+    /// leader's live state runs ahead of the commit (it applies a batch before proposing it),
+    /// so its image could hold records that never commit; this one cannot.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        // The applied id first: the image is taken after it, so it holds at least as much
-        // (an entry applied meanwhile is applied again after an install, as a no-op).
-        let (last, membership, built, dir) = {
+        let (last, membership, built, dir, base) = {
             let mut g = self.lock()?;
             g.built += 1;
-            (g.last_applied, g.membership.clone(), g.built, g.dir.clone())
+            (
+                g.last_applied,
+                g.membership.clone(),
+                g.built,
+                g.dir.clone(),
+                g.snapshot.clone(),
+            )
         };
-        let image = self
-            .applier
-            .image()
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(None, &io_err(e)))?;
+        let from = base
+            .as_ref()
+            .and_then(|(m, _)| m.last_log_id)
+            .map_or(0, |l| l.index + 1);
+        let entries = match last {
+            Some(l) if l.index >= from => {
+                let mut reader = self.log.clone();
+                let got = reader.try_get_log_entries(from..=l.index).await?;
+                if got.len() as u64 != l.index + 1 - from {
+                    return Err(StorageIOError::write_snapshot(
+                        None,
+                        &io_err(format!(
+                            "the cluster's log lacks entries {from}..={} to build a snapshot on",
+                            l.index
+                        )),
+                    )
+                    .into());
+                }
+                got
+            }
+            _ => Vec::new(),
+        };
         let id = match last {
             Some(l) => format!("{}-{}-{built}", l.leader_id, l.index),
             None => format!("empty-{built}"),
@@ -237,17 +259,29 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
             last_membership: membership,
             snapshot_id: id,
         };
-        let image = Arc::new(image);
         let kept = meta.clone();
-        let held = image.clone();
-        tokio::task::spawn_blocking(move || {
-            let file = encode_snapshot_file(&kept, &held)?;
-            super::replace_file(&dir, SNAPSHOT_FILE, &file)
+        let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+            let mut m = match &base {
+                Some((_, image)) => machine_of(image)?,
+                None => crate::machine::Machine::new(),
+            };
+            for e in &entries {
+                if let EntryPayload::Normal(b) = &e.payload {
+                    apply_batch(&mut m, b)?;
+                }
+            }
+            let mut image = Vec::new();
+            m.write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
+                .map_err(|e| e.to_string())?;
+            let file = encode_snapshot_file(&kept, &image).map_err(|e| e.to_string())?;
+            super::replace_file(&dir, SNAPSHOT_FILE, &file).map_err(|e| e.to_string())?;
+            Ok(image)
         })
         .await
-        .map_err(io_err)
+        .map_err(|e| e.to_string())
         .and_then(|r| r)
-        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &io_err(e)))?;
+        let image = Arc::new(image);
         self.lock()?.snapshot = Some((meta.clone(), image.clone()));
         Ok(Snapshot {
             meta,

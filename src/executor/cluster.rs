@@ -83,9 +83,6 @@ pub enum ClusterJob {
         batch: Batch,
         reply: oneshot::Sender<Result<u64, String>>,
     },
-    Image {
-        reply: oneshot::Sender<Result<Vec<u8>, String>>,
-    },
     Install {
         image: Vec<u8>,
         reply: oneshot::Sender<Result<(), String>>,
@@ -182,10 +179,6 @@ impl ExecutorApplier {
 impl Applier for ExecutorApplier {
     async fn apply(&self, batch: Batch) -> Result<u64, String> {
         self.ask(|reply| ClusterJob::Apply { batch, reply }).await
-    }
-
-    async fn image(&self) -> Result<Vec<u8>, String> {
-        self.ask(|reply| ClusterJob::Image { reply }).await
     }
 
     async fn install(&self, image: Vec<u8>) -> Result<(), String> {
@@ -326,15 +319,6 @@ impl Executor {
             }
             ClusterJob::Apply { batch, reply } => {
                 let _ = reply.send(self.apply_entry(batch));
-            }
-            ClusterJob::Image { reply } => {
-                let mut image = Vec::new();
-                let r = self
-                    .machine
-                    .write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
-                    .map(|_| image)
-                    .map_err(|e| e.to_string());
-                let _ = reply.send(r);
             }
             ClusterJob::Install { image, reply } => {
                 let r = crate::cluster::state_machine::machine_of(&image).map(|m| {

@@ -167,7 +167,7 @@ pub enum Job {
         access: Access,
         reply: oneshot::Sender<Option<Perm>>,
     },
-    /// The cluster's: apply a committed entry, take or install a snapshot image, attach the
+    /// The cluster's: apply a committed entry, install a snapshot image, attach the
     /// proposer (`cluster`).
     Cluster(cluster::ClusterJob),
     /// A REST request a follower forwarded to this node, its leader: run as `Exec` is, and
