@@ -10,15 +10,17 @@
 //!   nor comes after its state means the node served records the cluster replaced (a leader
 //!   deposed before its writes committed): the node then refuses everything until restarted,
 //!   and a restart rebuilds its state from the cluster's snapshot and log.
-//! - A follower refuses writes (key-value, delivery, admin) with who leads, runs no expiry,
-//!   schedules or deliveries, and answers reads from its state.
+//! - A follower answers reads from its state, forwards a write to its leader (a REST request,
+//!   or a RESP one that needs nothing of its connection) and refuses the rest naming the
+//!   leader; it runs no expiry, schedules or deliveries. Publishes go to every node.
 
-use super::{Executor, Job};
+use super::{Access, Answer, ExecMode, Executor, Job};
 use crate::cluster::state_machine::{apply_batch, Applier};
 use crate::cluster::{Batch, NodeId, TypeConfig};
+use crate::reply::Reply;
 use crate::wal::Progress;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use tokio::sync::{mpsc, oneshot};
 
@@ -34,9 +36,9 @@ pub struct Role {
     /// The other members' cluster addresses, where a publish goes too.
     pub peers: RwLock<Vec<String>>,
     /// This node's id, the leader's (0: none known) and the term, for `INFO replication`.
-    pub node_id: std::sync::atomic::AtomicU64,
-    pub leader_id: std::sync::atomic::AtomicU64,
-    pub term: std::sync::atomic::AtomicU64,
+    pub node_id: AtomicU64,
+    pub leader_id: AtomicU64,
+    pub term: AtomicU64,
 }
 
 impl Role {
@@ -50,9 +52,7 @@ impl Role {
             peers: self.peers.read().map(|p| p.clone()).unwrap_or_default(),
         }
     }
-}
 
-impl Role {
     pub fn leading(&self) -> bool {
         self.leading.load(Ordering::Acquire)
     }
@@ -240,7 +240,7 @@ pub async fn follow_role(
 ) {
     let mut metrics = raft.metrics();
     loop {
-        let leading = {
+        let (leading, leader, addr, others) = {
             let m = metrics.borrow_and_update();
             let leading = m.state == openraft::ServerState::Leader
                 && m.last_applied
@@ -265,7 +265,6 @@ pub async fn follow_role(
                 .collect();
             (leading, leader, addr, others)
         };
-        let (leading, leader, addr, others) = leading;
         {
             let m = metrics.borrow();
             role.node_id.store(m.id, Ordering::Relaxed);
@@ -354,7 +353,7 @@ impl Executor {
                 "the cluster committed record #{} other than this node's: this node served records the cluster replaced; restart it to rebuild from the cluster",
                 first.unwrap_or(0)
             );
-            refuse_all(&self.shared.log, why.clone());
+            refuse_all(&self.shared.log, why);
             return Ok(self.machine.position().seq);
         }
         let databases = batch_has_kind(&batch, crate::record::KIND_DATABASES);
@@ -468,9 +467,6 @@ struct ForwardedAnswer {
     sync_token: u64,
     unauthorized: bool,
 }
-
-use super::{Access, Answer, ExecMode};
-use crate::reply::Reply;
 
 /// Whether a follower forwards these commands to its leader rather than answer them: a
 /// command that writes (by its table flags), or a script that may (EVAL, EVALSHA, FCALL; the
