@@ -9,12 +9,19 @@ use std::path::PathBuf;
 /// Runs one `tidepool cluster` command; prints the server's JSON answer.
 pub fn cluster(c: crate::cli::Cluster) -> Result<(), String> {
     let (url, token) = target(c.server)?;
-    let (method, what) = match c.action {
-        crate::cli::ClusterAction::Init => ("POST", "init"),
-        crate::cli::ClusterAction::Status => ("GET", "status"),
+    use crate::cli::ClusterAction;
+    let (method, what, body) = match c.action {
+        ClusterAction::Init => ("POST", "init".to_string(), String::new()),
+        ClusterAction::Status => ("GET", "status".to_string(), String::new()),
+        ClusterAction::AddNode { id, address } => (
+            "POST",
+            "nodes".to_string(),
+            serde_json::json!({ "id": id, "address": address }).to_string(),
+        ),
+        ClusterAction::RemoveNode { id } => ("DELETE", format!("nodes/{id}"), String::new()),
     };
     let target = format!("{url}{}/cluster/{what}", config::ADMIN_PREFIX);
-    call(&url, &token, method, &target, String::new())
+    call(&url, &token, method, &target, body)
 }
 
 /// The server's URL and the admin token to show it.

@@ -220,6 +220,14 @@ pub enum ClusterAction {
     Init,
     /// The node's view of its cluster: role, term, leader, members, log
     Status,
+    /// Add a node (started with its --node-id and --cluster-listen): it catches up, then votes
+    AddNode {
+        id: u64,
+        /// Its --cluster-listen address
+        address: String,
+    },
+    /// Take a node out of the cluster's voters
+    RemoveNode { id: u64 },
 }
 
 #[derive(Subcommand, Debug)]

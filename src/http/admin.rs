@@ -9,6 +9,8 @@
 //! - `POST   /_admin/databases/NAME/claim`   a scratch database no longer expires
 //! - `POST   /_admin/cluster/init`           a cluster node and its `--peers` become members
 //! - `GET    /_admin/cluster/status`         a cluster node's role, term, leader and log
+//! - `POST   /_admin/cluster/nodes`          a new member (`{"id": N, "address": "H:P"}`)
+//! - `DELETE /_admin/cluster/nodes/ID`       a member leaves
 
 use super::{request, App, Body};
 use crate::clock;
@@ -169,8 +171,9 @@ pub async fn handle(req: Request<Incoming>, app: &App) -> Response<Body> {
             Err(_) => refuse(400, "the clock moves by a whole number of milliseconds"),
         };
     }
-    if let ["cluster", what] = seg.as_slice() {
-        return cluster(app, &method, what).await;
+    if seg.first() == Some(&"cluster") {
+        let rest: Vec<String> = seg[1..].iter().map(|s| s.to_string()).collect();
+        return cluster(app, &method, &rest, req.into_body()).await;
     }
     let op = match (&method, seg.as_slice()) {
         (&Method::GET, ["databases"]) => AdminOp::List,
@@ -395,22 +398,85 @@ console.log(await redis.get("hello"));
 
 /// `POST /_admin/cluster/init` (the node and its `--peers` become the cluster's first
 /// members) and `GET /_admin/cluster/status` (openraft's view of the cluster from this node).
-async fn cluster(app: &App, method: &Method, what: &str) -> Response<Body> {
+async fn cluster(app: &App, method: &Method, rest: &[String], body: Incoming) -> Response<Body> {
+    let seg: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let what = seg.join("/");
     let Some(c) = &app.cluster else {
         return refuse(
             404,
             "this server is not a cluster node (start it with --node-id, --cluster-listen, --peers and --cluster-secret)",
         );
     };
-    match (method, what) {
-        (&Method::POST, "init") => match c.raft.initialize(c.members.clone()).await {
+    match (method, seg.as_slice()) {
+        // A new member: a learner first, which catches up (from a snapshot when the log
+        // behind it was purged), then a voter. On the leader; a follower relays it there.
+        (&Method::POST, ["nodes"]) => {
+            let body = match super::body::read(body, config::ADMIN_BODY_BYTES_MAX).await {
+                Ok(b) => b,
+                Err(_) => return refuse(400, "the body could not be read"),
+            };
+            let v: serde_json::Value = match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => return refuse(400, &format!("the body is not JSON: {e}")),
+            };
+            let (Some(id), Some(addr)) = (v["id"].as_u64(), v["address"].as_str()) else {
+                return refuse(400, r#"the body is {"id": N, "address": "HOST:PORT"} (the node's --cluster-listen)"#);
+            };
+            if id == 0 || !addr.contains(':') {
+                return refuse(400, "a node id is 1 or more, and its address is HOST:PORT");
+            }
+            if let Err(e) = c
+                .raft
+                .add_learner(id, openraft::BasicNode::new(addr), true)
+                .await
+            {
+                return refuse(409, &format!("cannot add node {id}: {e}"));
+            }
+            let mut voters: std::collections::BTreeSet<u64> = c
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .voter_ids()
+                .collect();
+            voters.insert(id);
+            match c.raft.change_membership(voters.clone(), false).await {
+                Ok(_) => json_response(200, &serde_json::json!({ "voters": voters })),
+                Err(e) => refuse(409, &format!("node {id} caught up, but could not vote: {e}")),
+            }
+        }
+        (&Method::DELETE, ["nodes", id]) => {
+            let Ok(id) = id.parse::<u64>() else {
+                return refuse(400, "a node id is a number");
+            };
+            let mut voters: std::collections::BTreeSet<u64> = c
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .voter_ids()
+                .collect();
+            if !voters.remove(&id) {
+                return refuse(404, &format!("node {id} is not a voter of this cluster"));
+            }
+            if voters.is_empty() {
+                return refuse(409, "the last voter cannot leave its cluster");
+            }
+            match c.raft.change_membership(voters.clone(), false).await {
+                Ok(_) => json_response(200, &serde_json::json!({ "voters": voters })),
+                Err(e) => refuse(409, &format!("cannot remove node {id}: {e}")),
+            }
+        }
+        (&Method::POST, ["init"]) => match c.raft.initialize(c.members.clone()).await {
             Ok(()) => json_response(
                 200,
                 &serde_json::json!({ "initialized": true, "members": c.members.keys().collect::<Vec<_>>() }),
             ),
             Err(e) => refuse(409, &format!("cannot initialize the cluster: {e}")),
         },
-        (&Method::GET, "status") => {
+        (&Method::GET, ["status"]) => {
             let m = c.raft.metrics().borrow().clone();
             let role = match m.state {
                 openraft::ServerState::Leader => "leader",
@@ -440,7 +506,7 @@ async fn cluster(app: &App, method: &Method, what: &str) -> Response<Body> {
         }
         _ => refuse(
             404,
-            &format!("no such cluster route: {method} {what} (POST {0}/cluster/init, GET {0}/cluster/status)", config::ADMIN_PREFIX),
+            &format!("no such cluster route: {method} {what} (POST {0}/cluster/init, GET {0}/cluster/status, POST {0}/cluster/nodes, DELETE {0}/cluster/nodes/ID)", config::ADMIN_PREFIX),
         ),
     }
 }

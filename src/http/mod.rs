@@ -102,7 +102,12 @@ fn relays(method: &Method, path: &str) -> bool {
         return false;
     }
     let databases = format!("{}/databases", config::ADMIN_PREFIX);
-    path.starts_with("/v2/") || path == databases || path.starts_with(&format!("{databases}/"))
+    let nodes = format!("{}/cluster/nodes", config::ADMIN_PREFIX);
+    path.starts_with("/v2/")
+        || path == databases
+        || path.starts_with(&format!("{databases}/"))
+        || path == nodes
+        || path.starts_with(&format!("{nodes}/"))
 }
 
 /// Relays a request to the leader over the cluster listener and answers what it answered.

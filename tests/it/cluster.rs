@@ -1000,3 +1000,97 @@ fn a_partitioned_leader_is_replaced_and_its_unacknowledged_write_is_not_kept() {
         Canon::Nil
     );
 }
+
+/// `tidepool cluster add-node` and `remove-node`: a fourth server started empty joins (sent
+/// to a follower, which relays it to the leader), catches up from the others, becomes a voter
+/// and serves what the cluster wrote before it came; then it leaves the voters.
+#[test]
+fn a_node_joins_a_running_cluster_and_leaves_it() {
+    let dirs = [
+        TempDir::new("cluster-j1"),
+        TempDir::new("cluster-j2"),
+        TempDir::new("cluster-j3"),
+        TempDir::new("cluster-j4"),
+    ];
+    let ports = [free_port(), free_port(), free_port()];
+    let first = serve_node(dirs[0].path(), 0, &ports);
+    for d in &dirs[1..] {
+        std::fs::copy(
+            dirs[0].path().join("credentials.json"),
+            d.path().join("credentials.json"),
+        )
+        .expect("copy credentials");
+    }
+    let servers = [
+        Some(first),
+        Some(serve_node(dirs[1].path(), 1, &ports)),
+        Some(serve_node(dirs[2].path(), 2, &ports)),
+    ];
+    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
+        .post("/_admin/cluster/init", b"");
+    assert_eq!(init.status, 200);
+    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let mut c = servers[li].as_ref().expect("leader").client();
+    for i in 0..50 {
+        c.cmd_str(&["SET", &format!("k{i}"), "v"]);
+    }
+    // Node 4: its own id and cluster address, the others as its peers.
+    let p4 = free_port();
+    let peers: Vec<String> = (0..3)
+        .map(|j| format!("{}=127.0.0.1:{}", j + 1, ports[j]))
+        .collect();
+    let listen = format!("127.0.0.1:{p4}");
+    let peers = peers.join(",");
+    let fourth = Server::try_start_env(
+        dirs[3].path(),
+        &[
+            "--admin-token",
+            ADMIN,
+            "--node-id",
+            "4",
+            "--cluster-listen",
+            &listen,
+            "--peers",
+            &peers,
+            "--cluster-secret",
+            SECRET,
+        ],
+        &[("TIDEPOOL_CLUSTER_SNAPSHOT_EVERY", "20")],
+    )
+    .expect("node 4");
+    let follower = servers[(li + 1) % 3].as_ref().expect("follower");
+    let cli = |args: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args(["cluster"])
+            .args(args)
+            .args(["--admin-token", ADMIN, "--url"])
+            .arg(format!("http://{}", follower.addr))
+            .output()
+            .expect("tidepool cluster");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let added = cli(&["add-node", "4", &listen]);
+    assert_eq!(added["voters"], serde_json::json!([1, 2, 3, 4]), "{added}");
+    eventually(&fourth, &["GET", "k49"], Canon::s("v"));
+    assert_eq!(status(&fourth)["voters"], serde_json::json!([1, 2, 3, 4]));
+    let removed = cli(&["remove-node", "4"]);
+    assert_eq!(removed["voters"], serde_json::json!([1, 2, 3]), "{removed}");
+    // A node that is not a voter cannot be removed.
+    let again = Http::connect(&servers[li].as_ref().expect("leader").addr, ADMIN).request(
+        "DELETE",
+        "/_admin/cluster/nodes/4",
+        &[],
+        b"",
+    );
+    assert_eq!(
+        again.status,
+        404,
+        "{}",
+        String::from_utf8_lossy(&again.body)
+    );
+}
