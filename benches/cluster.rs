@@ -5,7 +5,8 @@
 //! - GET on a follower, against one node;
 //! - the time from a leader's `kill -9` to the first write acknowledged through a surviving
 //!   node (a follower forwards it to whichever node leads), over R rounds: the killed node
-//!   comes back on its directory before the next.
+//!   comes back on its directory before the next;
+//! - the time an empty fourth node takes to join and catch up at 1,000,000 keys.
 
 use super::{free_port, request, tidepool_with, wrk, Proc};
 use std::io::Write;
@@ -178,6 +179,83 @@ pub fn run(bin: &Path, tmp: &Path, rounds: usize, seconds: u64, conns: u32) -> R
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // Catch-up: 1,000,000 keys written, then a fourth node, empty, joins and catches up
+    // (from the leader's snapshot and the log after it).
+    let li = leader(&nodes)?;
+    let mut body = String::from("[");
+    for batch in 0..1000u64 {
+        body.clear();
+        body.push('[');
+        for i in 0..1000u64 {
+            if i > 0 {
+                body.push(',');
+            }
+            let k = batch * 1000 + i;
+            body.push_str(&format!("[\"SET\",\"key:{k}\",\"value:{k}\"]"));
+        }
+        body.push(']');
+        let (s, b) = http(nodes[li].port, "POST", "/pipeline", "bench", &body)?;
+        if s != 200 {
+            return Err(format!("filling: {s} {b}"));
+        }
+    }
+    let p4 = free_port();
+    let dir4 = tmp.join("node4");
+    std::fs::create_dir_all(&dir4).map_err(|e| e.to_string())?;
+    std::fs::copy(
+        dirs[0].join("credentials.json"),
+        dir4.join("credentials.json"),
+    )
+    .map_err(|e| e.to_string())?;
+    let peers: Vec<String> = (0..3)
+        .map(|j| format!("{}=127.0.0.1:{}", j + 1, cports[j]))
+        .collect();
+    let (listen4, peers4) = (format!("127.0.0.1:{p4}"), peers.join(","));
+    let (_fourth, port4) = tidepool_with(
+        bin,
+        &dir4,
+        "always",
+        &[
+            "--admin-token",
+            ADMIN,
+            "--node-id",
+            "4",
+            "--cluster-listen",
+            &listen4,
+            "--peers",
+            &peers4,
+            "--cluster-secret",
+            SECRET,
+        ],
+    )?;
+    let joined = Instant::now();
+    let add = format!("{{\"id\":4,\"address\":\"{listen4}\"}}");
+    let mut s = TcpStream::connect(("127.0.0.1", nodes[li].port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(600))).ok();
+    s.write_all(request("POST", "/_admin/cluster/nodes", ADMIN, &add).as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    let (status, answer) = super::read_response(&mut s, &mut buf)?;
+    if status != 200 {
+        return Err(format!(
+            "add-node answered {status}: {}",
+            String::from_utf8_lossy(&answer)
+        ));
+    }
+    // add-node answers once the new node's log has caught up; it serves the last key once
+    // it has applied it too.
+    loop {
+        if let Ok((200, b)) = http(port4, "GET", "/get/key:999999", "bench", "") {
+            if b.contains("value:999999") {
+                break;
+            }
+        }
+        if joined.elapsed() > Duration::from_secs(600) {
+            return Err("the new node did not catch up within 600 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let catch_up = joined.elapsed().as_secs_f64();
     failovers.sort_by(f64::total_cmp);
     let median = failovers[failovers.len() / 2];
     let max = failovers.last().copied().unwrap_or(0.0);
@@ -194,6 +272,9 @@ pub fn run(bin: &Path, tmp: &Path, rounds: usize, seconds: u64, conns: u32) -> R
     );
     println!(
         "| leader `kill -9` to the first write acknowledged through a surviving node, {rounds} rounds | median {median:.0} ms, max {max:.0} ms | | target <= 2,000 ms |"
+    );
+    println!(
+        "| an empty node joining at 1,000,000 keys: from `add-node` until it serves the last key | {catch_up:.1} s | | |"
     );
     Ok(())
 }
