@@ -4,6 +4,7 @@
 //! leader that stops is replaced and the log goes on; a node that was down catches up from its
 //! log, and a new, empty one joins from the leader's snapshot once the log behind it is purged.
 
+use crate::common::sink::Sink;
 use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -1092,5 +1093,152 @@ fn a_node_joins_a_running_cluster_and_leaves_it() {
         404,
         "{}",
         String::from_utf8_lossy(&again.body)
+    );
+}
+
+/// Delivery under failover: messages published to the cluster while its leader is killed
+/// are each delivered at least once, from whichever node leads. A publish answered 200 is
+/// delivered; duplicates (an attempt in flight when the leader died is made again) are
+/// counted and reported.
+#[test]
+fn messages_published_across_a_leader_kill_are_each_delivered() {
+    let sink = Sink::start();
+    let dirs = [
+        TempDir::new("cluster-q1"),
+        TempDir::new("cluster-q2"),
+        TempDir::new("cluster-q3"),
+    ];
+    let ports = [free_port(), free_port(), free_port()];
+    let start = |i: usize| -> Server {
+        let mut flags = node_flags(i, &ports);
+        for f in [
+            "--qstash-token",
+            QSTASH_TOKEN,
+            "--qstash-current-signing-key",
+            QSTASH_CURRENT,
+            "--qstash-next-signing-key",
+            QSTASH_NEXT,
+        ] {
+            flags.push(f.to_string());
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Server::try_start_env(
+            dirs[i].path(),
+            &flags,
+            &[("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", "1")],
+        )
+        .unwrap_or_else(|e| panic!("node {}: {e}", i + 1))
+    };
+    let first = start(0);
+    for d in &dirs[1..] {
+        std::fs::copy(
+            dirs[0].path().join("credentials.json"),
+            d.path().join("credentials.json"),
+        )
+        .expect("copy credentials");
+    }
+    let mut servers = [Some(first), Some(start(1)), Some(start(2))];
+    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
+        .post("/_admin/cluster/init", b"");
+    assert_eq!(init.status, 200);
+    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let survivor = servers[(li + 1) % 3]
+        .as_ref()
+        .expect("a follower")
+        .addr
+        .clone();
+    let leader_addr = servers[li].as_ref().expect("leader").addr.clone();
+    const MESSAGES: usize = 1000;
+    let dest = sink.url("/m");
+    // Four publishers: the first half to the leader, the rest through a follower (relayed to
+    // whichever node leads); a publish that fails is sent again until one is answered 201.
+    let publish = |from: usize, to: usize, dest: String, leader: String, survivor: String| {
+        std::thread::spawn(move || {
+            let mut acked = Vec::new();
+            for n in from..to {
+                let body = format!("message-{n}");
+                let until = std::time::Instant::now() + Duration::from_secs(30);
+                let mut first = true;
+                loop {
+                    // Half to the leader first; a retry goes through the follower.
+                    let addr = if first && n % 2 == 0 {
+                        &leader
+                    } else {
+                        &survivor
+                    };
+                    first = false;
+                    if std::net::TcpStream::connect(addr.as_str()).is_err() {
+                        continue;
+                    }
+                    let r = std::panic::catch_unwind(|| {
+                        Http::connect(addr, QSTASH_TOKEN).request(
+                            "POST",
+                            &format!("/v2/publish/{dest}"),
+                            &[],
+                            body.as_bytes(),
+                        )
+                    });
+                    if matches!(&r, Ok(resp) if resp.status == 200) {
+                        acked.push(n);
+                        break;
+                    }
+                    assert!(
+                        std::time::Instant::now() < until,
+                        "message {n} never published"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            acked
+        })
+    };
+    let quarter = MESSAGES / 4;
+    let publishers: Vec<_> = (0..4)
+        .map(|p| {
+            publish(
+                p * quarter,
+                (p + 1) * quarter,
+                dest.clone(),
+                leader_addr.clone(),
+                survivor.clone(),
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    servers[li].take().expect("leader").kill9();
+    let mut acked: Vec<usize> = Vec::new();
+    for p in publishers {
+        acked.extend(p.join().expect("a publisher"));
+    }
+    assert_eq!(
+        acked.len(),
+        MESSAGES,
+        "every message was published in the end"
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let counts = loop {
+        let mut counts = std::collections::HashMap::new();
+        for r in sink.received() {
+            *counts
+                .entry(String::from_utf8_lossy(&r.body).into_owned())
+                .or_insert(0usize) += 1;
+        }
+        let missing = acked
+            .iter()
+            .filter(|n| !counts.contains_key(&format!("message-{n}")))
+            .count();
+        if missing == 0 {
+            break counts;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{missing} published messages never delivered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let duplicates: usize = counts.values().map(|c| c - 1).sum();
+    eprintln!(
+        "delivered {} messages across a leader kill, {duplicates} of them again",
+        counts.len()
     );
 }
