@@ -22,6 +22,7 @@ use crate::wal::Progress;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// What a node knows of its role, shared with the HTTP side.
@@ -618,6 +619,7 @@ impl Executor {
             multi: mode == ExecMode::Multi,
         };
         let (net, addr) = to;
+        let log = self.shared.log.clone();
         tokio::spawn(async move {
             let answer = match rmp_serde::to_vec_named(&ToExecutor::Exec(f)) {
                 Ok(body) => match net.forward(&addr, body).await {
@@ -628,12 +630,20 @@ impl Executor {
                 Err(e) => Err(e.to_string()),
             };
             let answer = match answer {
-                Ok(a) => Answer {
-                    replies: a.replies,
-                    sync_token: a.sync_token,
-                    unauthorized: a.unauthorized,
-                    aborted: false,
-                },
+                Ok(a) => {
+                    // The write is visible here when it is answered here: this node waits
+                    // (a bounded while) until it has applied what the leader answered with,
+                    // so a client that reads next from the same node reads its write, with
+                    // or without a sync token.
+                    let wait = Duration::from_millis(crate::config::CLUSTER_SYNC_WAIT_MS);
+                    let _ = tokio::time::timeout(wait, log.wait_durable(a.sync_token)).await;
+                    Answer {
+                        replies: a.replies,
+                        sync_token: a.sync_token,
+                        unauthorized: a.unauthorized,
+                        aborted: false,
+                    }
+                }
                 Err(e) => Answer {
                     replies: Err(format!(
                         "ERR this node is a follower and could not reach the leader at {addr}: {e}"

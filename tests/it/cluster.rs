@@ -543,6 +543,8 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         // leader answers it, pipelines and transactions too; the follower then serves it.
         let key = format!("from-{}", i + 1);
         assert_eq!(s.client().cmd_str(&["SET", &key, "v"]), Canon::s("OK"));
+        // Answered here, so visible here at once, without a sync token.
+        assert_eq!(s.client().cmd_str(&["GET", &key]), Canon::s("v"));
         let piped = s.client().post(
             "/pipeline",
             format!(r#"[["INCR","{key}-n"],["INCR","{key}-n"],["GET","a"]]"#).as_bytes(),
