@@ -650,6 +650,9 @@ pub const CLUSTER_AUTH_SKEW_MS: u64 = 60_000;
 /// this many, those older than the skew are forgotten, and if none is, messages are refused
 /// until some are.
 pub const CLUSTER_AUTH_NONCES_MAX: usize = 1_000_000;
+/// Requests' publishes waiting to be sent to one peer; past it, a peer that does not keep up
+/// (or is down) misses the newer ones.
+pub const CLUSTER_PUBLISH_QUEUE_MAX: usize = 1024;
 /// How long a follower waits for the leader's answer to a request it forwarded.
 pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).

@@ -142,6 +142,8 @@ pub struct Link {
     network: Option<crate::cluster::network::Network>,
     /// Batches proposed and not yet applied back, oldest first.
     proposed: VecDeque<Vec<u8>>,
+    /// Each peer's queue of publishes to send, in order.
+    senders: std::collections::HashMap<String, mpsc::Sender<Vec<u8>>>,
 }
 
 impl Link {
@@ -152,6 +154,7 @@ impl Link {
             proposer: None,
             network: None,
             proposed: VecDeque::new(),
+            senders: std::collections::HashMap::new(),
         }
     }
 }
@@ -585,11 +588,22 @@ impl Executor {
         let Ok(body) = rmp_serde::to_vec_named(&ToExecutor::Publish(items)) else {
             return;
         };
+        // One sender per peer, so a peer hears the publishes in the order they were made; a
+        // peer that does not keep up (or is down) misses what its full queue cannot hold, as
+        // a publish to an unreachable subscriber is lost.
         for addr in peers.iter() {
-            let (net, body, addr) = (net.clone(), body.clone(), addr.clone());
-            tokio::spawn(async move {
-                let _ = net.forward(&addr, body).await;
+            let tx = c.senders.entry(addr.clone()).or_insert_with(|| {
+                let (tx, mut rx) =
+                    mpsc::channel::<Vec<u8>>(crate::config::CLUSTER_PUBLISH_QUEUE_MAX);
+                let (net, addr) = (net.clone(), addr.clone());
+                tokio::spawn(async move {
+                    while let Some(body) = rx.recv().await {
+                        let _ = net.forward(&addr, body).await;
+                    }
+                });
+                tx
             });
+            let _ = tx.try_send(body.clone());
         }
     }
 

@@ -626,6 +626,21 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             ])),
         );
     }
+    // In the order they were published.
+    let mut pc = servers[li].as_ref().expect("leader").client();
+    for n in 0..30 {
+        pc.cmd_str(&["PUBLISH", "news", &format!("n{n}")]);
+    }
+    for n in 0..30 {
+        assert_eq!(
+            sub.read(),
+            Some(Canon::Arr(vec![
+                Canon::s("message"),
+                Canon::s("news"),
+                Canon::s(&format!("n{n}"))
+            ])),
+        );
+    }
     // A follower relays the delivery and admin APIs' writes to the leader whole, and
     // answers their reads itself once it has applied them.
     let creds: serde_json::Value = serde_json::from_slice(
