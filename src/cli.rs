@@ -62,6 +62,15 @@ pub struct Serve {
     /// The other nodes: ID=HOST:PORT of their --cluster-listen, comma-separated (with --node-id)
     #[arg(long, env = "TIDEPOOL_PEERS", value_name = "ID=ADDR,...")]
     pub peers: Option<String>,
+    /// The cluster listener speaks TLS with this certificate chain (PEM), and so do the node's requests to its peers [default: plain HTTP]
+    #[arg(long, env = "TIDEPOOL_CLUSTER_TLS_CERT", value_name = "PEM")]
+    pub cluster_tls_cert: Option<String>,
+    /// The private key (PEM) of --cluster-tls-cert
+    #[arg(long, env = "TIDEPOOL_CLUSTER_TLS_KEY", value_name = "PEM")]
+    pub cluster_tls_key: Option<String>,
+    /// The certificate authority (PEM) the peers' certificates must chain to, and the only one trusted [default: --cluster-tls-cert itself]
+    #[arg(long, env = "TIDEPOOL_CLUSTER_TLS_CA", value_name = "PEM")]
+    pub cluster_tls_ca: Option<String>,
     /// The secret every node of the cluster shares, sent with each Raft message (with --node-id)
     #[arg(
         long,
@@ -314,6 +323,9 @@ impl Serve {
             cluster_listen,
             peers,
             cluster_secret,
+            cluster_tls_cert,
+            cluster_tls_key,
+            cluster_tls_ca,
             data,
             mut token,
             read_only_token: mut ro,
@@ -596,10 +608,28 @@ impl Serve {
             listen,
             resp_listen,
             resp_tls,
-            cluster: cluster.map(|c| config::ClusterConfig {
-                snapshot_every: cluster_snapshot_every,
-                ..c
-            }),
+            cluster: match cluster {
+                None if cluster_tls_cert.is_some() || cluster_tls_key.is_some() => {
+                    return Err("--cluster-tls-cert and --cluster-tls-key need --node-id".into())
+                }
+                None => None,
+                Some(c) => Some(config::ClusterConfig {
+                    snapshot_every: cluster_snapshot_every,
+                    tls: match (cluster_tls_cert, cluster_tls_key) {
+                        (None, None) => None,
+                        (Some(cert), Some(key)) => {
+                            let ca = cluster_tls_ca.unwrap_or_else(|| cert.clone());
+                            Some((PathBuf::from(cert), PathBuf::from(key), PathBuf::from(ca)))
+                        }
+                        _ => {
+                            return Err(
+                                "--cluster-tls-cert and --cluster-tls-key go together".into()
+                            )
+                        }
+                    },
+                    ..c
+                }),
+            },
             data_dir: PathBuf::from(data),
             token,
             read_only_token: ro,

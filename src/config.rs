@@ -680,6 +680,9 @@ pub struct ClusterConfig {
     pub secret: String,
     /// A snapshot every this many entries (`CLUSTER_SNAPSHOT_EVERY_ENTRIES`).
     pub snapshot_every: u64,
+    /// TLS on the cluster listener and to the peers: certificate chain, key, and the
+    /// authority peers' certificates must chain to (`--cluster-tls-*`).
+    pub tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 /// The cluster flags, checked together: all of them or none but `--peers`.
@@ -735,5 +738,6 @@ pub fn cluster(
         peers: out,
         secret,
         snapshot_every: CLUSTER_SNAPSHOT_EVERY_ENTRIES,
+        tls: None,
     }))
 }

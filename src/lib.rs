@@ -99,5 +99,6 @@ pub mod server;
 pub mod snapshot;
 pub mod state;
 pub mod sys;
+pub mod tls;
 pub mod travel;
 pub mod wal;

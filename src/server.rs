@@ -408,11 +408,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         app.request_bytes_max = cfg.request_bytes_max;
         app.read_only = cfg.at.is_some();
         app.url = url.clone();
-        app.cluster = node.as_ref().map(|(n, members)| http::ClusterHandle {
+        app.cluster = node.as_ref().map(|(n, members, network)| http::ClusterHandle {
             node_id: n.id,
-            network: crate::cluster::network::Network::new(
-                cfg.cluster.as_ref().map_or("", |c| c.secret.as_str()),
-            ),
+            network: network.clone(),
             raft: n.raft.clone(),
             role: cluster_role.clone(),
             members: members.clone(),
@@ -458,7 +456,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         }
         http::serve(listener, app, shutdown).await;
         let _ = resp_stop.0.send(());
-        if let Some((n, _)) = node {
+        if let Some((n, _, _)) = node {
             n.stop().await;
         }
         let (done, wait) = tokio::sync::oneshot::channel();
@@ -487,6 +485,7 @@ async fn start_node(
     (
         crate::cluster::Node<crate::executor::cluster::ExecutorApplier>,
         Members,
+        crate::cluster::network::Network,
     ),
     String,
 > {
@@ -494,6 +493,11 @@ async fn start_node(
     let config = crate::cluster::raft_config(c.snapshot_every)?;
     let applier = cluster::ExecutorApplier { tx: ex.tx.clone() };
     let listen = c.listen.to_string();
+    let tls = match &c.tls {
+        Some((cert, key, ca)) => Some(crate::cluster::network::Tls::load(cert, key, ca)?),
+        None => None,
+    };
+    let network = crate::cluster::network::Network::new(&c.secret, tls.as_ref())?;
     let at = crate::cluster::Start {
         id: c.node_id,
         dir: cluster_dir,
@@ -501,6 +505,7 @@ async fn start_node(
         secret: &c.secret,
         config,
         local_http: Some(http_addr),
+        tls,
     };
     let node = crate::cluster::Node::start(
         at,
@@ -513,7 +518,7 @@ async fn start_node(
     ex.tx
         .send(Job::Cluster(cluster::ClusterJob::Attach {
             proposer,
-            network: crate::cluster::network::Network::new(&c.secret),
+            network: network.clone(),
         }))
         .await
         .map_err(|_| "the executor stopped at start".to_string())?;
@@ -539,7 +544,7 @@ async fn start_node(
         node.addr,
         members.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")
     ));
-    Ok((node, members))
+    Ok((node, members, network))
 }
 
 /// A cluster node starts from an empty directory or a cluster node's: a single server's

@@ -90,6 +90,8 @@ pub struct Start<'a> {
     pub config: openraft::Config,
     /// This node's own HTTP listener, where requests its followers relay go.
     pub local_http: Option<std::net::SocketAddr>,
+    /// TLS on the cluster listener and to the peers, if given.
+    pub tls: Option<network::Tls>,
 }
 
 /// A running node: its Raft handle, its state machine, and the task serving its peers.
@@ -119,6 +121,7 @@ impl<A: state_machine::Applier> Node<A> {
             secret,
             config,
             local_http,
+            tls,
         } = at;
         let log = log_store::LogStore::open(dir).map_err(|e| format!("the cluster log: {e}"))?;
         let state = state_machine::StateMachine::new(dir, applier, kept, log.clone());
@@ -129,7 +132,7 @@ impl<A: state_machine::Applier> Node<A> {
         let raft = openraft::Raft::new(
             id,
             std::sync::Arc::new(config),
-            network::Network::new(secret),
+            network::Network::new(secret, tls.as_ref())?,
             log,
             state.clone(),
         )
@@ -143,6 +146,7 @@ impl<A: state_machine::Applier> Node<A> {
             stopped,
             forward,
             local_http,
+            tls.map(|t| t.acceptor),
         ));
         Ok(Node {
             id,

@@ -74,6 +74,32 @@ fn hop_by_hop(name: &str) -> bool {
 pub struct Network {
     client: reqwest::Client,
     secret: Arc<str>,
+    /// `https` when the cluster speaks TLS.
+    scheme: &'static str,
+}
+
+/// The cluster listener's TLS (`--cluster-tls-cert`, `--cluster-tls-key`, `--cluster-tls-ca`):
+/// what it serves, and the certificates a node trusts its peers' by (only those).
+#[derive(Clone)]
+pub struct Tls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    /// PEM of the certificate authority (or the shared certificate) peers' chains end in.
+    pub ca_pem: Vec<u8>,
+}
+
+impl Tls {
+    pub fn load(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        ca: &std::path::Path,
+    ) -> Result<Tls, String> {
+        let acceptor =
+            crate::tls::acceptor(("--cluster-tls-cert", "--cluster-tls-key"), cert, key)?;
+        crate::tls::certificates("--cluster-tls-ca", ca)?;
+        let ca_pem =
+            std::fs::read(ca).map_err(|e| format!("--cluster-tls-ca {}: {e}", ca.display()))?;
+        Ok(Tls { acceptor, ca_pem })
+    }
 }
 
 /// The `Authorization` value of a request: signed with `secret` at `now_ms` with `nonce`.
@@ -187,15 +213,26 @@ impl Network {
         )
     }
 
-    pub fn new(secret: &str) -> Network {
-        Network {
-            client: reqwest::Client::builder()
-                .no_proxy()
-                .pool_idle_timeout(std::time::Duration::from_secs(60))
-                .build()
-                .unwrap_or_default(),
-            secret: secret.into(),
+    /// The way to the other nodes: plain HTTP, or TLS trusting only `tls`'s authority.
+    pub fn new(secret: &str, tls: Option<&Tls>) -> Result<Network, String> {
+        let mut b = reqwest::Client::builder()
+            .no_proxy()
+            .pool_idle_timeout(std::time::Duration::from_secs(60));
+        if let Some(t) = tls {
+            let mut ca = reqwest::Certificate::from_pem_bundle(&t.ca_pem)
+                .map_err(|e| format!("--cluster-tls-ca: {e}"))?;
+            b = b.tls_built_in_root_certs(false).https_only(true);
+            for c in ca.drain(..) {
+                b = b.add_root_certificate(c);
+            }
         }
+        Ok(Network {
+            client: b
+                .build()
+                .map_err(|e| format!("the cluster's HTTP client: {e}"))?,
+            secret: secret.into(),
+            scheme: if tls.is_some() { "https" } else { "http" },
+        })
     }
 }
 
@@ -205,7 +242,7 @@ impl Network {
         let body = rmp_serde::to_vec_named(req).map_err(|e| e.to_string())?;
         let sent = self
             .client
-            .post(format!("http://{addr}/raft/http"))
+            .post(format!("{}://{addr}/raft/http", self.scheme))
             .header(
                 hyper::header::AUTHORIZATION,
                 self.authorization("/raft/http", &body),
@@ -232,7 +269,7 @@ impl Network {
     pub async fn forward(&self, addr: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let sent = self
             .client
-            .post(format!("http://{addr}/raft/exec"))
+            .post(format!("{}://{addr}/raft/exec", self.scheme))
             .header(
                 hyper::header::AUTHORIZATION,
                 self.authorization("/raft/exec", &body),
@@ -290,7 +327,7 @@ impl Peer {
         let sent = self
             .net
             .client
-            .post(format!("http://{}/raft/{path}", self.addr))
+            .post(format!("{}://{}/raft/{path}", self.net.scheme, self.addr))
             .header(
                 hyper::header::AUTHORIZATION,
                 self.net.authorization(&format!("/raft/{path}"), &body),
@@ -467,6 +504,7 @@ pub async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
     forward: Option<Forward>,
     local_http: Option<std::net::SocketAddr>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
     loop {
@@ -481,7 +519,7 @@ pub async fn serve(
         };
         stream.set_nodelay(true).ok();
         let (raft, secret, mut stop) = (raft.clone(), secret.clone(), stop.clone());
-        let (forward, seen) = (forward.clone(), seen.clone());
+        let (forward, seen, tls) = (forward.clone(), seen.clone(), tls.clone());
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 let (raft, secret, forward, seen) =
@@ -492,13 +530,29 @@ pub async fn serve(
                     )
                 }
             });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(io, svc);
-            tokio::select! {
-                _ = conn => {}
-                _ = stop.changed() => {}
+            let http = hyper::server::conn::http1::Builder::new();
+            match tls {
+                None => {
+                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stop.changed() => {}
+                    }
+                }
+                Some(acceptor) => {
+                    // A handshake that does not finish in time is dropped.
+                    let wait = std::time::Duration::from_millis(config::RESP_REQUEST_TIMEOUT_MS);
+                    let Ok(Ok(tls_stream)) =
+                        tokio::time::timeout(wait, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tls_stream), svc);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stop.changed() => {}
+                    }
+                }
             }
         });
     }

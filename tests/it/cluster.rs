@@ -73,10 +73,20 @@ async fn start(id: NodeId, dir: &Path, listen: &str, snapshot_every: u64, keep: 
         secret: SECRET,
         config,
         local_http: None,
+        tls: tls_of(dir),
     };
     Node::start(at, owned, kept, None)
         .await
         .unwrap_or_else(|e| panic!("node {id}: {e}"))
+}
+
+/// The cluster's TLS, when the test put a certificate beside the node's directory
+/// (`<dir>.tls/cert.pem` and `key.pem`); plain HTTP otherwise.
+fn tls_of(dir: &Path) -> Option<tidepool::cluster::network::Tls> {
+    let t = dir.with_extension("tls");
+    let (cert, key) = (t.join("cert.pem"), t.join("key.pem"));
+    cert.exists()
+        .then(|| tidepool::cluster::network::Tls::load(&cert, &key, &cert).expect("TLS files"))
 }
 
 async fn leader_of(nodes: &[&Node]) -> NodeId {
@@ -1258,4 +1268,49 @@ fn messages_published_across_a_leader_kill_are_each_delivered() {
         "delivered {} messages across a leader kill, {duplicates} of them again",
         counts.len()
     );
+}
+
+/// With `--cluster-tls-*` the cluster listener speaks only TLS and a node trusts only the
+/// given authority: three nodes sharing one certificate agree over TLS, and a plain HTTP
+/// request to the listener gets no answer.
+#[test]
+fn nodes_agree_over_tls_and_the_listener_takes_no_plain_http() {
+    let dirs = [
+        TempDir::new("cluster-t1"),
+        TempDir::new("cluster-t2"),
+        TempDir::new("cluster-t3"),
+    ];
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("certificate");
+    for d in &dirs {
+        let t = d.path().with_extension("tls");
+        std::fs::create_dir_all(&t).expect("tls dir");
+        std::fs::write(t.join("cert.pem"), made.cert.pem()).expect("cert");
+        std::fs::write(t.join("key.pem"), made.signing_key.serialize_pem()).expect("key");
+    }
+    runtime().block_on(async {
+        let nodes = three(&dirs, 10_000, 1000).await;
+        let l = leader_of(&[&nodes[0]]).await;
+        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let last = write(&nodes[li], 1, 10).await;
+        for n in &nodes {
+            applied(n, last).await;
+            assert_eq!(get(n, "k10"), Reply::Bulk(b"v10".to_vec()));
+        }
+        let plain = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("client")
+            .post(format!("http://{}/raft/vote", nodes[0].addr))
+            .body("x")
+            .send()
+            .await;
+        assert!(plain.is_err(), "plain HTTP was answered: {plain:?}");
+        for n in nodes {
+            n.stop().await;
+        }
+    });
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d.path().with_extension("tls"));
+    }
 }
