@@ -165,6 +165,8 @@ pub struct ClusterFacts {
     pub term: u64,
     /// The other members' cluster addresses.
     pub peers: Vec<String>,
+    /// On the leader, the followers whose log holds every entry the leader has.
+    pub replicas_caught_up: u64,
 }
 
 /// What INFO persistence reports about snapshots.

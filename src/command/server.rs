@@ -23,11 +23,18 @@ pub fn dbsize(ctx: &Ctx) -> Reply {
     Reply::Int(ctx.db.len() as i64)
 }
 
-/// `WAIT numreplicas timeout`: no replicas, so every write is already as replicated as it
-/// will be (as a standalone Redis answers).
-pub fn wait(a: &[Vec<u8>]) -> Reply {
+/// `WAIT numreplicas timeout`: a single server has no replicas (it answers 0, as a standalone
+/// Redis does); a cluster's leader answers at once how many followers hold every entry it
+/// has (its writes are answered only once a majority holds them), a follower 0.
+pub fn wait(ctx: &Ctx, a: &[Vec<u8>]) -> Reply {
     match (super::args::int_arg(&a[1]), super::args::int_arg(&a[2])) {
-        (Ok(_), Ok(t)) if t >= 0 => Reply::Int(0),
+        (Ok(_), Ok(t)) if t >= 0 => Reply::Int(
+            ctx.server
+                .facts()
+                .cluster
+                .filter(|c| c.leading)
+                .map_or(0, |c| c.replicas_caught_up as i64),
+        ),
         (Ok(_), Ok(_)) => Reply::err("ERR timeout is negative"),
         (Err(e), _) | (_, Err(e)) => e,
     }

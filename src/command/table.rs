@@ -476,7 +476,7 @@ fn rows() -> Vec<Row> {
             sv::snapshot(c, SnapshotAsk::Background { schedule: false }, a)
         }),
         Row::new("bgrewriteaof", |c, a| sv::snapshot(c, SnapshotAsk::Rewrite, a)),
-        Row::new("wait", |_, a| sv::wait(a)),
+        Row::new("wait", |c, a| sv::wait(c, a)),
         Row::new("waitaof", sv::waitaof).meta(Meta::Like {
             from: "wait",
             arity: 4,

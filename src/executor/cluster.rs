@@ -40,6 +40,8 @@ pub struct Role {
     pub node_id: AtomicU64,
     pub leader_id: AtomicU64,
     pub term: AtomicU64,
+    /// On the leader, the followers whose log holds every entry it has (`WAIT`).
+    pub replicas_caught_up: AtomicU64,
 }
 
 impl Role {
@@ -51,6 +53,7 @@ impl Role {
             leader: self.leader_id.load(Ordering::Relaxed),
             term: self.term.load(Ordering::Relaxed),
             peers: self.peers.read().map(|p| p.clone()).unwrap_or_default(),
+            replicas_caught_up: self.replicas_caught_up.load(Ordering::Relaxed),
         }
     }
 
@@ -275,6 +278,14 @@ pub async fn follow_role(
             role.leader_id
                 .store(m.current_leader.unwrap_or(0), Ordering::Relaxed);
             role.term.store(m.current_term, Ordering::Relaxed);
+            let caught_up = m.replication.as_ref().map_or(0, |r| {
+                r.iter()
+                    .filter(|(id, matched)| {
+                        **id != m.id && matched.map(|l| l.index) >= m.last_log_index
+                    })
+                    .count() as u64
+            });
+            role.replicas_caught_up.store(caught_up, Ordering::Relaxed);
         }
         if let Ok(mut p) = role.peers.write() {
             *p = others;

@@ -701,6 +701,12 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         let info = String::from_utf8_lossy(&info).into_owned();
         let role = if i == li { "role:master" } else { "role:slave" };
         assert!(info.contains(role), "{info}");
+        // WAIT: the leader counts the followers that hold all it has; a follower 0.
+        if i == li {
+            eventually(s, &["WAIT", "2", "0"], Canon::Int(2));
+        } else {
+            assert_eq!(s.client().cmd_str(&["WAIT", "1", "0"]), Canon::Int(0));
+        }
         assert!(
             info.contains(&format!("tidepool_cluster_leader_id:{}", li + 1)),
             "{info}"
