@@ -655,6 +655,9 @@ pub const CLUSTER_AUTH_NONCES_MAX: usize = 1_000_000;
 pub const CLUSTER_PUBLISH_QUEUE_MAX: usize = 1024;
 /// How long a follower waits for the leader's answer to a request it forwarded.
 pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
+/// How often a leader asks a quorum whether it still leads (its lease; see
+/// `CLUSTER_ELECTION_TIMEOUT_MIN_MS`, which the lease lasts).
+pub const CLUSTER_LEASE_CHECK_MS: u64 = 100;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).
 pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind

@@ -537,6 +537,7 @@ async fn start_node(
         .iter()
         .map(|(id, n)| (*id, n.addr.clone()))
         .collect();
+    tokio::spawn(cluster::keep_lease(node.raft.clone(), role.clone()));
     tokio::spawn(cluster::follow_role(node.raft.clone(), role, addrs));
     crate::log::line(&format!(
         "cluster node {} listening for its peers on {} (members: {}); `POST /_admin/cluster/init` on one node starts a new cluster",

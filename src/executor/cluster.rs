@@ -42,6 +42,12 @@ pub struct Role {
     pub term: AtomicU64,
     /// On the leader, the followers whose log holds every entry it has (`WAIT`).
     pub replicas_caught_up: AtomicU64,
+    /// When a quorum last confirmed this node leads (wall ms): its election, or the latest
+    /// round of `keep_lease`. The lease lasts `CLUSTER_ELECTION_TIMEOUT_MIN_MS` from it, less
+    /// than any other node waits before it stands for election.
+    pub confirmed_at_ms: AtomicU64,
+    /// The cluster has one voter: its leader needs no one's confirmation.
+    pub alone: AtomicBool,
 }
 
 impl Role {
@@ -59,6 +65,21 @@ impl Role {
 
     pub fn leading(&self) -> bool {
         self.leading.load(Ordering::Acquire)
+    }
+
+    /// This node leads and a quorum confirmed it recently enough that no other node can
+    /// have been elected since: it may answer reads and deliver messages.
+    pub fn lease(&self) -> bool {
+        self.leading()
+            && (self.alone.load(Ordering::Relaxed)
+                || crate::clock::wall_unix_ms()
+                    .saturating_sub(self.confirmed_at_ms.load(Ordering::Acquire))
+                    < crate::config::CLUSTER_ELECTION_TIMEOUT_MIN_MS)
+    }
+
+    /// A leader's refusal when its lease has lapsed.
+    pub fn lapsed(&self) -> String {
+        "this node cannot confirm it still leads (it may be cut off from the others): retry, or ask another node".into()
     }
 
     /// A follower's refusal of a write.
@@ -237,6 +258,27 @@ pub async fn propose(
     }
 }
 
+/// Keeps the leader's lease: every `CLUSTER_LEASE_CHECK_MS`, while this node leads, a round
+/// of heartbeats asks a quorum whether it still does; the round's start is the lease's new
+/// start. A leader cut off from the others stops answering reads and delivering within
+/// `CLUSTER_ELECTION_TIMEOUT_MIN_MS`, before another can be elected.
+pub async fn keep_lease(raft: openraft::Raft<TypeConfig>, role: Arc<Role>) {
+    let every = Duration::from_millis(crate::config::CLUSTER_LEASE_CHECK_MS);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if !role.leading() {
+            continue;
+        }
+        let started = crate::clock::wall_unix_ms();
+        let wait = Duration::from_millis(crate::config::CLUSTER_ELECTION_TIMEOUT_MIN_MS);
+        if let Ok(Ok(_)) = tokio::time::timeout(wait, raft.get_read_log_id()).await {
+            role.confirmed_at_ms.fetch_max(started, Ordering::AcqRel);
+        }
+    }
+}
+
 /// Keeps `role` in step with openraft's view: leading once this node leads and has applied
 /// its term's first entry (so every entry before it is in its state before it numbers a new
 /// record), and who leads.
@@ -286,6 +328,15 @@ pub async fn follow_role(
                     .count() as u64
             });
             role.replicas_caught_up.store(caught_up, Ordering::Relaxed);
+            role.alone.store(
+                m.membership_config.membership().voter_ids().count() <= 1,
+                Ordering::Relaxed,
+            );
+        }
+        // Elected: a quorum voted for this node just now, which starts its lease.
+        if leading && !role.leading() {
+            role.confirmed_at_ms
+                .store(crate::clock::wall_unix_ms(), Ordering::Release);
         }
         if let Ok(mut p) = role.peers.write() {
             *p = others;
@@ -309,6 +360,13 @@ impl Executor {
     pub(super) fn follower_refusal(&self) -> Option<String> {
         let c = self.cluster.as_ref()?;
         (!c.role.leading()).then(|| c.role.refusal())
+    }
+
+    /// Why a leader whose lease lapsed answers nothing (it may be cut off, and another
+    /// elected), if it is one.
+    pub(super) fn lapsed_leader(&self) -> Option<String> {
+        let c = self.cluster.as_ref()?;
+        (c.role.leading() && !c.role.lease()).then(|| c.role.lapsed())
     }
 
     /// A cluster's job.

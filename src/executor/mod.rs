@@ -1223,6 +1223,17 @@ impl Executor {
                         return self.forward(to, db, cmds, mode, access, reply);
                     }
                 }
+                // A leader that cannot confirm it still leads answers nothing: a read could
+                // miss what a newer leader took.
+                if let Some(why) = self.lapsed_leader() {
+                    let _ = reply.send(Answer {
+                        replies: Err(format!("ERR {why}")),
+                        sync_token: 0,
+                        unauthorized: false,
+                        aborted: false,
+                    });
+                    return;
+                }
                 self.exec_job(db, cmds, mode, access, client, reply, connection, pending)
             }
             Job::Forwarded {
@@ -1341,8 +1352,12 @@ impl Executor {
     /// Hands due messages to the worker pool, up to the in-flight limit. Runs after the batch
     /// was written, so each attempt can wait for the record that holds its message.
     fn dispatch_due(&mut self) {
-        // Only the leader delivers: each node holds the same due messages.
-        if self.poisoned().is_some() || self.follower_refusal().is_some() {
+        // Only the leader delivers (each node holds the same due messages), and only while
+        // its lease holds.
+        if self.poisoned().is_some()
+            || self.follower_refusal().is_some()
+            || self.lapsed_leader().is_some()
+        {
             return;
         }
         let room = config::DELIVERY_IN_FLIGHT_MAX
