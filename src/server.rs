@@ -494,7 +494,12 @@ async fn start_node(
     let applier = cluster::ExecutorApplier { tx: ex.tx.clone() };
     let listen = c.listen.to_string();
     let tls = match &c.tls {
-        Some((cert, key, ca)) => Some(crate::cluster::network::Tls::load(cert, key, ca)?),
+        Some((cert, key, ca)) => Some(crate::cluster::network::Tls::load(
+            cert,
+            key,
+            ca,
+            Some(c.listen),
+        )?),
         None => None,
     };
     let network = crate::cluster::network::Network::new(&c.secret, tls.as_ref())?;

@@ -39,3 +39,41 @@ pub fn acceptor(
         .map_err(|e| format!("{} and {}: {e}", flags.0, flags.1))?;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
+
+/// Whether a peer dialling `ip` would accept the certificate chain at `cert`, trusting only
+/// the authority at `ca` (the check a node's peers make): an error that says why not, at
+/// start-up rather than as a cluster that silently elects no leader.
+pub fn check_chain_for(
+    flags: (&str, &str),
+    cert: &Path,
+    ca: &Path,
+    ip: std::net::IpAddr,
+) -> Result<(), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    let chain = certificates(flags.0, cert)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certificates(flags.1, ca)? {
+        roots
+            .add(c)
+            .map_err(|e| format!("{} {}: {e}", flags.1, ca.display()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| format!("{}: {e}", flags.1))?;
+    let (end, rest) = chain.split_first().ok_or("no certificate")?;
+    let name = rustls_pki_types::ServerName::IpAddress(ip.into());
+    verifier
+        .verify_server_cert(end, rest, &name, &[], rustls_pki_types::UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "{} {}: a peer dialling {ip} would refuse it ({e}); it must be an end entity's certificate (not a CA's) that names {ip} and chains to {} {}",
+                flags.0,
+                cert.display(),
+                flags.1,
+                ca.display()
+            )
+        })
+}

@@ -88,14 +88,25 @@ pub struct Tls {
 }
 
 impl Tls {
+    /// The files of the flags, checked as a peer dialling `listen` would check them (not
+    /// when it listens on every address, whose name is not known).
     pub fn load(
         cert: &std::path::Path,
         key: &std::path::Path,
         ca: &std::path::Path,
+        listen: Option<std::net::SocketAddr>,
     ) -> Result<Tls, String> {
         let acceptor =
             crate::tls::acceptor(("--cluster-tls-cert", "--cluster-tls-key"), cert, key)?;
         crate::tls::certificates("--cluster-tls-ca", ca)?;
+        if let Some(a) = listen.filter(|a| !a.ip().is_unspecified()) {
+            crate::tls::check_chain_for(
+                ("--cluster-tls-cert", "--cluster-tls-ca"),
+                cert,
+                ca,
+                a.ip(),
+            )?;
+        }
         let ca_pem =
             std::fs::read(ca).map_err(|e| format!("--cluster-tls-ca {}: {e}", ca.display()))?;
         Ok(Tls { acceptor, ca_pem })

@@ -85,8 +85,10 @@ async fn start(id: NodeId, dir: &Path, listen: &str, snapshot_every: u64, keep: 
 fn tls_of(dir: &Path) -> Option<tidepool::cluster::network::Tls> {
     let t = dir.with_extension("tls");
     let (cert, key) = (t.join("cert.pem"), t.join("key.pem"));
-    cert.exists()
-        .then(|| tidepool::cluster::network::Tls::load(&cert, &key, &cert).expect("TLS files"))
+    cert.exists().then(|| {
+        let local = "127.0.0.1:1".parse().ok();
+        tidepool::cluster::network::Tls::load(&cert, &key, &cert, local).expect("TLS files")
+    })
 }
 
 async fn leader_of(nodes: &[&Node]) -> NodeId {
@@ -798,6 +800,42 @@ fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
     .err()
     .unwrap_or_default();
     assert!(err.contains("single server"), "{err}");
+    // A TLS certificate a peer would refuse stops the start, saying why: one that names
+    // another address, and a CA's used as an end entity's (before, such a cluster started
+    // and silently elected no leader).
+    let tls_dir = TempDir::new("cluster-flags-tls");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut ca = rcgen::CertificateParams::new(vec!["127.0.0.1".into()]).expect("params");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let other = rcgen::CertificateParams::new(vec!["10.9.9.9".into()]).expect("params");
+    for (name, params) in [("ca", ca), ("other", other)] {
+        let cert = params.self_signed(&key).expect("certificate");
+        let (c, k) = (
+            tls_dir.path().join(format!("{name}.pem")),
+            tls_dir.path().join(format!("{name}.key")),
+        );
+        std::fs::write(&c, cert.pem()).expect("cert");
+        std::fs::write(&k, key.serialize_pem()).expect("key");
+        let fresh = TempDir::new("cluster-flags-tls-data");
+        let err = Server::try_start(
+            fresh.path(),
+            &[
+                "--node-id",
+                "1",
+                "--cluster-listen",
+                &listen,
+                "--cluster-secret",
+                SECRET,
+                "--cluster-tls-cert",
+                c.to_str().expect("path"),
+                "--cluster-tls-key",
+                k.to_str().expect("path"),
+            ],
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(err.contains("would refuse it"), "{name}: {err}");
+    }
 }
 
 /// Three hosts in network namespaces: each node has a cluster interface on one bridge and a
