@@ -251,39 +251,24 @@ impl Network {
     /// Hands an HTTP request to the node whose cluster listener is at `addr`; its answer.
     pub async fn relay(&self, addr: &str, req: &Relayed) -> Result<Relayed, String> {
         let body = rmp_serde::to_vec_named(req).map_err(|e| e.to_string())?;
-        let sent = self
-            .client
-            .post(format!("{}://{addr}/raft/http", self.scheme))
-            .header(
-                hyper::header::AUTHORIZATION,
-                self.authorization("/raft/http", &body),
-            )
-            .timeout(std::time::Duration::from_millis(
-                config::CLUSTER_FORWARD_TIMEOUT_MS,
-            ))
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = sent.status();
-        let bytes = sent.bytes().await.map_err(|e| e.to_string())?;
-        if !status.is_success() {
-            return Err(format!(
-                "{addr} answered {status}: {}",
-                String::from_utf8_lossy(&bytes)
-            ));
-        }
+        let bytes = self.post(addr, "/raft/http", body).await?;
         rmp_serde::from_slice(&bytes).map_err(|e| format!("the leader's answer does not read: {e}"))
     }
 
-    /// Sends a forwarded request to the node whose cluster listener is at `addr`; its answer.
+    /// Sends a message for the executor of the node whose cluster listener is at `addr` (a
+    /// forwarded request, publishes); its answer.
     pub async fn forward(&self, addr: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
+        self.post(addr, "/raft/exec", body).await
+    }
+
+    /// One signed POST of `body` to `path` at `addr`; the answer's body, or why there is none.
+    async fn post(&self, addr: &str, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let sent = self
             .client
-            .post(format!("{}://{addr}/raft/exec", self.scheme))
+            .post(format!("{}://{addr}{path}", self.scheme))
             .header(
                 hyper::header::AUTHORIZATION,
-                self.authorization("/raft/exec", &body),
+                self.authorization(path, &body),
             )
             .timeout(std::time::Duration::from_millis(
                 config::CLUSTER_FORWARD_TIMEOUT_MS,

@@ -396,6 +396,16 @@ console.log(await redis.get("hello"));
     )
 }
 
+/// The cluster's voters as this node knows them.
+fn voters_of(raft: &openraft::Raft<crate::cluster::TypeConfig>) -> std::collections::BTreeSet<u64> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .voter_ids()
+        .collect()
+}
+
 /// `POST /_admin/cluster/init` (the node and its `--peers` become the cluster's first
 /// members) and `GET /_admin/cluster/status` (openraft's view of the cluster from this node).
 async fn cluster(app: &App, method: &Method, rest: &[String], body: Incoming) -> Response<Body> {
@@ -432,14 +442,7 @@ async fn cluster(app: &App, method: &Method, rest: &[String], body: Incoming) ->
             {
                 return refuse(409, &format!("cannot add node {id}: {e}"));
             }
-            let mut voters: std::collections::BTreeSet<u64> = c
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .voter_ids()
-                .collect();
+            let mut voters = voters_of(&c.raft);
             voters.insert(id);
             match c.raft.change_membership(voters.clone(), false).await {
                 Ok(_) => json_response(200, &serde_json::json!({ "voters": voters })),
@@ -450,14 +453,7 @@ async fn cluster(app: &App, method: &Method, rest: &[String], body: Incoming) ->
             let Ok(id) = id.parse::<u64>() else {
                 return refuse(400, "a node id is a number");
             };
-            let mut voters: std::collections::BTreeSet<u64> = c
-                .raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .voter_ids()
-                .collect();
+            let mut voters = voters_of(&c.raft);
             if !voters.remove(&id) {
                 return refuse(404, &format!("node {id} is not a voter of this cluster"));
             }

@@ -435,6 +435,29 @@ fn serve_node(dir: &Path, i: usize, ports: &[u16; 3]) -> Server {
         .unwrap_or_else(|e| panic!("node {}: {e}", i + 1))
 }
 
+/// Three servers, `start(i)` each (node `i + 1`), made one cluster: node 1 first, its
+/// credentials copied to the others (the tokens of databases derive from them), then
+/// `POST /_admin/cluster/init` on node 1; the servers, and the index of the one that leads.
+fn form_cluster(
+    dirs: &[TempDir; 3],
+    start: impl Fn(usize) -> Server,
+) -> ([Option<Server>; 3], usize) {
+    let first = start(0);
+    for d in &dirs[1..] {
+        std::fs::copy(
+            dirs[0].path().join("credentials.json"),
+            d.path().join("credentials.json"),
+        )
+        .expect("copy credentials");
+    }
+    let servers = [Some(first), Some(start(1)), Some(start(2))];
+    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
+        .post("/_admin/cluster/init", b"");
+    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
+    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    (servers, li)
+}
+
 fn status(s: &Server) -> serde_json::Value {
     let r = Http::connect(&s.addr, ADMIN).get("/_admin/cluster/status");
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
@@ -488,24 +511,7 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         TempDir::new("cluster-s3"),
     ];
     let ports = [free_port(), free_port(), free_port()];
-    let first = serve_node(dirs[0].path(), 0, &ports);
-    // Every node holds the same credentials (the tokens of databases derive from them).
-    for d in &dirs[1..] {
-        std::fs::copy(
-            dirs[0].path().join("credentials.json"),
-            d.path().join("credentials.json"),
-        )
-        .expect("copy credentials");
-    }
-    let mut servers = [
-        Some(first),
-        Some(serve_node(dirs[1].path(), 1, &ports)),
-        Some(serve_node(dirs[2].path(), 2, &ports)),
-    ];
-    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
-        .post("/_admin/cluster/init", b"");
-    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
-    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let (mut servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
     let leader = servers[li].as_ref().expect("leader");
     let mut c = leader.client();
     assert_eq!(c.cmd_str(&["SET", "a", "1"]), Canon::s("OK"));
@@ -1001,23 +1007,7 @@ fn a_partitioned_leader_is_replaced_and_its_unacknowledged_write_is_not_kept() {
         TempDir::new("cluster-p2"),
         TempDir::new("cluster-p3"),
     ];
-    let first = hosts.serve(1, dirs[0].path());
-    for d in &dirs[1..] {
-        std::fs::copy(
-            dirs[0].path().join("credentials.json"),
-            d.path().join("credentials.json"),
-        )
-        .expect("copy credentials");
-    }
-    let mut servers = [
-        Some(first),
-        Some(hosts.serve(2, dirs[1].path())),
-        Some(hosts.serve(3, dirs[2].path())),
-    ];
-    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
-        .post("/_admin/cluster/init", b"");
-    assert_eq!(init.status, 200, "{}", String::from_utf8_lossy(&init.body));
-    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let (mut servers, li) = form_cluster(&dirs, |i| hosts.serve(i + 1, dirs[i].path()));
     let old = servers[li].as_ref().expect("leader");
     assert_eq!(
         old.client().cmd_str(&["SET", "before", "1"]),
@@ -1085,26 +1075,15 @@ fn a_node_joins_a_running_cluster_and_leaves_it() {
         TempDir::new("cluster-j1"),
         TempDir::new("cluster-j2"),
         TempDir::new("cluster-j3"),
-        TempDir::new("cluster-j4"),
     ];
+    let fourth_dir = TempDir::new("cluster-j4");
     let ports = [free_port(), free_port(), free_port()];
-    let first = serve_node(dirs[0].path(), 0, &ports);
-    for d in &dirs[1..] {
-        std::fs::copy(
-            dirs[0].path().join("credentials.json"),
-            d.path().join("credentials.json"),
-        )
-        .expect("copy credentials");
-    }
-    let servers = [
-        Some(first),
-        Some(serve_node(dirs[1].path(), 1, &ports)),
-        Some(serve_node(dirs[2].path(), 2, &ports)),
-    ];
-    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
-        .post("/_admin/cluster/init", b"");
-    assert_eq!(init.status, 200);
-    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let (servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
+    std::fs::copy(
+        dirs[0].path().join("credentials.json"),
+        fourth_dir.path().join("credentials.json"),
+    )
+    .expect("copy credentials");
     let mut c = servers[li].as_ref().expect("leader").client();
     for i in 0..50 {
         c.cmd_str(&["SET", &format!("k{i}"), "v"]);
@@ -1117,7 +1096,7 @@ fn a_node_joins_a_running_cluster_and_leaves_it() {
     let listen = format!("127.0.0.1:{p4}");
     let peers = peers.join(",");
     let fourth = Server::try_start_env(
-        dirs[3].path(),
+        fourth_dir.path(),
         &[
             "--admin-token",
             ADMIN,
@@ -1203,19 +1182,7 @@ fn messages_published_across_a_leader_kill_are_each_delivered() {
         )
         .unwrap_or_else(|e| panic!("node {}: {e}", i + 1))
     };
-    let first = start(0);
-    for d in &dirs[1..] {
-        std::fs::copy(
-            dirs[0].path().join("credentials.json"),
-            d.path().join("credentials.json"),
-        )
-        .expect("copy credentials");
-    }
-    let mut servers = [Some(first), Some(start(1)), Some(start(2))];
-    let init = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN)
-        .post("/_admin/cluster/init", b"");
-    assert_eq!(init.status, 200);
-    let li = leader_among(&servers.iter().map(Option::as_ref).collect::<Vec<_>>());
+    let (mut servers, li) = form_cluster(&dirs, start);
     let survivor = servers[(li + 1) % 3]
         .as_ref()
         .expect("a follower")
