@@ -653,6 +653,10 @@ pub const CLUSTER_AUTH_NONCES_MAX: usize = 1_000_000;
 /// Requests' publishes waiting to be sent to one peer; past it, a peer that does not keep up
 /// (or is down) misses the newer ones.
 pub const CLUSTER_PUBLISH_QUEUE_MAX: usize = 1024;
+/// Connections the cluster listener holds at once (peers are few); one more is closed.
+pub const CLUSTER_CONNECTIONS_MAX: usize = 64;
+/// A cluster message's head, and then its body, must come within this long.
+pub const CLUSTER_READ_TIMEOUT_MS: u64 = 30_000;
 /// How long a follower waits for the leader's answer to a request it forwarded.
 pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// How often a leader asks a quorum whether it still leads (its lease; see

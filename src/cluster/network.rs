@@ -204,6 +204,15 @@ fn verified(
     Ok(())
 }
 
+/// Whether a signature header's time is within the allowed skew of this node's clock.
+fn fresh(header: &str) -> bool {
+    header
+        .strip_prefix("TidepoolCluster ")
+        .and_then(|h| h.split('.').next())
+        .and_then(|t| t.parse::<u64>().ok())
+        .is_some_and(|at| crate::clock::wall_unix_ms().abs_diff(at) <= config::CLUSTER_AUTH_SKEW_MS)
+}
+
 /// A new nonce for a request.
 fn nonce() -> u64 {
     crate::secret::random_bytes::<8>()
@@ -436,16 +445,29 @@ pub async fn handle(
     if !given.starts_with("TidepoolCluster ") {
         return refuse(StatusCode::UNAUTHORIZED, "the request is not signed");
     }
+    // A signature too old (or too new) is refused before the body is read.
+    if !fresh(&given) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "the request was signed too long ago, or by a clock too far from this one's",
+        );
+    }
     let path = req.uri().path().to_string();
-    let body = match Limited::new(req.into_body(), config::CLUSTER_MESSAGE_BYTES_MAX)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(_) => {
+    // A body is read whole within CLUSTER_READ_TIMEOUT_MS, at most CLUSTER_MESSAGE_BYTES_MAX.
+    let read = Limited::new(req.into_body(), config::CLUSTER_MESSAGE_BYTES_MAX).collect();
+    let wait = std::time::Duration::from_millis(config::CLUSTER_READ_TIMEOUT_MS);
+    let body = match tokio::time::timeout(wait, read).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(_)) => {
             return refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "a cluster message past CLUSTER_MESSAGE_BYTES_MAX, or a body that failed",
+            )
+        }
+        Err(_) => {
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                "the message's body did not come within CLUSTER_READ_TIMEOUT_MS",
             )
         }
     };
@@ -503,6 +525,8 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    // Connections at once: past them, one more is closed as it comes (peers are few).
+    let open = Arc::new(tokio::sync::Semaphore::new(config::CLUSTER_CONNECTIONS_MAX));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -513,10 +537,14 @@ pub async fn serve(
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            continue;
+        };
         stream.set_nodelay(true).ok();
         let (raft, secret, mut stop) = (raft.clone(), secret.clone(), stop.clone());
         let (forward, seen, tls) = (forward.clone(), seen.clone(), tls.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             let svc = hyper::service::service_fn(move |req| {
                 let (raft, secret, forward, seen) =
                     (raft.clone(), secret.clone(), forward.clone(), seen.clone());
@@ -526,7 +554,12 @@ pub async fn serve(
                     )
                 }
             });
-            let http = hyper::server::conn::http1::Builder::new();
+            // A request head that never ends is closed.
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_millis(
+                    config::CLUSTER_READ_TIMEOUT_MS,
+                ));
             match tls {
                 None => {
                     let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);

@@ -389,6 +389,31 @@ fn the_cluster_listener_refuses_what_is_not_a_peers_message() {
             .await
             .expect("send");
         assert_eq!(nowhere.status(), 404);
+        // Silent connections take the listener's places; past CLUSTER_CONNECTIONS_MAX one
+        // more is closed at once, and nothing grows (each would be closed after
+        // CLUSTER_READ_TIMEOUT_MS without a whole head).
+        let mut silent = Vec::new();
+        for _ in 0..tidepool::config::CLUSTER_CONNECTIONS_MAX {
+            silent.push(
+                tokio::net::TcpStream::connect(node.addr)
+                    .await
+                    .expect("connect"),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut extra = tokio::net::TcpStream::connect(node.addr)
+            .await
+            .expect("connect");
+        let mut byte = [0u8; 1];
+        let n = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(&mut extra, &mut byte),
+        )
+        .await
+        .expect("the connection past the cap is closed, not left waiting");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        drop(silent);
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let get = c.get(url("/raft/vote")).send().await.expect("send");
         assert_eq!(get.status(), 405);
         // Still a node: it initializes and leads alone.
@@ -563,6 +588,43 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         assert_eq!(s.client().cmd_str(&["SET", &key, "v"]), Canon::s("OK"));
         // Answered here, so visible here at once, without a sync token.
         assert_eq!(s.client().cmd_str(&["GET", &key]), Canon::s("v"));
+        // Every REST door of a write is forwarded: the path, the body as the last argument,
+        // a script, and base64 answers as they would come from the leader.
+        let path = s.client().get(&format!("/set/{key}-path/p"));
+        assert_eq!(String::from_utf8_lossy(&path.body), r#"{"result":"OK"}"#);
+        let last = s
+            .client()
+            .post(&format!("/set/{key}-last"), b"from the body");
+        assert_eq!(String::from_utf8_lossy(&last.body), r#"{"result":"OK"}"#);
+        assert_eq!(
+            s.client().cmd_str(&[
+                "EVAL",
+                "return redis.call('INCR', KEYS[1])",
+                "1",
+                &format!("{key}-lua")
+            ]),
+            Canon::Int(1)
+        );
+        let b64 = s.client().request(
+            "POST",
+            "/",
+            &[("upstash-encoding", "base64")],
+            format!(r#"["SET","{key}-b64","v"]"#).as_bytes(),
+        );
+        assert_eq!(String::from_utf8_lossy(&b64.body), r#"{"result":"OK"}"#);
+        assert_eq!(
+            s.client().cmd_str(&[
+                "MGET",
+                &format!("{key}-path"),
+                &format!("{key}-last"),
+                &format!("{key}-b64")
+            ]),
+            Canon::Arr(vec![
+                Canon::s("p"),
+                Canon::s("from the body"),
+                Canon::s("v")
+            ])
+        );
         let piped = s.client().post(
             "/pipeline",
             format!(r#"[["INCR","{key}-n"],["INCR","{key}-n"],["GET","a"]]"#).as_bytes(),
