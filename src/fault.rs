@@ -5,7 +5,8 @@
 //!
 //! The points, in the order a snapshot passes them (`log-format.md`, "Crash safety"):
 //! `log-rolled`, `snapshot-partial`, `snapshot-written`, `snapshot-synced`, `snapshot-renamed`,
-//! `snapshot-published`, `segment-deleted`. A leaf.
+//! `snapshot-published`, `segment-deleted`. `TIDEPOOL_FAULT_ACK_BEFORE_COMMIT=1` breaks a
+//! cluster's promise on purpose (`ack_before_commit`). A leaf.
 
 #[cfg(feature = "fault-injection")]
 mod active {
@@ -14,6 +15,7 @@ mod active {
 
     static CRASH_AT: OnceLock<Option<String>> = OnceLock::new();
     static NO_SPACE_AT: OnceLock<Option<String>> = OnceLock::new();
+    static ACK_BEFORE_COMMIT: OnceLock<bool> = OnceLock::new();
     static IN_CHILD: AtomicBool = AtomicBool::new(false);
 
     /// Reads the setting; called at start-up, before any thread could hold the environment's lock
@@ -21,6 +23,15 @@ mod active {
     pub fn init() {
         CRASH_AT.get_or_init(|| std::env::var("TIDEPOOL_FAULT_CRASH_AT").ok());
         NO_SPACE_AT.get_or_init(|| std::env::var("TIDEPOOL_FAULT_NO_SPACE_AT").ok());
+        ACK_BEFORE_COMMIT.get_or_init(|| {
+            std::env::var("TIDEPOOL_FAULT_ACK_BEFORE_COMMIT").as_deref() == Ok("1")
+        });
+    }
+
+    /// `TIDEPOOL_FAULT_ACK_BEFORE_COMMIT=1`: a cluster's leader answers a write once it has
+    /// proposed it, before a majority has it: the bug the cluster's fault schedules must catch.
+    pub fn ack_before_commit() -> bool {
+        ACK_BEFORE_COMMIT.get().copied().unwrap_or(false)
     }
 
     /// `TIDEPOOL_FAULT_NO_SPACE_AT=<point>`: the write at that point fails as on a full disk
@@ -63,13 +74,20 @@ mod active {
 }
 
 #[cfg(feature = "fault-injection")]
-pub use active::{in_child, init, no_space, point, trim_heap};
+pub use active::{ack_before_commit, in_child, init, no_space, point, trim_heap};
 
 #[cfg(not(feature = "fault-injection"))]
 pub fn init() {}
 
 #[cfg(not(feature = "fault-injection"))]
 pub fn in_child() {}
+
+/// A leader that answers before commit: never without the `fault-injection` feature.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn ack_before_commit() -> bool {
+    false
+}
 
 /// A full disk at a point: never without the `fault-injection` feature.
 #[cfg(not(feature = "fault-injection"))]

@@ -543,7 +543,12 @@ async fn start_node(
         .map(|(id, n)| (*id, n.addr.clone()))
         .collect();
     tokio::spawn(cluster::keep_lease(node.raft.clone(), role.clone()));
-    tokio::spawn(cluster::follow_role(node.raft.clone(), role, addrs));
+    tokio::spawn(cluster::follow_role(
+        node.raft.clone(),
+        role,
+        addrs,
+        ex.shared.log.clone(),
+    ));
     crate::log::line(&format!(
         "cluster node {} listening for its peers on {} (members: {}); `POST /_admin/cluster/init` on one node starts a new cluster",
         c.node_id,

@@ -33,7 +33,11 @@ fi
 echo "== installing the Node SDKs for the workflow test (tests/node/package-lock.json)"
 (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
 
-echo "== cargo test (unit, golden bytes, HTTP, CLI, crash, differential vs redis-server)"
+# The cluster's fault schedules (tests/it/cluster_faults.rs) take their seeds from here: a new
+# one each run, printed so that a failure can be run again.
+export TIDEPOOL_FAULT_SEED="${TIDEPOOL_FAULT_SEED:-$(date +%s)}"
+echo "== cargo test (unit, golden bytes, HTTP, CLI, crash, cluster faults, differential vs redis-server)"
+echo "   the cluster's fault schedules start at seed $TIDEPOOL_FAULT_SEED (TIDEPOOL_FAULT_SEED=$TIDEPOOL_FAULT_SEED runs the same ones again)"
 cargo test --locked --all-targets --features fault-injection
 
 # The SDK tests run the server binary that cargo test just built (target/debug/tidepool). It has

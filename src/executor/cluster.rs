@@ -48,6 +48,8 @@ pub struct Role {
     pub confirmed_at_ms: AtomicU64,
     /// The cluster has one voter: its leader needs no one's confirmation.
     pub alone: AtomicBool,
+    /// Told when this node starts to lead, so that its lease is confirmed at once.
+    pub elected: tokio::sync::Notify,
 }
 
 impl Role {
@@ -84,6 +86,10 @@ impl Role {
 
     /// A follower's refusal of a write.
     pub fn refusal(&self) -> String {
+        let id = self.node_id.load(Ordering::Relaxed);
+        if id != 0 && self.leader_id.load(Ordering::Relaxed) == id {
+            return "this node leads the cluster but takes no writes yet: it has not applied every entry committed before (retry in a moment)".into();
+        }
         let leader = self.leader.read().map(|l| l.clone()).unwrap_or_default();
         format!(
             "this node is a follower in a cluster and takes no writes; {}",
@@ -234,6 +240,10 @@ pub async fn propose(
         let Proposal { frames, last } = p;
         match raft.client_write_ff(Batch { frames }).await {
             Ok(answer) => {
+                if crate::fault::ack_before_commit() {
+                    log.durable_seq.fetch_max(last, Ordering::SeqCst);
+                    log.synced.notify_waiters();
+                }
                 let log = log.clone();
                 tokio::spawn(async move {
                     match answer.await {
@@ -267,7 +277,10 @@ pub async fn keep_lease(raft: openraft::Raft<TypeConfig>, role: Arc<Role>) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = role.elected.notified() => {}
+        }
         if !role.leading() {
             continue;
         }
@@ -280,20 +293,45 @@ pub async fn keep_lease(raft: openraft::Raft<TypeConfig>, role: Arc<Role>) {
 }
 
 /// Keeps `role` in step with openraft's view: leading once this node leads and has applied
-/// its term's first entry (so every entry before it is in its state before it numbers a new
-/// record), and who leads.
+/// every entry its log held when it became leader, and one of its term (so every entry before
+/// its first new record is in its state), and who leads.
+///
+/// The first condition matters after a restart: openraft restores a node that led before it
+/// stopped as leader of the same term at once, without a new entry, while its state is still
+/// the snapshot it kept; the entries after the snapshot, its term's among them, are applied
+/// only once they are committed again. A node's lease starts with a quorum's confirmation
+/// (`keep_lease`, told at once), never with the election alone: a node restored as leader
+/// may have been replaced while it was down.
 pub async fn follow_role(
     raft: openraft::Raft<TypeConfig>,
     role: Arc<Role>,
     peers: std::collections::BTreeMap<NodeId, String>,
+    log: Arc<Progress>,
 ) {
     let mut metrics = raft.metrics();
+    // While this node is openraft's leader: the term, and the last entry of its log when it
+    // became leader in it.
+    let mut must_apply: Option<(u64, u64)> = None;
     loop {
         let (leading, leader, addr, others) = {
             let m = metrics.borrow_and_update();
-            let leading = m.state == openraft::ServerState::Leader
-                && m.last_applied
-                    .is_some_and(|l| l.leader_id.term == m.current_term);
+            // openraft stopped this node's part in the cluster (a storage error): its state
+            // no longer follows the cluster's, so it serves nothing from it.
+            if let Err(fatal) = &m.running_state {
+                refuse_all(
+                    &log,
+                    format!("this node's part in the cluster stopped ({fatal}); restart it to rebuild from the cluster"),
+                );
+            }
+            if m.state != openraft::ServerState::Leader {
+                must_apply = None;
+            } else if must_apply.is_none_or(|(term, _)| term != m.current_term) {
+                must_apply = Some((m.current_term, m.last_log_index.unwrap_or(0)));
+            }
+            let leading = must_apply.is_some_and(|(_, index)| {
+                m.last_applied
+                    .is_some_and(|l| l.leader_id.term == m.current_term && l.index >= index)
+            });
             let leader = m.current_leader.map(|id| match peers.get(&id) {
                 Some(addr) => format!("node {id} (cluster address {addr})"),
                 None => format!("node {id}"),
@@ -333,15 +371,17 @@ pub async fn follow_role(
                 Ordering::Relaxed,
             );
         }
-        // Elected: a quorum voted for this node just now, which starts its lease.
-        if leading && !role.leading() {
-            role.confirmed_at_ms
-                .store(crate::clock::wall_unix_ms(), Ordering::Release);
-        }
         if let Ok(mut p) = role.peers.write() {
             *p = others;
         }
-        role.leading.store(leading, Ordering::Release);
+        // Leading now: its lease waits for a quorum's confirmation, asked for at once. Not
+        // leading: a lease of an earlier term is no lease.
+        let was = role.leading.swap(leading, Ordering::AcqRel);
+        if leading && !was {
+            role.elected.notify_one();
+        } else if !leading && was {
+            role.confirmed_at_ms.store(0, Ordering::Release);
+        }
         if let Ok(mut l) = role.leader.write() {
             *l = leader.unwrap_or_default();
         }
@@ -367,6 +407,30 @@ impl Executor {
     pub(super) fn lapsed_leader(&self) -> Option<String> {
         let c = self.cluster.as_ref()?;
         (c.role.leading() && !c.role.lease()).then(|| c.role.lapsed())
+    }
+
+    /// The refusal of a follower that knows no leader to send a request to that it would
+    /// send there. Such a request may write; and a script that only reads must not answer
+    /// from this node's state either, which the leader may be ahead of: a script's read is
+    /// the leader's wherever it is sent.
+    pub(super) fn unforwarded(&self, cmds: &[Vec<Vec<u8>>]) -> Option<Answer> {
+        let c = self.cluster.as_ref()?;
+        (!c.role.leading() && writes(cmds)).then(|| Answer {
+            replies: Err(format!("ERR {}", c.role.refusal())),
+            sync_token: 0,
+            unauthorized: false,
+            aborted: false,
+        })
+    }
+
+    /// The answer of a leader whose lease lapsed, if this is one.
+    pub(super) fn lapsed_answer(&self) -> Option<Answer> {
+        self.lapsed_leader().map(|why| Answer {
+            replies: Err(format!("ERR {why}")),
+            sync_token: 0,
+            unauthorized: false,
+            aborted: false,
+        })
     }
 
     /// A cluster's job.
@@ -430,7 +494,14 @@ impl Executor {
             return Ok(self.machine.position().seq);
         }
         let databases = batch_has_kind(&batch, crate::record::KIND_DATABASES);
-        apply_batch(&mut self.machine, &batch)?;
+        if let Err(e) = apply_batch(&mut self.machine, &batch) {
+            // openraft stops this node's part in the cluster on the error: it serves nothing.
+            refuse_all(
+                &self.shared.log,
+                format!("a committed entry could not be applied ({e}); restart this node to rebuild from the cluster"),
+            );
+            return Err(e);
+        }
         self.caught_up();
         if databases {
             self.state_replaced();

@@ -1222,16 +1222,15 @@ impl Executor {
                     if let Some(to) = self.forward_target(&cmds) {
                         return self.forward(to, db, cmds, mode, access, reply);
                     }
+                    if let Some(answer) = self.unforwarded(&cmds) {
+                        let _ = reply.send(answer);
+                        return;
+                    }
                 }
                 // A leader that cannot confirm it still leads answers nothing: a read could
                 // miss what a newer leader took.
-                if let Some(why) = self.lapsed_leader() {
-                    let _ = reply.send(Answer {
-                        replies: Err(format!("ERR {why}")),
-                        sync_token: 0,
-                        unauthorized: false,
-                        aborted: false,
-                    });
+                if let Some(answer) = self.lapsed_answer() {
+                    let _ = reply.send(answer);
                     return;
                 }
                 self.exec_job(db, cmds, mode, access, client, reply, connection, pending)
@@ -1242,16 +1241,23 @@ impl Executor {
                 mode,
                 access,
                 reply,
-            } => self.exec_job(
-                db,
-                cmds,
-                mode,
-                access,
-                "forwarded".into(),
-                reply,
-                None,
-                pending,
-            ),
+            } => {
+                // The same for a request a follower forwarded here.
+                if let Some(answer) = self.lapsed_answer() {
+                    let _ = reply.send(answer);
+                    return;
+                }
+                self.exec_job(
+                    db,
+                    cmds,
+                    mode,
+                    access,
+                    "forwarded".into(),
+                    reply,
+                    None,
+                    pending,
+                )
+            }
             Job::Session { conn, op } => self.session_op(conn, op, pending),
             Job::Subscribe(mut handle) => {
                 // A stream of a database deleted meanwhile ends at once; one of a

@@ -17,7 +17,7 @@ use tidepool::reply::Reply;
 use tidepool::state::databases::DEFAULT_DB;
 use tidepool::wal::format::encode_frame;
 
-const SECRET: &str = "cluster-test-secret";
+pub(crate) const SECRET: &str = "cluster-test-secret";
 const WAIT: Option<Duration> = Some(Duration::from_secs(20));
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -425,10 +425,10 @@ fn the_cluster_listener_refuses_what_is_not_a_peers_message() {
     });
 }
 
-const ADMIN: &str = "cluster-test-admin";
+pub(crate) const ADMIN: &str = "cluster-test-admin";
 
 /// Node `i`'s flags in a cluster whose nodes listen for peers on `ports`.
-fn node_flags(i: usize, ports: &[u16; 3]) -> Vec<String> {
+pub(crate) fn node_flags(i: usize, ports: &[u16; 3]) -> Vec<String> {
     let peers: Vec<String> = (0..3)
         .filter(|j| *j != i)
         .map(|j| format!("{}=127.0.0.1:{}", j + 1, ports[j]))
@@ -463,7 +463,7 @@ fn serve_node(dir: &Path, i: usize, ports: &[u16; 3]) -> Server {
 /// Three servers, `start(i)` each (node `i + 1`), made one cluster: node 1 first, its
 /// credentials copied to the others (the tokens of databases derive from them), then
 /// `POST /_admin/cluster/init` on node 1; the servers, and the index of the one that leads.
-fn form_cluster(
+pub(crate) fn form_cluster(
     dirs: &[TempDir; 3],
     start: impl Fn(usize) -> Server,
 ) -> ([Option<Server>; 3], usize) {
@@ -909,7 +909,7 @@ fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
 /// Three hosts in network namespaces: each node has a cluster interface on one bridge and a
 /// client interface on another, so a test can cut a node off from its peers while its
 /// clients still reach it. Removed on drop.
-struct Hosts {
+pub(crate) struct Hosts {
     tag: String,
     /// The first two octets of the two subnets: cluster `10.n.0.0/24`, clients `10.n.1.0/24`.
     net: u8,
@@ -933,11 +933,15 @@ fn ip(args: &[&str]) -> Result<(), String> {
 impl Hosts {
     /// Three namespaces, or None when this machine cannot make them (not root) and
     /// TIDEPOOL_SKIP_NETNS=1 says so; CI runs as root.
-    fn make() -> Option<Hosts> {
+    pub(crate) fn make() -> Option<Hosts> {
+        // Two tests of this process may each have hosts at once: each set has its own names
+        // and subnets.
+        static SETS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let pid = std::process::id();
+        let k = SETS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 2;
         let h = Hosts {
-            tag: format!("tp{:04x}", pid & 0xffff),
-            net: 100 + (pid % 100) as u8,
+            tag: format!("tp{:04x}{k}", pid & 0xffff),
+            net: 10 + ((pid % 100) * 2 + k) as u8,
         };
         match h.build() {
             Ok(()) => Some(h),
@@ -996,21 +1000,39 @@ impl Hosts {
     }
 
     /// Cuts node `i` off from its peers (its clients still reach it), or joins it again.
-    fn partition(&self, i: usize, cut: bool) {
+    pub(crate) fn partition(&self, i: usize, cut: bool) {
         let link = format!("{}c{i}", self.tag);
         ip(&["link", "set", &link, if cut { "down" } else { "up" }]).expect("partition");
     }
 
-    fn cluster_addr(&self, i: usize) -> String {
+    pub(crate) fn cluster_addr(&self, i: usize) -> String {
         format!("10.{}.0.{i}:7001", self.net)
     }
 
-    fn http_addr(&self, i: usize) -> String {
+    pub(crate) fn http_addr(&self, i: usize) -> String {
         format!("10.{}.1.{i}:8079", self.net)
+    }
+
+    /// The address of the host side of the clients' bridge, which the nodes reach (a
+    /// destination of their deliveries listens there).
+    pub(crate) fn outside_ip(&self) -> String {
+        format!("10.{}.1.254", self.net)
     }
 
     /// Node `i` (1-based) on its host.
     fn serve(&self, i: usize, dir: &Path) -> Server {
+        self.serve_with(i, dir, &[], &[])
+            .unwrap_or_else(|e| panic!("node {i}: {e}"))
+    }
+
+    /// The same, with more flags and environment variables.
+    pub(crate) fn serve_with(
+        &self,
+        i: usize,
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let peers: Vec<String> = (1..=3)
             .filter(|j| *j != i)
             .map(|j| format!("{j}={}", self.cluster_addr(j)))
@@ -1022,26 +1044,22 @@ impl Hosts {
             i.to_string(),
         );
         let ns = self.ns(i);
-        Server::try_start_under(
-            &["ip", "netns", "exec", &ns],
-            dir,
-            &[
-                "--listen",
-                &listen,
-                "--admin-token",
-                ADMIN,
-                "--node-id",
-                &id,
-                "--cluster-listen",
-                &cluster,
-                "--peers",
-                &peers,
-                "--cluster-secret",
-                SECRET,
-            ],
-            &[],
-        )
-        .unwrap_or_else(|e| panic!("node {i}: {e}"))
+        let mut flags = vec![
+            "--listen",
+            &listen,
+            "--admin-token",
+            ADMIN,
+            "--node-id",
+            &id,
+            "--cluster-listen",
+            &cluster,
+            "--peers",
+            &peers,
+            "--cluster-secret",
+            SECRET,
+        ];
+        flags.extend_from_slice(extra);
+        Server::try_start_under(&["ip", "netns", "exec", &ns], dir, &flags, env)
     }
 }
 

@@ -51,7 +51,12 @@ pub struct Sink {
 
 impl Sink {
     pub fn start() -> Sink {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind sink");
+        Sink::start_on("127.0.0.1")
+    }
+
+    /// The same on address `ip` (a host side of test network namespaces, say).
+    pub fn start_on(ip: &str) -> Sink {
+        let l = TcpListener::bind(format!("{ip}:0")).expect("bind sink");
         let base = format!("http://{}", l.local_addr().expect("addr"));
         let state = Arc::new(Mutex::new(State::default()));
         let st = state.clone();
