@@ -66,3 +66,15 @@ TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/hosted.mjs
 
 echo "== the @upstash/redis suite's own cases where the hosted service differs from Redis"
 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/sdk_hosted_cases.mjs
+
+# The same SDK suites through a follower of a three-node cluster (TIDEPOOL_CLUSTER=follower:
+# the fixtures start three nodes and hand the SDKs a follower's URL, which forwards writes to
+# the leader and answers reads itself). redis-py is left out: over RESP a follower refuses
+# transactions and blocking commands (docs/replication.md).
+echo "== the SDK suites again, through a follower of a three-node cluster"
+TIDEPOOL_CLUSTER=follower TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q \
+  tests/python/test_upstash_redis.py tests/python/test_qstash.py tests/python/test_sdk_hosted_cases.py
+for t in workflow hosted json ratelimit sdk_hosted_cases; do
+  TIDEPOOL_CLUSTER=follower TIDEPOOL_BIN="$PWD/target/debug/tidepool" node "tests/node/$t.mjs"
+done
+TIDEPOOL_CLUSTER=follower WORKFLOW_SDK=upstash-workflow-0-2 TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/workflow.mjs

@@ -51,6 +51,10 @@ pub struct Relayed {
     pub headers: Vec<(String, String)>,
     #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
+    /// In an answer: the leader's last log index when it answered, which holds the request's
+    /// writes; the follower answers once it has applied as far (its next read shows them).
+    #[serde(default)]
+    pub applied: u64,
 }
 
 /// Headers that belong to one connection, not to the request it carries.
@@ -492,7 +496,10 @@ pub async fn handle(
         },
         "/raft/http" => match (local_http, decode::<Relayed>(&body)) {
             (Some(local), Ok(r)) => match relay_locally(local, r).await {
-                Ok(a) => answer(&a),
+                Ok(mut a) => {
+                    a.applied = raft.metrics().borrow().last_log_index.unwrap_or(0);
+                    answer(&a)
+                }
                 Err(e) => refuse(StatusCode::BAD_GATEWAY, &e),
             },
             (None, _) => refuse(StatusCode::NOT_FOUND, "this node relays no HTTP requests"),
@@ -623,6 +630,7 @@ async fn relay_locally(local: std::net::SocketAddr, r: Relayed) -> Result<Relaye
         status,
         headers,
         body,
+        applied: 0,
     })
 }
 

@@ -254,9 +254,15 @@ pub async fn propose(
                         Ok(Err(e)) => refuse_all(&log, format!(
                             "the write of record #{last} was not committed ({e}); this node's state may hold records the cluster does not: restart it to rebuild from the cluster"
                         )),
-                        Err(_) => refuse_all(&log, format!(
-                            "the write of record #{last} was not committed (the node stopped)"
-                        )),
+                        // The node is stopping: its waiting replies get this, and there
+                        // is nothing to tell the operator.
+                        Err(_) => {
+                            if log.fsync_failed.set(format!(
+                                "the write of record #{last} was not committed (the node stopped)"
+                            )).is_ok() {
+                                log.synced.notify_waiters();
+                            }
+                        }
                     }
                 });
             }
@@ -315,13 +321,15 @@ pub async fn follow_role(
     loop {
         let (leading, leader, addr, others) = {
             let m = metrics.borrow_and_update();
-            // openraft stopped this node's part in the cluster (a storage error): its state
-            // no longer follows the cluster's, so it serves nothing from it.
-            if let Err(fatal) = &m.running_state {
-                refuse_all(
+            // openraft stopped this node's part in the cluster (a storage error, not the
+            // server's own shutdown): its state no longer follows the cluster's, so it serves
+            // nothing from it.
+            match &m.running_state {
+                Err(openraft::error::Fatal::Stopped) | Ok(()) => {}
+                Err(fatal) => refuse_all(
                     &log,
                     format!("this node's part in the cluster stopped ({fatal}); restart it to rebuild from the cluster"),
-                );
+                ),
             }
             if m.state != openraft::ServerState::Leader {
                 must_apply = None;

@@ -158,9 +158,20 @@ async fn relay(req: Request<Incoming>, app: &App, c: &ClusterHandle) -> Response
         status: 0,
         headers: crate::cluster::network::relayable_headers(&parts.headers),
         body,
+        applied: 0,
     };
     match c.network.relay(&addr, &request).await {
         Ok(answer) => {
+            // The next read on this node shows what the request wrote, as after a forwarded
+            // command (a node that cannot catch up in time answers anyway: the write is done).
+            if answer.applied > 0 {
+                let wait = std::time::Duration::from_millis(config::CLUSTER_SYNC_WAIT_MS);
+                let _ = c
+                    .raft
+                    .wait(Some(wait))
+                    .applied_index_at_least(Some(answer.applied), "a relayed request's writes")
+                    .await;
+            }
             let mut r = Response::new(Body::Full(Some(Bytes::from(answer.body))));
             *r.status_mut() =
                 StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);

@@ -4,16 +4,12 @@
 // and a failing run through client.dlq (list, retryFailureFunction, resume); and runs started
 // with the REST API's POST /v2/trigger and /v2/batch/trigger; and context.invoke of another
 // workflow, whose result the server hands back. Exits non-zero on any failure. The server binary comes from TIDEPOOL_BIN.
-import { spawn } from "node:child_process";
 import http from "node:http";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
+import { startTidepool, stopTidepool } from "./tidepool.mjs";
 
 const TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0=";
 const CURRENT = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r";
 const NEXT = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs";
-const BIN = process.env.TIDEPOOL_BIN ?? path.resolve("../../target/debug/tidepool");
 
 let base;
 async function fail(msg) {
@@ -31,18 +27,12 @@ async function fail(msg) {
   }
   process.exit(1);
 }
-process.on("exit", () => server?.kill("SIGKILL"));
 const deadline = setTimeout(() => fail("timed out after 60 s"), 60_000);
 
-// 1. tidepool, with the retry backoff in milliseconds.
-const data = fs.mkdtempSync(path.join(os.tmpdir(), "tidepool-wf-"));
-var server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--data", data,
-  "--qstash-token", TOKEN, "--qstash-current-signing-key", CURRENT,
-  "--qstash-next-signing-key", NEXT],
-  { env: { ...process.env, TIDEPOOL_RETRY_BACKOFF_UNIT_MS: "1" }, stdio: ["ignore", "pipe", "inherit"] });
-base = await new Promise((resolve) => {
-  server.stdout.once("data", (d) => resolve(/http:\/\/\S+/.exec(String(d))[0]));
-});
+// 1. tidepool (three nodes, and a follower's URL, with TIDEPOOL_CLUSTER=follower), with the
+// retry backoff in milliseconds.
+base = await startTidepool("wf", ["--qstash-token", TOKEN, "--qstash-current-signing-key", CURRENT,
+  "--qstash-next-signing-key", NEXT], { TIDEPOOL_RETRY_BACKOFF_UNIT_MS: "1" });
 process.env.QSTASH_URL = base;
 process.env.QSTASH_TOKEN = TOKEN;
 process.env.QSTASH_CURRENT_SIGNING_KEY = CURRENT;
@@ -273,7 +263,6 @@ if (invoked?.body?.doubled !== 42 || invoked.isFailed || invoked.isCanceled) {
 }
 console.log(`workflow test passed (${SDK}): run ${workflowRunId}, steps ${JSON.stringify(trace)}, slept ${result.slept} ms; DLQ run ${flakyRun} resumed: ${JSON.stringify(flakyTrace)}; invoke answered ${JSON.stringify(invoked)}`);
 clearTimeout(deadline);
-server.kill("SIGTERM");
+stopTidepool();
 endpoint.close();
-fs.rmSync(data, { recursive: true, force: true });
 process.exit(0);
