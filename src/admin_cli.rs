@@ -8,8 +8,22 @@ use std::path::PathBuf;
 
 /// Runs one `tidepool cluster` command; prints the server's JSON answer.
 pub fn cluster(c: crate::cli::Cluster) -> Result<(), String> {
-    let (url, token) = target(c.server)?;
     use crate::cli::ClusterAction;
+    if let ClusterAction::Convert {
+        node_id,
+        cluster_listen,
+    } = &c.action
+    {
+        // Offline: the directory, not a running server.
+        let done = crate::cluster::convert::convert(
+            std::path::Path::new(&c.server.data),
+            *node_id,
+            cluster_listen,
+        )?;
+        println!("{done}");
+        return Ok(());
+    }
+    let (url, token) = target(c.server)?;
     let (method, what, body) = match c.action {
         ClusterAction::Init => ("POST", "init".to_string(), String::new()),
         ClusterAction::Status => ("GET", "status".to_string(), String::new()),
@@ -19,6 +33,7 @@ pub fn cluster(c: crate::cli::Cluster) -> Result<(), String> {
             serde_json::json!({ "id": id, "address": address }).to_string(),
         ),
         ClusterAction::RemoveNode { id } => ("DELETE", format!("nodes/{id}"), String::new()),
+        ClusterAction::Convert { .. } => return Err("convert runs offline".into()),
     };
     let target = format!("{url}{}/cluster/{what}", config::ADMIN_PREFIX);
     call(&url, &token, method, &target, body)

@@ -237,6 +237,17 @@ pub enum ClusterAction {
     },
     /// Take a node out of the cluster's voters
     RemoveNode { id: u64 },
+    /// Make a single server's data directory (--data; the server stopped) the first node of
+    /// a new cluster, of this node alone, holding the server's state; then start it with
+    /// these --node-id and --cluster-listen, and add the others with add-node
+    Convert {
+        /// This node's id
+        #[arg(long, value_name = "N")]
+        node_id: u64,
+        /// The address it will listen on for its peers (its serve --cluster-listen)
+        #[arg(long, value_name = "ADDR")]
+        cluster_listen: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -559,8 +559,8 @@ async fn start_node(
 }
 
 /// A cluster node starts from an empty directory or a cluster node's: a single server's
-/// log or snapshots are refused rather than set aside (making a single server's directory a
-/// cluster's first node is not built yet; docs/replication.md).
+/// log or snapshots are refused rather than set aside (`tidepool cluster convert` makes a
+/// single server's directory a cluster's first node).
 fn single_node_data(dir: &Path) -> Result<(), String> {
     for sub in ["wal", "snapshots"] {
         let holds = fs::read_dir(dir.join(sub))
@@ -568,7 +568,7 @@ fn single_node_data(dir: &Path) -> Result<(), String> {
             .unwrap_or(false);
         if holds {
             return Err(format!(
-                "{} holds a single server's {sub}; a cluster node starts from an empty data directory (docs/replication.md)",
+                "{} holds a single server's {sub}; a cluster node starts from an empty data directory, or one that `tidepool cluster convert` made the first node of a cluster (docs/replication.md)",
                 dir.display()
             ));
         }

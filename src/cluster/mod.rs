@@ -7,7 +7,8 @@
 //!   uncommitted tail, purge), `log-format.md`'s "The cluster's log";
 //! - [`state_machine`]: openraft's state machine on [`crate::machine::Machine`]'s door: apply
 //!   a batch record by record, a snapshot is the single node's image;
-//! - [`network`]: Raft's messages over HTTP on the cluster listener, with the cluster secret.
+//! - [`network`]: Raft's messages over HTTP on the cluster listener, with the cluster secret;
+//! - [`convert`]: a single server's directory made a cluster's first node.
 //!
 //! The executor's side (proposing its batches, replying on commit, applying a follower's
 //! entries) is `executor::cluster`; `server` starts a node for `serve --node-id`. What is not
@@ -16,6 +17,7 @@
 // openraft's traits return its `StorageError` (over 200 bytes) by value; the size is theirs.
 #![allow(clippy::result_large_err)]
 
+pub mod convert;
 pub mod log_store;
 pub mod network;
 pub mod state_machine;

@@ -130,6 +130,12 @@ pub fn apply_batch(m: &mut Machine, batch: &Batch) -> Result<(), String> {
     }
 }
 
+/// Writes `image` with `meta` as the snapshot a node keeps in `dir` (replacing the file whole).
+pub fn keep_snapshot(dir: &Path, meta: &Meta, image: &[u8]) -> io::Result<()> {
+    let file = encode_snapshot_file(meta, image)?;
+    super::replace_file(dir, SNAPSHOT_FILE, &file)
+}
+
 /// A snapshot file's bytes: the metadata's length (u32), the metadata (MessagePack), the image.
 fn encode_snapshot_file(meta: &Meta, image: &[u8]) -> io::Result<Vec<u8>> {
     let m = rmp_serde::to_vec_named(meta).map_err(io_err)?;

@@ -1408,3 +1408,103 @@ fn nodes_agree_over_tls_and_the_listener_takes_no_plain_http() {
         let _ = std::fs::remove_dir_all(d.path().with_extension("tls"));
     }
 }
+
+/// `tidepool cluster convert`: a single server's directory, with its keys and a database of
+/// its own, becomes node 1 of a cluster of one that leads at once and holds that state; two
+/// empty nodes added with `add-node` get it as the snapshot the conversion made, and hold it
+/// when node 1 is killed. A running server's directory, or a converted one, is refused.
+#[test]
+fn a_single_servers_directory_becomes_a_clusters_first_node() {
+    let dirs = [
+        TempDir::new("convert-1"),
+        TempDir::new("convert-2"),
+        TempDir::new("convert-3"),
+    ];
+    let ports = [free_port(), free_port(), free_port()];
+    let convert = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
+            .args(["cluster", "convert", "--data"])
+            .arg(dirs[0].path())
+            .args(args)
+            .output()
+            .expect("tidepool cluster convert")
+    };
+    let listen = format!("127.0.0.1:{}", ports[0]);
+    let single = Server::start(dirs[0].path(), &["--admin-token", ADMIN]);
+    let mut c = single.client();
+    assert_eq!(c.cmd_str(&["SET", "a", "1"]), ok_canon());
+    c.cmd_str(&["RPUSH", "l", "x", "y"]);
+    let created =
+        Http::connect(&single.addr, ADMIN).post("/_admin/databases", b"{\"name\":\"shop\"}");
+    assert_eq!(created.status, 201, "{}", created.text());
+    let shop_token = created.json()["token"]
+        .as_str()
+        .expect("the database's token")
+        .to_string();
+    assert_eq!(
+        Http::connect(&single.addr, &shop_token).cmd_str(&["SET", "cart", "3"]),
+        ok_canon()
+    );
+    let running = convert(&["--node-id", "1", "--cluster-listen", &listen]);
+    assert!(!running.status.success());
+    assert!(
+        String::from_utf8_lossy(&running.stderr).contains("a server is running"),
+        "{}",
+        String::from_utf8_lossy(&running.stderr)
+    );
+    assert_eq!(single.terminate(), Some(0));
+    let done = convert(&["--node-id", "1", "--cluster-listen", &listen]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let again = convert(&["--node-id", "1", "--cluster-listen", &listen]);
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already a cluster node's directory"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert!(dirs[0].path().join("single-server").join("wal").is_dir());
+    let mut servers = [Some(serve_node(dirs[0].path(), 0, &ports)), None, None];
+    let first = servers[0].as_ref().expect("node 1");
+    assert_eq!(status(first)["takes_writes"], true, "{}", status(first));
+    assert_eq!(first.client().cmd_str(&["GET", "a"]), Canon::s("1"));
+    assert_eq!(first.client().cmd_str(&["SET", "b", "2"]), ok_canon());
+    for i in 1..3 {
+        std::fs::copy(
+            dirs[0].path().join("credentials.json"),
+            dirs[i].path().join("credentials.json"),
+        )
+        .expect("copy credentials");
+        servers[i] = Some(serve_node(dirs[i].path(), i, &ports));
+        let add = Http::connect(&servers[0].as_ref().expect("node 1").addr, ADMIN).post(
+            "/_admin/cluster/nodes",
+            format!(
+                "{{\"id\":{},\"address\":\"127.0.0.1:{}\"}}",
+                i + 1,
+                ports[i]
+            )
+            .as_bytes(),
+        );
+        assert_eq!(add.status, 200, "{}", add.text());
+    }
+    for s in servers[1..].iter().flatten() {
+        eventually(s, &["GET", "b"], Canon::s("2"));
+        assert_eq!(s.client().cmd_str(&["GET", "a"]), Canon::s("1"));
+        assert_eq!(
+            s.client().cmd_str(&["LRANGE", "l", "0", "-1"]),
+            Canon::Arr(vec![Canon::s("x"), Canon::s("y")])
+        );
+        assert_eq!(
+            Http::connect(&s.addr, &shop_token).cmd_str(&["GET", "cart"]),
+            Canon::s("3")
+        );
+    }
+    servers[0].take().expect("node 1").kill9();
+    let others: Vec<Option<&Server>> = vec![None, servers[1].as_ref(), servers[2].as_ref()];
+    let l = leader_among(&others);
+    let leader = servers[l].as_ref().expect("the new leader");
+    assert_eq!(leader.client().cmd_str(&["SET", "c", "3"]), ok_canon());
+    assert_eq!(leader.client().cmd_str(&["GET", "a"]), Canon::s("1"));
+}
