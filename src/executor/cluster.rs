@@ -12,7 +12,8 @@
 //!   and a restart rebuilds its state from the cluster's snapshot and log.
 //! - A follower answers reads from its state, forwards a write to its leader (a REST request,
 //!   or a RESP one that needs nothing of its connection) and refuses the rest naming the
-//!   leader; it runs no expiry, schedules or deliveries. Publishes go to every node.
+//!   leader; it runs no expiry, schedules or deliveries. A publish is the leader's too: it
+//!   sends it on to every node, in its order.
 
 use super::{Access, Answer, ExecMode, Executor, Job};
 use crate::cluster::state_machine::{apply_batch, Applier};
@@ -423,7 +424,7 @@ impl Executor {
     /// the leader's wherever it is sent.
     pub(super) fn unforwarded(&self, cmds: &[Vec<Vec<u8>>]) -> Option<Answer> {
         let c = self.cluster.as_ref()?;
-        (!c.role.leading() && writes(cmds)).then(|| Answer {
+        (!c.role.leading() && for_leader(cmds)).then(|| Answer {
             replies: Err(format!("ERR {}", c.role.refusal())),
             sync_token: 0,
             unauthorized: false,
@@ -621,13 +622,19 @@ struct ForwardedAnswer {
 }
 
 /// Whether a follower forwards these commands to its leader rather than answer them: a
-/// command that writes (by its table flags), or a script that may (EVAL, EVALSHA, FCALL; the
-/// `_RO` ones run here). Reads are answered by the follower itself.
-pub(super) fn writes(cmds: &[Vec<Vec<u8>>]) -> bool {
+/// command that writes (by its table flags), a script that may (EVAL, EVALSHA, FCALL; the
+/// `_RO` ones run here), and a publish (PUBLISH, SPUBLISH: the leader sends it on to every
+/// node, so every node's subscribers hear the publishes in the leader's order). Reads are
+/// answered by the follower itself.
+pub(super) fn for_leader(cmds: &[Vec<Vec<u8>>]) -> bool {
     cmds.iter()
         .any(|c| match crate::command::table::global().lookup(c) {
             crate::command::table::Lookup::Found(info) => {
-                info.write || matches!(info.name.as_str(), "eval" | "evalsha" | "fcall")
+                info.write
+                    || matches!(
+                        info.name.as_str(),
+                        "eval" | "evalsha" | "fcall" | "publish" | "spublish"
+                    )
             }
             _ => false,
         })
@@ -713,7 +720,7 @@ impl Executor {
         cmds: &[Vec<Vec<u8>>],
     ) -> Option<(crate::cluster::network::Network, String)> {
         let c = self.cluster.as_ref()?;
-        if c.role.leading() || !writes(cmds) {
+        if c.role.leading() || !for_leader(cmds) {
             return None;
         }
         let addr = c.role.leader_addr.read().ok()?.clone()?;

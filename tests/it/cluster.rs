@@ -676,7 +676,7 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         );
     }
     // A publish on any node reaches the subscribers of every node (publishes are not
-    // logged: each node sends its own to the others).
+    // logged: a follower forwards one to the leader, which sends it on to every node).
     let fi = (li + 1) % 3;
     let other = (li + 2) % 3;
     let mut sub = Redis::connect_addr(
@@ -706,20 +706,41 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             ])),
         );
     }
-    // In the order they were published.
-    let mut pc = servers[li].as_ref().expect("leader").client();
-    for n in 0..30 {
-        pc.cmd_str(&["PUBLISH", "news", &format!("n{n}")]);
-    }
-    for n in 0..30 {
-        assert_eq!(
-            sub.read(),
-            Some(Canon::Arr(vec![
-                Canon::s("message"),
-                Canon::s("news"),
-                Canon::s(&format!("n{n}"))
-            ])),
+    // In the order they were published, on every node, whichever node each was sent to.
+    let mut subs = vec![sub];
+    for i in [li, other] {
+        let mut s = Redis::connect_addr(
+            servers[i]
+                .as_ref()
+                .expect("node")
+                .resp_addr
+                .as_deref()
+                .expect("RESP"),
         );
+        assert_eq!(s.cmd_str(&["AUTH", TOKEN]), ok_canon());
+        s.send_raw(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nnews\r\n");
+        assert!(s.read().is_some(), "the subscription's confirmation");
+        subs.push(s);
+    }
+    let mut pcs: Vec<Http> = [li, fi, other]
+        .iter()
+        .map(|i| servers[*i].as_ref().expect("node").client())
+        .collect();
+    for n in 0..30 {
+        let sent = pcs[n % 3].cmd_str(&["PUBLISH", "news", &format!("n{n}")]);
+        assert!(matches!(sent, Canon::Int(_)), "{sent:?}");
+    }
+    for s in &mut subs {
+        for n in 0..30 {
+            assert_eq!(
+                s.read(),
+                Some(Canon::Arr(vec![
+                    Canon::s("message"),
+                    Canon::s("news"),
+                    Canon::s(&format!("n{n}"))
+                ])),
+            );
+        }
     }
     // A follower relays the delivery and admin APIs' writes to the leader whole, and
     // answers their reads itself once it has applied them.
