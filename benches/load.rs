@@ -13,6 +13,8 @@
 //!
 //!     target/release/tidepool-bench --instructions [--requests N] [--against PATH]
 //!
+//!     target/release/tidepool-bench --against PATH [--rounds R] [--seconds N]
+//!
 //!     target/release/tidepool-bench --memory [--only NAME]
 //!     target/release/tidepool-bench --resp [--rounds N]
 //!     target/release/tidepool-bench --cluster [--rounds N] [--seconds N]
@@ -36,6 +38,7 @@
 //! (tidepool --fsync always vs redis with appendfsync always), and POST /pipeline with 100
 //! SETs (commands/s). Prints Markdown tables for docs/performance.md.
 
+mod ab;
 mod ceiling;
 mod cluster;
 mod delivery;
@@ -779,7 +782,8 @@ struct Cli {
     /// --instructions: keep-alive requests counted (the run of twice as many is subtracted)
     #[arg(long, value_name = "N", default_value_t = 2_000)]
     requests: u64,
-    /// --instructions: another tidepool binary to count beside this one (an A/B)
+    /// Another tidepool binary beside this one, an A/B: its instructions with --instructions;
+    /// alone, the load form's workloads against it instead of webdis
     #[arg(long, value_name = "PATH")]
     against: Option<PathBuf>,
     /// Seconds per measurement [default: 5; 10 with --noisy]
@@ -901,6 +905,11 @@ fn run() -> Result<(), String> {
             .join(",")
     );
     let pipe_script = script("pipeline.lua", &pipeline_body)?;
+    if let Some(other) = &cli.against {
+        let r = ab::run(&bin, other, &tmp, &pipe_script, rounds, seconds, conns);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
 
     // The ceiling: bare hyper answering a constant, in a process of its own.
     let cport = free_port();
