@@ -399,6 +399,17 @@ pub async fn follow_role(
         }
         if metrics.changed().await.is_err() {
             role.leading.store(false, Ordering::Release);
+            // openraft's core ended. Unless it was stopped (the server's shutdown), it ended
+            // by a panic, which leaves no word in the metrics: the node refuses everything.
+            if !matches!(
+                metrics.borrow().running_state,
+                Err(openraft::error::Fatal::Stopped)
+            ) {
+                refuse_all(
+                    &log,
+                    "this node's part in the cluster ended unexpectedly; restart it to rebuild from the cluster".into(),
+                );
+            }
             return;
         }
     }

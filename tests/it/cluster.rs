@@ -955,14 +955,14 @@ impl Hosts {
     /// Three namespaces, or None when this machine cannot make them (not root) and
     /// TIDEPOOL_SKIP_NETNS=1 says so; CI runs as root.
     pub(crate) fn make() -> Option<Hosts> {
-        // Two tests of this process may each have hosts at once: each set has its own names
-        // and subnets.
+        // Several tests of this process may each have hosts at once (up to ten): each set has
+        // its own names and subnets.
         static SETS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let pid = std::process::id();
-        let k = SETS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 2;
+        let k = SETS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 10;
         let h = Hosts {
             tag: format!("tp{:04x}{k}", pid & 0xffff),
-            net: 10 + ((pid % 100) * 2 + k) as u8,
+            net: 10 + ((pid % 24) * 10 + k) as u8,
         };
         match h.build() {
             Ok(()) => Some(h),
