@@ -1290,7 +1290,7 @@ fn messages_published_across_a_leader_kill_are_each_delivered() {
         .addr
         .clone();
     let leader_addr = servers[li].as_ref().expect("leader").addr.clone();
-    const MESSAGES: usize = 1000;
+    const MESSAGES: usize = 10_000;
     let dest = sink.url("/m");
     // Four publishers: the first half to the leader, the rest through a follower (relayed to
     // whichever node leads); a publish that fails is sent again until one is answered 201.
