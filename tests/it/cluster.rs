@@ -679,17 +679,22 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
     // logged: a follower forwards one to the leader, which sends it on to every node).
     let fi = (li + 1) % 3;
     let other = (li + 2) % 3;
-    let mut sub = Redis::connect_addr(
-        servers[fi]
-            .as_ref()
-            .expect("node")
-            .resp_addr
-            .as_deref()
-            .expect("RESP"),
-    );
-    assert_eq!(sub.cmd_str(&["AUTH", TOKEN]), ok_canon());
-    sub.send_raw(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nnews\r\n");
-    assert!(sub.read().is_some(), "the subscription's confirmation");
+    // A RESP subscriber to `news` on node `i`.
+    let subscribe = |i: usize| {
+        let mut s = Redis::connect_addr(
+            servers[i]
+                .as_ref()
+                .expect("node")
+                .resp_addr
+                .as_deref()
+                .expect("RESP"),
+        );
+        assert_eq!(s.cmd_str(&["AUTH", TOKEN]), ok_canon());
+        s.send_raw(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nnews\r\n");
+        assert!(s.read().is_some(), "the subscription's confirmation");
+        s
+    };
+    let mut sub = subscribe(fi);
     for (from, text) in [(li, "from the leader"), (other, "from a follower")] {
         let n = servers[from]
             .as_ref()
@@ -707,21 +712,7 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         );
     }
     // In the order they were published, on every node, whichever node each was sent to.
-    let mut subs = vec![sub];
-    for i in [li, other] {
-        let mut s = Redis::connect_addr(
-            servers[i]
-                .as_ref()
-                .expect("node")
-                .resp_addr
-                .as_deref()
-                .expect("RESP"),
-        );
-        assert_eq!(s.cmd_str(&["AUTH", TOKEN]), ok_canon());
-        s.send_raw(b"*2\r\n$9\r\nSUBSCRIBE\r\n$4\r\nnews\r\n");
-        assert!(s.read().is_some(), "the subscription's confirmation");
-        subs.push(s);
-    }
+    let mut subs = vec![sub, subscribe(li), subscribe(other)];
     let mut pcs: Vec<Http> = [li, fi, other]
         .iter()
         .map(|i| servers[*i].as_ref().expect("node").client())
@@ -1265,16 +1256,7 @@ fn messages_published_across_a_leader_kill_are_each_delivered() {
     let ports = [free_port(), free_port(), free_port()];
     let start = |i: usize| -> Server {
         let mut flags = node_flags(i, &ports);
-        for f in [
-            "--qstash-token",
-            QSTASH_TOKEN,
-            "--qstash-current-signing-key",
-            QSTASH_CURRENT,
-            "--qstash-next-signing-key",
-            QSTASH_NEXT,
-        ] {
-            flags.push(f.to_string());
-        }
+        flags.extend(QSTASH_FLAGS.map(String::from));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         Server::try_start_env(
             dirs[i].path(),

@@ -556,16 +556,7 @@ impl Cluster {
 
     /// Starts node `i` (0-based) on its directory.
     fn start_node(&self, i: usize) -> Server {
-        let mut extra: Vec<String> = [
-            "--qstash-token",
-            QSTASH_TOKEN,
-            "--qstash-current-signing-key",
-            QSTASH_CURRENT,
-            "--qstash-next-signing-key",
-            QSTASH_NEXT,
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut extra: Vec<String> = QSTASH_FLAGS.map(String::from).to_vec();
         let mut env: Vec<(&str, &str)> = vec![
             ("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", "1"),
             // Snapshots while the load goes on, and sent to a node that comes back empty.
@@ -1203,6 +1194,24 @@ fn unseen_dropped(h: &mut History) -> usize {
     before - h.ops.len()
 }
 
+/// The records `pick` takes (the input and the answer of one model's operations), as the
+/// checker takes them.
+fn operations<'a, I: Clone + 'a, O: Clone + 'a>(
+    recs: impl Iterator<Item = &'a Rec>,
+    pick: impl Fn(&'a Op) -> Option<(&'a I, &'a Option<O>)>,
+) -> Vec<Operation<I, O>> {
+    recs.filter_map(|r| {
+        pick(&r.op).map(|(input, output)| Operation {
+            client: r.client,
+            input: input.clone(),
+            call: r.call,
+            output: output.clone(),
+            ret: r.ret,
+        })
+    })
+    .collect()
+}
+
 /// Each key's history, checked on its own.
 fn check_linearizable(h: &History) -> Findings {
     let mut keys: Vec<&str> = h.ops.iter().map(|r| r.key.as_str()).collect();
@@ -1212,46 +1221,22 @@ fn check_linearizable(h: &History) -> Findings {
     for key in keys {
         let recs = h.ops.iter().filter(|r| r.key == key);
         let finding = if key.contains("-r") {
-            let ops: Vec<_> = recs
-                .filter_map(|r| match &r.op {
-                    Op::Register(i, o) => Some(Operation {
-                        client: r.client,
-                        input: i.clone(),
-                        call: r.call,
-                        output: o.clone(),
-                        ret: r.ret,
-                    }),
-                    _ => None,
-                })
-                .collect();
+            let ops = operations(recs, |op| match op {
+                Op::Register(i, o) => Some((i, o)),
+                _ => None,
+            });
             verdict(key, &Register, &ops)
         } else if key.contains("-c") {
-            let ops: Vec<_> = recs
-                .filter_map(|r| match &r.op {
-                    Op::Counter(i, o) => Some(Operation {
-                        client: r.client,
-                        input: i.clone(),
-                        call: r.call,
-                        output: o.clone(),
-                        ret: r.ret,
-                    }),
-                    _ => None,
-                })
-                .collect();
+            let ops = operations(recs, |op| match op {
+                Op::Counter(i, o) => Some((i, o)),
+                _ => None,
+            });
             verdict(key, &Counter, &ops)
         } else {
-            let ops: Vec<_> = recs
-                .filter_map(|r| match &r.op {
-                    Op::List(i, o) => Some(Operation {
-                        client: r.client,
-                        input: i.clone(),
-                        call: r.call,
-                        output: o.clone(),
-                        ret: r.ret,
-                    }),
-                    _ => None,
-                })
-                .collect();
+            let ops = operations(recs, |op| match op {
+                Op::List(i, o) => Some((i, o)),
+                _ => None,
+            });
             verdict(key, &List, &ops)
         };
         f.extend(finding);

@@ -45,6 +45,16 @@ pub const RO_TOKEN: &str = "test-read-only-token";
 /// The public dev-server credentials of user 1 (qstash-compat.md section 17).
 pub const QSTASH_TOKEN: &str =
     "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0=";
+/// The delivery service's flags with the test credentials.
+pub const QSTASH_FLAGS: [&str; 6] = [
+    "--qstash-token",
+    QSTASH_TOKEN,
+    "--qstash-current-signing-key",
+    QSTASH_CURRENT,
+    "--qstash-next-signing-key",
+    QSTASH_NEXT,
+];
+
 pub const QSTASH_CURRENT: &str = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r";
 pub const QSTASH_NEXT: &str = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs";
 
@@ -92,14 +102,7 @@ impl Server {
 
     /// The same, with more flags.
     pub fn start_delivery_with(data: &Path, extra: &[&str]) -> Server {
-        let mut args = vec![
-            "--qstash-token",
-            QSTASH_TOKEN,
-            "--qstash-current-signing-key",
-            QSTASH_CURRENT,
-            "--qstash-next-signing-key",
-            QSTASH_NEXT,
-        ];
+        let mut args = QSTASH_FLAGS.to_vec();
         args.extend_from_slice(extra);
         Self::try_start_env(data, &args, &[("TIDEPOOL_RETRY_BACKOFF_UNIT_MS", "1")])
             .unwrap_or_else(|e| panic!("tidepool did not start: {e}"))
