@@ -1222,10 +1222,13 @@ impl Executor {
                     if let Some(to) = self.forward_target(&cmds) {
                         return self.forward(to, db, cmds, mode, access, reply);
                     }
-                    if let Some(answer) = self.unforwarded(&cmds) {
-                        let _ = reply.send(answer);
-                        return;
-                    }
+                }
+                // What is the leader's and was not sent there (no leader known; or a RESP
+                // transaction or blocking command, which stays on its connection's node) is
+                // refused whole, as a read-only Redis replica refuses a write in MULTI.
+                if let Some(answer) = self.unforwarded(&cmds) {
+                    let _ = reply.send(answer);
+                    return;
                 }
                 // A leader that cannot confirm it still leads answers nothing: a read could
                 // miss what a newer leader took.

@@ -669,6 +669,32 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             leader.client().cmd_str(&["GET", &format!("{key}-resp")]),
             Canon::s("y")
         );
+        // A transaction stays on its node too: one that holds what is the leader's (a write,
+        // a script, a publish) is refused whole, as a read-only replica refuses a write in
+        // MULTI; one of reads runs here.
+        for (queued, refused) in [
+            (vec!["GET", "n"], false),
+            (vec!["SET", "x", "1"], true),
+            (
+                vec!["EVAL", "return redis.call('GET', KEYS[1])", "1", "n"],
+                true,
+            ),
+            (vec!["PUBLISH", "news", "in a transaction"], true),
+        ] {
+            assert_eq!(r.cmd_str(&["MULTI"]), Canon::s("OK"));
+            assert_eq!(r.cmd_str(&queued), Canon::s("QUEUED"));
+            let exec = r.cmd_str(&["EXEC"]);
+            assert_eq!(
+                matches!(&exec, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
+                refused,
+                "{queued:?}: {exec:?}"
+            );
+        }
+        assert_eq!(
+            leader.client().cmd_str(&["GET", "x"]),
+            Canon::Nil,
+            "a refused transaction's write"
+        );
         let refused = r.cmd_str(&["BLPOP", "nothing", "1"]);
         assert!(
             matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
