@@ -234,6 +234,14 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let creds = credentials(dir, &cfg)?;
     let (token, ro_token) = (creds.token.clone(), creds.read_only_token.clone());
     let keys = Arc::new(RwLock::new(creds.keys.clone()));
+    // A cluster node's directory started as a single server would serve an empty state and
+    // write a log beside the cluster's, which the node then refuses.
+    if cfg.cluster.is_none() && dir.join("cluster").exists() {
+        return Err(format!(
+            "{} is a cluster node's data directory (it holds cluster/): start it with its --node-id, --cluster-listen, --peers and --cluster-secret (docs/replication.md)",
+            dir.display()
+        ));
+    }
     let wal_dir = dir.join("wal");
     if cfg.at.is_none() {
         fs::create_dir_all(&wal_dir)

@@ -634,9 +634,10 @@ struct ForwardedAnswer {
 
 /// Whether a follower forwards these commands to its leader rather than answer them: a
 /// command that writes (by its table flags), a script that may (EVAL, EVALSHA, FCALL; the
-/// `_RO` ones run here), and a publish (PUBLISH, SPUBLISH: the leader sends it on to every
-/// node, so every node's subscribers hear the publishes in the leader's order). Reads are
-/// answered by the follower itself.
+/// `_RO` ones run here) and the script cache they run from (SCRIPT LOAD, EXISTS, FLUSH: a
+/// script loaded on a follower would be unknown to the EVALSHA it forwards), and a publish
+/// (PUBLISH, SPUBLISH: the leader sends it on to every node, so every node's subscribers
+/// hear the publishes in the leader's order). Reads are answered by the follower itself.
 pub(super) fn for_leader(cmds: &[Vec<Vec<u8>>]) -> bool {
     cmds.iter()
         .any(|c| match crate::command::table::global().lookup(c) {
@@ -644,7 +645,14 @@ pub(super) fn for_leader(cmds: &[Vec<Vec<u8>>]) -> bool {
                 info.write
                     || matches!(
                         info.name.as_str(),
-                        "eval" | "evalsha" | "fcall" | "publish" | "spublish"
+                        "eval"
+                            | "evalsha"
+                            | "fcall"
+                            | "script|load"
+                            | "script|exists"
+                            | "script|flush"
+                            | "publish"
+                            | "spublish"
                     )
             }
             _ => false,

@@ -1245,9 +1245,16 @@ impl Executor {
                 access,
                 reply,
             } => {
-                // The same for a request a follower forwarded here.
-                if let Some(answer) = self.lapsed_answer() {
-                    let _ = reply.send(answer);
+                // The same for a request a follower forwarded here; and one that arrives once
+                // this node no longer leads (it led when the request was taken) is refused: it
+                // is the leader's, and this node's state may be behind the new one's.
+                if let Some(why) = self.follower_refusal().or_else(|| self.lapsed_leader()) {
+                    let _ = reply.send(Answer {
+                        replies: Err(format!("ERR {why}")),
+                        sync_token: 0,
+                        unauthorized: false,
+                        aborted: false,
+                    });
                     return;
                 }
                 self.exec_job(
@@ -1322,6 +1329,21 @@ impl Executor {
                 let _ = reply.send(self.resolve(db, &access));
             }
             Job::Cluster(job) => self.cluster_job(job),
+            // A leader that cannot confirm it still leads answers the admin and delivery APIs
+            // nothing, as it answers no key-value request: a write could not commit, a read
+            // could miss what a newer leader took. At once: a wait for the records before the
+            // refusal to commit could last as long as the node is cut off.
+            Job::Admin { reply, .. } if self.lapsed_leader().is_some() => {
+                let why = self.lapsed_leader().unwrap_or_default();
+                let _ = reply.send(admin::AdminReply::error(503, &why));
+            }
+            Job::Delivery { reply, .. } if self.lapsed_leader().is_some() => {
+                let why = self.lapsed_leader().unwrap_or_default();
+                let _ = reply.send(OpReply {
+                    status: 503,
+                    body: serde_json::json!({ "error": why }),
+                });
+            }
             Job::Admin { op, reply } => {
                 let answer = self.admin(op);
                 pending.push((

@@ -695,6 +695,19 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             Canon::Nil,
             "a refused transaction's write"
         );
+        // The script cache is the leader's, as the scripts are: a script loaded through a
+        // follower runs by its digest through the same follower (redis-py's Script objects
+        // load on NOSCRIPT, then run by digest again).
+        let sha = r.cmd_str(&["SCRIPT", "LOAD", "return redis.call('GET', KEYS[1])"]);
+        let Canon::Str(sha) = sha else {
+            panic!("SCRIPT LOAD answered {sha:?}")
+        };
+        let sha = String::from_utf8_lossy(&sha).into_owned();
+        assert_eq!(r.cmd_str(&["EVALSHA", &sha, "1", "n"]), Canon::s("1"));
+        assert_eq!(
+            r.cmd_str(&["SCRIPT", "EXISTS", &sha]),
+            Canon::Arr(vec![Canon::Int(1)])
+        );
         let refused = r.cmd_str(&["BLPOP", "nothing", "1"]);
         assert!(
             matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
@@ -1148,7 +1161,22 @@ fn a_partitioned_leader_is_replaced_and_its_unacknowledged_write_is_not_kept() {
         Canon::s("OK")
     );
     // The cut-off leader's lease has lapsed (no quorum confirms it): it answers no read,
-    // which could miss the new leader's write, and no write.
+    // which could miss the new leader's write, and no write, through the admin API too (a
+    // write taken there could not commit: it would hang, then depose the node).
+    // (Regression: the admin API's answers, refusals too, waited for the uncommitted write
+    // before them to commit, as long as the node stayed cut off.)
+    for admin in [
+        Http::connect(&servers[li].as_ref().expect("old").addr, ADMIN).get("/_admin/databases"),
+        Http::connect(&servers[li].as_ref().expect("old").addr, ADMIN)
+            .post("/_admin/databases", b"{\"name\":\"during\"}"),
+    ] {
+        assert_eq!(admin.status, 503, "{}", admin.text());
+        assert!(
+            admin.text().contains("cannot confirm it still leads"),
+            "{}",
+            admin.text()
+        );
+    }
     let read =
         Http::connect(&servers[li].as_ref().expect("old").addr, TOKEN).cmd_str(&["GET", "during"]);
     assert!(
@@ -1495,6 +1523,16 @@ fn a_single_servers_directory_becomes_a_clusters_first_node() {
         String::from_utf8_lossy(&again.stderr)
     );
     assert!(dirs[0].path().join("single-server").join("wal").is_dir());
+    // Started without its cluster flags, the converted directory is refused: a single server
+    // would serve an empty state and write a log beside the cluster's.
+    let plain = Server::try_start(dirs[0].path(), &["--admin-token", ADMIN])
+        .err()
+        .expect("a single server on a cluster node's directory");
+    assert!(
+        plain.contains("is a cluster node's data directory"),
+        "{plain}"
+    );
+    assert!(!dirs[0].path().join("wal").exists());
     let mut servers = [Some(serve_node(dirs[0].path(), 0, &ports)), None, None];
     let first = servers[0].as_ref().expect("node 1");
     assert_eq!(status(first)["takes_writes"], true, "{}", status(first));
