@@ -3,7 +3,8 @@
 //! One cluster of three server processes (each on its own host in a network namespace when
 //! the machine allows it, else on loopback) takes a mixed load: clients write and read
 //! registers (`SET`, and `GET` inside `EVAL`, which any node sends to the leader), counters
-//! (`INCR`) and lists (`RPUSH`, `LRANGE`), each to a node picked at random; they also read a
+//! (`INCR`) and lists (`RPUSH`, `LRANGE`), each to a node picked at random, alone or as the
+//! one command of a `/pipeline` or a `/multi-exec` transaction; they also read a
 //! node's own state (`GET`, `LRANGE`, which a follower answers itself), publish messages to a
 //! local destination, create schedules and send workflow notifies. Meanwhile one fault of a
 //! schedule strikes: `kill -9` of the leader, of a follower or of two nodes one after the
@@ -133,22 +134,53 @@ fn unchunk(mut b: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
+/// Where a command is sent: alone as a JSON body, or as the one command of a `/pipeline` or
+/// of a `/multi-exec` transaction.
+#[derive(Clone, Copy, Debug)]
+enum Door {
+    Body,
+    Pipeline,
+    Transaction,
+}
+
+/// An answer's envelope (`{"result": ...}` or `{"error": ...}`) as an outcome.
+fn enveloped(v: &serde_json::Value, status: u16) -> Outcome {
+    if let Some(r) = v.get("result") {
+        return Outcome::Value(r.clone());
+    }
+    let text = v
+        .get("error")
+        .and_then(|e| e.as_str())
+        .map_or_else(|| v.to_string(), str::to_string);
+    if text.contains("takes no writes") || text.contains("cannot confirm it still leads") {
+        Outcome::Refused(text)
+    } else {
+        Outcome::Unknown(format!("{status} {text}"))
+    }
+}
+
 /// A command as a JSON array to `POST /`.
 fn command(addr: &str, args: &[&str]) -> Outcome {
-    let body = serde_json::to_vec(args).expect("JSON");
-    match request(addr, TOKEN, "POST", "/", &[], &body) {
-        Ok((200, b)) => match serde_json::from_slice::<serde_json::Value>(&b) {
-            Ok(v) if v.get("result").is_some() => Outcome::Value(v["result"].clone()),
-            _ => Outcome::Unknown(format!("not an answer: {}", String::from_utf8_lossy(&b))),
-        },
-        Ok((status, b)) => {
-            let text = String::from_utf8_lossy(&b).into_owned();
-            if text.contains("takes no writes") || text.contains("cannot confirm it still leads") {
-                Outcome::Refused(text)
-            } else {
-                Outcome::Unknown(format!("{status} {text}"))
+    command_via(addr, Door::Body, args)
+}
+
+/// A command through `door`.
+fn command_via(addr: &str, door: Door, args: &[&str]) -> Outcome {
+    let (path, body) = match door {
+        Door::Body => ("/", serde_json::to_vec(args)),
+        Door::Pipeline => ("/pipeline", serde_json::to_vec(&[args])),
+        Door::Transaction => ("/multi-exec", serde_json::to_vec(&[args])),
+    };
+    let body = body.expect("JSON");
+    match request(addr, TOKEN, "POST", path, &[], &body) {
+        Ok((status, b)) => match serde_json::from_slice::<serde_json::Value>(&b) {
+            Ok(serde_json::Value::Array(mut v)) if v.len() == 1 => enveloped(&v.remove(0), status),
+            Ok(v @ serde_json::Value::Object(_)) => enveloped(&v, status),
+            _ => {
+                let text = String::from_utf8_lossy(&b).into_owned();
+                enveloped(&serde_json::json!({ "error": text }), status)
             }
-        }
+        },
         Err((false, e)) => Outcome::Refused(e),
         Err((true, e)) => Outcome::Unknown(e),
     }
@@ -351,8 +383,9 @@ fn kv_client(
             }
         };
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let door = *rng.pick(&[Door::Body, Door::Body, Door::Pipeline, Door::Transaction]);
         let call = now();
-        let outcome = command(addr, &args);
+        let outcome = command_via(addr, door, &args);
         let ret = now();
         let writes = matches!(pick, 0..=19 | 38..=49 | 60..=74);
         match outcome {
