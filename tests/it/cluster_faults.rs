@@ -776,18 +776,20 @@ impl Cluster {
                 }
             }
             n += 1;
-            let value = n.to_string();
-            match command(&self.addrs[n % 3], &["SET", barrier, &value]) {
+            // A key of each attempt's own: an earlier attempt left unanswered may still be
+            // applied later, and must not overwrite the one that was answered.
+            match command(&self.addrs[n % 3], &["SET", &format!("{barrier}-{n}"), "1"]) {
                 Outcome::Value(v) if v == "OK" => break,
                 other => last = other.why(),
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        let barrier = format!("{barrier}-{n}");
         for i in 0..3 {
             let until = Instant::now() + Duration::from_secs(30);
             loop {
-                if let Outcome::Value(v) = command(&self.addrs[i], &["GET", barrier]) {
-                    if v.as_str() == Some(n.to_string().as_str()) {
+                if let Outcome::Value(v) = command(&self.addrs[i], &["GET", &barrier]) {
+                    if v.as_str() == Some("1") {
                         break;
                     }
                 }
