@@ -4,14 +4,14 @@
 //! the machine allows it, else on loopback) takes a mixed load: clients write and read
 //! registers (`SET`, and `GET` inside `EVAL`, which any node sends to the leader), counters
 //! (`INCR`) and lists (`RPUSH`, `LRANGE`), each to a node picked at random, alone or as the
-//! one command of a `/pipeline` or a `/multi-exec` transaction; they also read a
-//! node's own state (`GET`, `LRANGE`, which a follower answers itself), publish messages to a
-//! local destination, create schedules and send workflow notifies. Meanwhile one fault of a
+//! one command of a `/pipeline` or a `/multi-exec` transaction; they also read a node's own
+//! state (`GET`, `LRANGE`, which a follower answers itself), publish messages to a local
+//! destination, create schedules and send workflow notifies. Meanwhile one fault of a
 //! schedule strikes: `kill -9` of the leader, of a follower or of two nodes one after the
 //! other, a node restarted with its directory emptied, a partition that isolates the leader
 //! or splits two against one, a leader paused (SIGSTOP) past its lease, both followers
-//! paused while the leader is killed, or the leader cut off and killed. Then everything heals, and the schedule's history is
-//! checked:
+//! paused while the leader is killed, or the leader cut off and killed. Then everything
+//! heals, and the schedule's history is checked:
 //! - every key's history (invocation and answer times, as the clients saw them) is
 //!   linearizable (`linearizability::check`, a port of Wing and Gong's algorithm with Lowe's
 //!   memoisation); a request that got no answer may or may not have taken effect;
