@@ -1,5 +1,5 @@
 // Starts the tidepool binary (TIDEPOOL_BIN) on a free loopback port with a fresh data directory
-// for one SDK test, and kills it when the test process exits.
+// for one SDK test, and kills it and removes the directory when the test process exits.
 //
 // With TIDEPOOL_CLUSTER=follower it starts a cluster of three nodes instead (each with the
 // test's flags, on loopback) and answers a follower's URL: every request of the test goes
@@ -13,10 +13,15 @@ import path from "node:path";
 export const BIN = process.env.TIDEPOOL_BIN ?? path.resolve("../../target/debug/tidepool");
 const CLUSTER = process.env.TIDEPOOL_CLUSTER === "follower";
 const servers = [];
-process.on("exit", () => { for (const s of servers) s.kill("SIGKILL"); });
+const dirs = [];
+process.on("exit", () => {
+  for (const s of servers) s.kill("SIGKILL");
+  for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
+});
 
 /** One `tidepool serve`; resolves to its base URL once it prints its listening line. */
 function serveOne(data, args, env) {
+  dirs.push(data);
   const server = spawn(BIN, ["serve", "--listen", "127.0.0.1:0", "--data", data, ...args],
     { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "inherit"] });
   servers.push(server);
@@ -53,13 +58,13 @@ async function startCluster(tag, args, env) {
   if (i >= 0) token = args[i + 1];
   else args = [...args, "--admin-token", token];
   const ports = [await freePort(), await freePort(), await freePort()];
-  const dirs = [0, 1, 2].map((n) => fs.mkdtempSync(path.join(os.tmpdir(), `tidepool-${tag}-n${n + 1}-`)));
+  const nodeDirs = [0, 1, 2].map((n) => fs.mkdtempSync(path.join(os.tmpdir(), `tidepool-${tag}-n${n + 1}-`)));
   const urls = [];
   for (let n = 0; n < 3; n++) {
     const peers = [0, 1, 2].filter((j) => j !== n).map((j) => `${j + 1}=127.0.0.1:${ports[j]}`).join(",");
     // The tokens of databases derive from the credentials: the same on every node.
-    if (n > 0) fs.copyFileSync(path.join(dirs[0], "credentials.json"), path.join(dirs[n], "credentials.json"));
-    urls.push(await serveOne(dirs[n], [...args, "--node-id", String(n + 1),
+    if (n > 0) fs.copyFileSync(path.join(nodeDirs[0], "credentials.json"), path.join(nodeDirs[n], "credentials.json"));
+    urls.push(await serveOne(nodeDirs[n], [...args, "--node-id", String(n + 1),
       "--cluster-listen", `127.0.0.1:${ports[n]}`, "--peers", peers,
       "--cluster-secret", "the SDK suites' cluster secret"], env));
   }
