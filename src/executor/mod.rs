@@ -1333,18 +1333,11 @@ impl Executor {
             // nothing, as it answers no key-value request: a write could not commit, a read
             // could miss what a newer leader took. At once: a wait for the records before the
             // refusal to commit could last as long as the node is cut off.
-            Job::Admin { reply, .. } if self.lapsed_leader().is_some() => {
-                let why = self.lapsed_leader().unwrap_or_default();
-                let _ = reply.send(admin::AdminReply::error(503, &why));
-            }
-            Job::Delivery { reply, .. } if self.lapsed_leader().is_some() => {
-                let why = self.lapsed_leader().unwrap_or_default();
-                let _ = reply.send(OpReply {
-                    status: 503,
-                    body: serde_json::json!({ "error": why }),
-                });
-            }
             Job::Admin { op, reply } => {
+                if let Some(why) = self.lapsed_leader() {
+                    let _ = reply.send(admin::AdminReply::error(503, &why));
+                    return;
+                }
                 let answer = self.admin(op);
                 pending.push((
                     self.wal.last_seq(),
@@ -1358,6 +1351,13 @@ impl Executor {
                 ));
             }
             Job::Delivery { op, reply } => {
+                if let Some(why) = self.lapsed_leader() {
+                    let _ = reply.send(OpReply {
+                        status: 503,
+                        body: serde_json::json!({ "error": why }),
+                    });
+                    return;
+                }
                 let answer = self.delivery_op(*op);
                 pending.push((
                     self.wal.last_seq(),

@@ -146,11 +146,7 @@ async fn applied(node: &Node, index: u64) {
 
 #[test]
 fn three_nodes_agree_and_a_stopped_leader_is_replaced() {
-    let dirs = [
-        TempDir::new("cluster-a1"),
-        TempDir::new("cluster-a2"),
-        TempDir::new("cluster-a3"),
-    ];
+    let dirs = three_dirs("cluster-a");
     runtime().block_on(async {
         let mut nodes = three(&dirs, 10_000, 1000).await;
         let l = leader_of(&[&nodes[0]]).await;
@@ -203,11 +199,7 @@ fn three_nodes_agree_and_a_stopped_leader_is_replaced() {
 
 #[test]
 fn a_node_catches_up_from_its_log_or_from_a_snapshot() {
-    let dirs = [
-        TempDir::new("cluster-b1"),
-        TempDir::new("cluster-b2"),
-        TempDir::new("cluster-b3"),
-    ];
+    let dirs = three_dirs("cluster-b");
     let fresh = TempDir::new("cluster-b3-fresh");
     runtime().block_on(async {
         // A snapshot every 10 entries, and nothing of the log kept past it.
@@ -278,11 +270,7 @@ fn a_node_catches_up_from_its_log_or_from_a_snapshot() {
 #[test]
 fn a_torn_tail_of_the_cluster_log_is_cut_on_open() {
     use openraft::RaftLogReader;
-    let dirs = [
-        TempDir::new("cluster-c1"),
-        TempDir::new("cluster-c2"),
-        TempDir::new("cluster-c3"),
-    ];
+    let dirs = three_dirs("cluster-c");
     let rt = runtime();
     let kept = rt.block_on(async {
         let nodes = three(&dirs, 10_000, 1000).await;
@@ -427,6 +415,11 @@ fn the_cluster_listener_refuses_what_is_not_a_peers_message() {
 
 pub(crate) const ADMIN: &str = "cluster-test-admin";
 
+/// Three temporary data directories, `tag` followed by 1, 2 and 3.
+pub(crate) fn three_dirs(tag: &str) -> [TempDir; 3] {
+    [1, 2, 3].map(|i| TempDir::new(&format!("{tag}{i}")))
+}
+
 /// Node `i`'s flags in a cluster whose nodes listen for peers on `ports`.
 pub(crate) fn node_flags(i: usize, ports: &[u16; 3]) -> Vec<String> {
     let peers: Vec<String> = (0..3)
@@ -530,11 +523,7 @@ fn eventually(s: &Server, cmd: &[&str], want: Canon) {
 /// and catches up.
 #[test]
 fn three_servers_form_a_cluster_and_outlive_their_leader() {
-    let dirs = [
-        TempDir::new("cluster-s1"),
-        TempDir::new("cluster-s2"),
-        TempDir::new("cluster-s3"),
-    ];
+    let dirs = three_dirs("cluster-s");
     let ports = [free_port(), free_port(), free_port()];
     let (mut servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
     let leader = servers[li].as_ref().expect("leader");
@@ -1133,11 +1122,7 @@ impl Drop for Hosts {
 #[test]
 fn a_partitioned_leader_is_replaced_and_its_unacknowledged_write_is_not_kept() {
     let Some(hosts) = Hosts::make() else { return };
-    let dirs = [
-        TempDir::new("cluster-p1"),
-        TempDir::new("cluster-p2"),
-        TempDir::new("cluster-p3"),
-    ];
+    let dirs = three_dirs("cluster-p");
     let (mut servers, li) = form_cluster(&dirs, |i| hosts.serve(i + 1, dirs[i].path()));
     let old = servers[li].as_ref().expect("leader");
     assert_eq!(
@@ -1217,11 +1202,7 @@ fn a_partitioned_leader_is_replaced_and_its_unacknowledged_write_is_not_kept() {
 /// and serves what the cluster wrote before it came; then it leaves the voters.
 #[test]
 fn a_node_joins_a_running_cluster_and_leaves_it() {
-    let dirs = [
-        TempDir::new("cluster-j1"),
-        TempDir::new("cluster-j2"),
-        TempDir::new("cluster-j3"),
-    ];
+    let dirs = three_dirs("cluster-j");
     let fourth_dir = TempDir::new("cluster-j4");
     let ports = [free_port(), free_port(), free_port()];
     let (servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
@@ -1302,11 +1283,7 @@ fn a_node_joins_a_running_cluster_and_leaves_it() {
 #[test]
 fn messages_published_across_a_leader_kill_are_each_delivered() {
     let sink = Sink::start();
-    let dirs = [
-        TempDir::new("cluster-q1"),
-        TempDir::new("cluster-q2"),
-        TempDir::new("cluster-q3"),
-    ];
+    let dirs = three_dirs("cluster-q");
     let ports = [free_port(), free_port(), free_port()];
     let start = |i: usize| -> Server {
         let mut flags = node_flags(i, &ports);
@@ -1426,11 +1403,7 @@ fn messages_published_across_a_leader_kill_are_each_delivered() {
 /// request to the listener gets no answer.
 #[test]
 fn nodes_agree_over_tls_and_the_listener_takes_no_plain_http() {
-    let dirs = [
-        TempDir::new("cluster-t1"),
-        TempDir::new("cluster-t2"),
-        TempDir::new("cluster-t3"),
-    ];
+    let dirs = three_dirs("cluster-t");
     let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).expect("certificate");
     for d in &dirs {
         let t = d.path().with_extension("tls");
@@ -1472,11 +1445,7 @@ fn nodes_agree_over_tls_and_the_listener_takes_no_plain_http() {
 /// when node 1 is killed. A running server's directory, or a converted one, is refused.
 #[test]
 fn a_single_servers_directory_becomes_a_clusters_first_node() {
-    let dirs = [
-        TempDir::new("convert-1"),
-        TempDir::new("convert-2"),
-        TempDir::new("convert-3"),
-    ];
+    let dirs = three_dirs("convert-");
     let ports = [free_port(), free_port(), free_port()];
     let convert = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
