@@ -82,7 +82,10 @@ def wait(d, cond, seconds=30):
 def fresh_page(d, server):
     """The console signed out: the tab's storage cleared, and what the previous flow's
     session logged (it signs in again on load) left behind."""
-    d.get(server + "/console/")
+    # Cleared on a page of the same origin that runs no console script: cleared on the
+    # console itself, the previous flow's sign-in (it signs in again on load) could write its
+    # tokens back before the reload, and the console would open signed in.
+    d.get(server + "/healthz")
     d.execute_script("sessionStorage.clear()")
     d.get(server + "/console/")
     # The script is a module, run after the page is shown: a click before it has wired the
