@@ -281,8 +281,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let cluster_role = Arc::new(crate::executor::cluster::Role::default());
         let kept = match &cfg.cluster {
             None => None,
-            Some(_) => {
+            Some(c) => {
                 single_node_data(dir)?;
+                crate::cluster::log_store::claim_node_id(&cluster_dir, c.node_id)?;
                 crate::cluster::state_machine::kept_snapshot(&cluster_dir)
                     .map_err(|e| format!("the cluster's snapshot in {}: {e}", cluster_dir.display()))?
             }

@@ -10,10 +10,12 @@
 //!   to the snapshot is purged, so a node that joins (`cluster add-node`) gets the state as
 //!   that snapshot, as openraft sends a snapshot to a node whose next entry is purged.
 //!
+//! - `cluster/node-id`: this node's id, so that the directory starts under no other.
+//!
 //! The single server's `wal/` and `snapshots/` are moved into `single-server/`, which the
 //! cluster node never reads: they stay as they were, for going back.
 
-use super::log_store::{self, PURGED_FILE, VOTE_FILE};
+use super::log_store::{self, NODE_ID_FILE, PURGED_FILE, VOTE_FILE};
 use super::state_machine::keep_snapshot;
 use super::NodeId;
 use crate::machine::{recover, Recover, Start};
@@ -83,7 +85,8 @@ pub fn convert(dir: &Path, node_id: NodeId, listen: &str) -> Result<String, Stri
     };
     std::fs::create_dir_all(&cluster).map_err(|e| format!("{}: {e}", cluster.display()))?;
     let written = (|| -> std::io::Result<()> {
-        // The log first (its header), then what says where it starts, then the state.
+        // Whose files these are, the log (its header), what says where it starts, the state.
+        super::replace_file(&cluster, NODE_ID_FILE, &log_store::encode_node_id(node_id))?;
         drop(log_store::LogStore::open(&cluster)?);
         super::replace_file(
             &cluster,

@@ -38,6 +38,7 @@ pub const ENTRY_HEADER_BYTES: usize = 33;
 pub const VOTE_BYTES: usize = 24;
 /// `raft-purged`: index u64, term u64, leader u64, CRC32 of bytes 0..24.
 pub const PURGED_BYTES: usize = 28;
+pub const NODE_ID_BYTES: usize = 12;
 
 /// An entry's kind byte.
 pub const KIND_BLANK: u8 = 0;
@@ -47,6 +48,8 @@ pub const KIND_MEMBERSHIP: u8 = 2;
 pub const LOG_FILE: &str = "raft-log";
 pub const VOTE_FILE: &str = "raft-vote";
 pub const PURGED_FILE: &str = "raft-purged";
+/// The id of the node whose files these are (see `claim_node_id`).
+pub const NODE_ID_FILE: &str = "node-id";
 
 /// The header of `raft-log`.
 pub fn log_header() -> [u8; LOG_HEADER_BYTES] {
@@ -200,6 +203,59 @@ pub fn decode_purged(b: &[u8]) -> Result<LogId<NodeId>, String> {
         u64::from_le_bytes(x)
     };
     Ok(LogId::new(CommittedLeaderId::new(u(8), u(16)), u(0)))
+}
+
+pub fn encode_node_id(id: NodeId) -> [u8; NODE_ID_BYTES] {
+    let mut b = [0u8; NODE_ID_BYTES];
+    b[0..8].copy_from_slice(&id.to_le_bytes());
+    let crc = crc32fast::hash(&b[0..8]);
+    b[8..12].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+pub fn decode_node_id(b: &[u8]) -> Result<NodeId, String> {
+    if b.len() != NODE_ID_BYTES {
+        return Err(format!(
+            "the node-id file is {} bytes, not {NODE_ID_BYTES}",
+            b.len()
+        ));
+    }
+    let mut c = [0u8; 4];
+    c.copy_from_slice(&b[8..12]);
+    if u32::from_le_bytes(c) != crc32fast::hash(&b[0..8]) {
+        return Err("the node-id file fails its check".into());
+    }
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&b[0..8]);
+    Ok(u64::from_le_bytes(n))
+}
+
+/// Makes `dir` (a node's `cluster/`) node `id`'s, or refuses if it is another node's. The
+/// vote, the log and the snapshot a node keeps are its own promises and its own copy: under
+/// another id they would be a second node's, which Raft's safety does not allow (a vote
+/// cast twice in one term, entries counted for a majority twice). A directory that holds no
+/// `node-id` yet (new, emptied, or written before the file existed) takes `id`.
+pub fn claim_node_id(dir: &Path, id: NodeId) -> Result<(), String> {
+    let path = dir.join(NODE_ID_FILE);
+    let shown = || path.display().to_string();
+    match read_optional(&path).map_err(|e| format!("{}: {e}", shown()))? {
+        Some(b) => {
+            let kept = decode_node_id(&b).map_err(|e| format!("{}: {e}", shown()))?;
+            if kept != id {
+                return Err(format!(
+                    "{} holds node {kept}'s cluster state ({}), not node {id}'s: start it with --node-id {kept}, or start node {id} on a data directory of its own (empty but for a copy of credentials.json)",
+                    dir.parent().unwrap_or(dir).display(),
+                    shown()
+                ));
+            }
+            Ok(())
+        }
+        None => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            super::replace_file(dir, NODE_ID_FILE, &encode_node_id(id))
+                .map_err(|e| format!("{}: {e}", shown()))
+        }
+    }
 }
 
 fn read_optional(path: &Path) -> io::Result<Option<Vec<u8>>> {

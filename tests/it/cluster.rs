@@ -1502,6 +1502,17 @@ fn a_single_servers_directory_becomes_a_clusters_first_node() {
         "{plain}"
     );
     assert!(!dirs[0].path().join("wal").exists());
+    // Regression (review F6): node 1's converted state started as node 2 used to come up as
+    // a learner serving node 1's state. The directory names its node, and refuses another.
+    let flags = node_flags(1, &ports);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let other = Server::try_start(dirs[0].path(), &flags)
+        .err()
+        .expect("node 1's directory started as node 2");
+    assert!(
+        other.contains("holds node 1's cluster state") && other.contains("--node-id 1"),
+        "{other}"
+    );
     let mut servers = [Some(serve_node(dirs[0].path(), 0, &ports)), None, None];
     let first = servers[0].as_ref().expect("node 1");
     assert_eq!(status(first)["takes_writes"], true, "{}", status(first));
@@ -1538,6 +1549,17 @@ fn a_single_servers_directory_becomes_a_clusters_first_node() {
         );
     }
     servers[0].take().expect("node 1").kill9();
+    // A node's own directory, once it has started, is its too: node 2's, started as node 3,
+    // is refused.
+    let flags = node_flags(2, &ports);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let s2 = servers[1].take().expect("node 2");
+    s2.kill9();
+    let err = Server::try_start(dirs[1].path(), &flags)
+        .err()
+        .expect("node 2's directory started as node 3");
+    assert!(err.contains("holds node 2's cluster state"), "{err}");
+    servers[1] = Some(serve_node(dirs[1].path(), 1, &ports));
     let others: Vec<Option<&Server>> = vec![None, servers[1].as_ref(), servers[2].as_ref()];
     let l = leader_among(&others);
     let leader = servers[l].as_ref().expect("the new leader");

@@ -455,4 +455,6 @@ fn the_cluster_log_matches_the_document() {
         golden("cluster-purged")
     );
     assert_eq!(ls::decode_purged(&golden("cluster-purged")), Ok(purged));
+    assert_eq!(ls::encode_node_id(2).to_vec(), golden("cluster-node-id"));
+    assert_eq!(ls::decode_node_id(&golden("cluster-node-id")), Ok(2));
 }
