@@ -167,6 +167,9 @@ pub struct Live {
     pub resp_connections: Gauge,
     pub resp_connections_opened: Counter,
     pub resp_commands: Counter,
+    /// RESP connections a follower moved to its leader (a transaction, a watch, a blocking
+    /// command, a monitor), counted on the follower.
+    pub resp_connections_moved: Counter,
 }
 
 impl Default for Live {
@@ -179,6 +182,7 @@ impl Default for Live {
             resp_connections: Gauge::default(),
             resp_connections_opened: Counter::default(),
             resp_commands: Counter::default(),
+            resp_connections_moved: Counter::default(),
         }
     }
 }
@@ -324,6 +328,11 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
         "resp_commands",
         "Commands received over RESP since the server started",
         live.resp_commands.clone(),
+    );
+    r.register(
+        "resp_connections_moved",
+        "RESP connections this follower moved to its leader since the server started",
+        live.resp_connections_moved.clone(),
     );
     r.register_collector(Box::new(CommandSeconds(scrape.command_seconds.clone())));
     let commands: Family<CommandDb, Counter> = Family::default();

@@ -319,9 +319,27 @@ pub fn run(cfg: Config) -> Result<(), String> {
             }),
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
+        // The RESP connections: those of the RESP listener, and on a cluster's leader those
+        // its followers move to it.
+        let resp = {
+            let mut l =
+                crate::resp::Listener::new(ex.tx.clone(), ex.shared.clone(), cfg.request_bytes_max);
+            l.idle_timeout_ms = cfg.resp_idle_timeout_ms;
+            Arc::new(l)
+        };
         let node = match &cfg.cluster {
             None => None,
-            Some(c) => Some(start_node(c, addr, &cluster_dir, &ex, cluster_role.clone(), kept).await?),
+            Some(c) => {
+                let tunnel = crate::resp::conn::moved_in(resp.clone());
+                let started =
+                    start_node(c, addr, &cluster_dir, &ex, cluster_role.clone(), kept, tunnel)
+                        .await?;
+                let _ = resp.to_leader.set(crate::resp::conn::ToLeader {
+                    role: cluster_role.clone(),
+                    network: started.2.clone(),
+                });
+                Some(started)
+            }
         };
         if let Some(cut) = &ex.report.cut_tail {
             crate::log::line(&format!("warning: {cut}"));
@@ -454,10 +472,6 @@ pub fn run(cfg: Config) -> Result<(), String> {
         });
         let resp_stop = tokio::sync::oneshot::channel::<()>();
         if let Some(l) = resp_listener {
-            let mut listener =
-                crate::resp::Listener::new(ex.tx.clone(), ex.shared.clone(), cfg.request_bytes_max);
-            listener.idle_timeout_ms = cfg.resp_idle_timeout_ms;
-            let resp = Arc::new(listener);
             let stop = resp_stop.1;
             tokio::spawn(crate::resp::serve(l, resp, resp_tls, async move {
                 let _ = stop.await;
@@ -490,6 +504,7 @@ async fn start_node(
     ex: &executor::ExecutorHandle,
     role: Arc<crate::executor::cluster::Role>,
     kept: Option<(openraft::SnapshotMeta<u64, openraft::BasicNode>, Vec<u8>)>,
+    tunnel: crate::cluster::network::Tunnel,
 ) -> Result<
     (
         crate::cluster::Node<crate::executor::cluster::ExecutorApplier>,
@@ -520,6 +535,7 @@ async fn start_node(
         config,
         local_http: Some(http_addr),
         tls,
+        tunnel: Some(tunnel),
     };
     let node = crate::cluster::Node::start(
         at,

@@ -94,6 +94,8 @@ pub struct Start<'a> {
     pub local_http: Option<std::net::SocketAddr>,
     /// TLS on the cluster listener and to the peers, if given.
     pub tls: Option<network::Tls>,
+    /// What serves a RESP connection a follower moves here (`/raft/resp`), if anything.
+    pub tunnel: Option<network::Tunnel>,
 }
 
 /// A running node: its Raft handle, its state machine, and the task serving its peers.
@@ -124,6 +126,7 @@ impl<A: state_machine::Applier> Node<A> {
             config,
             local_http,
             tls,
+            tunnel,
         } = at;
         let log = log_store::LogStore::open(dir).map_err(|e| format!("the cluster log: {e}"))?;
         let state = state_machine::StateMachine::new(dir, applier, kept, log.clone());
@@ -146,8 +149,11 @@ impl<A: state_machine::Applier> Node<A> {
             raft.clone(),
             secret.into(),
             stopped,
-            forward,
-            local_http,
+            network::Handlers {
+                forward,
+                tunnel,
+                local_http,
+            },
             tls.map(|t| t.acceptor),
         ));
         Ok(Node {

@@ -38,6 +38,33 @@ pub type Forward = Arc<
         + Sync,
 >;
 
+/// A connection moved here from a follower (`/raft/resp`): the upgraded stream, RESP both
+/// ways from then on.
+pub type Moved = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// What serves a moved connection, once it is upgraded.
+pub type MovedRun = Box<
+    dyn FnOnce(Moved) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send,
+>;
+
+/// What a node does with a connection a follower moves to it (`/raft/resp`): given the
+/// connection's state (bytes, as `forward`'s are), what will serve it, or why it is refused
+/// (the node does not lead, it holds as many connections as it may).
+pub type Tunnel = Arc<dyn Fn(Vec<u8>) -> Result<MovedRun, String> + Send + Sync>;
+
+/// What a node does with what its followers hand it: forwarded requests (`/raft/exec`),
+/// moved connections (`/raft/resp`), and relayed HTTP requests, sent on to its own HTTP
+/// listener (`/raft/http`).
+#[derive(Clone, Default)]
+pub struct Handlers {
+    pub forward: Option<Forward>,
+    pub tunnel: Option<Tunnel>,
+    pub local_http: Option<std::net::SocketAddr>,
+}
+
+/// The `Upgrade` protocol of `/raft/resp`.
+pub const MOVED_PROTOCOL: &str = "tidepool-resp";
+
 /// An HTTP request a follower hands its leader whole (the delivery and admin APIs' writes),
 /// and the leader's answer to it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -276,6 +303,43 @@ impl Network {
         self.post(addr, "/raft/exec", body).await
     }
 
+    /// Moves a connection to the node whose cluster listener is at `addr`: a signed `POST
+    /// /raft/resp` of its state (`start`), upgraded to a stream that then carries RESP both
+    /// ways. Opening it (not what follows) is bounded by `CLUSTER_FORWARD_TIMEOUT_MS`.
+    pub async fn open_moved(
+        &self,
+        addr: &str,
+        start: Vec<u8>,
+    ) -> Result<reqwest::Upgraded, String> {
+        let path = "/raft/resp";
+        let sent = self
+            .client
+            .post(format!("{}://{addr}{path}", self.scheme))
+            .header(
+                hyper::header::AUTHORIZATION,
+                self.authorization(path, &start),
+            )
+            .header(hyper::header::CONNECTION, "upgrade")
+            .header(hyper::header::UPGRADE, MOVED_PROTOCOL)
+            .body(start)
+            .send();
+        let wait = std::time::Duration::from_millis(config::CLUSTER_FORWARD_TIMEOUT_MS);
+        let sent = tokio::time::timeout(wait, sent)
+            .await
+            .map_err(|_| "it did not answer in time".to_string())?
+            .map_err(|e| e.to_string())?;
+        let status = sent.status();
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            let bytes = sent.bytes().await.unwrap_or_default();
+            let why = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            return Err(format!("{addr} answered {status}: {why}"));
+        }
+        sent.upgrade().await.map_err(|e| e.to_string())
+    }
+
     /// One signed POST of `body` to `path` at `addr`; the answer's body, or why there is none.
     async fn post(&self, addr: &str, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let sent = self
@@ -428,13 +492,17 @@ fn answer<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
 
 /// One message from a peer, for the local node.
 pub async fn handle(
-    req: Request<hyper::body::Incoming>,
+    mut req: Request<hyper::body::Incoming>,
     raft: &Raft<TypeConfig>,
     secret: &str,
-    forward: Option<&Forward>,
-    local_http: Option<std::net::SocketAddr>,
+    ours: &Handlers,
     seen: &std::sync::Mutex<Seen>,
 ) -> Response<Full<Bytes>> {
+    let (forward, tunnel, local_http) =
+        (ours.forward.as_ref(), ours.tunnel.as_ref(), ours.local_http);
+    // A moved connection's stream, once the answer below upgrades it (taken before the body
+    // is read; nothing unless the request is signed and a moved connection is taken).
+    let upgrade = (req.uri().path() == "/raft/resp").then(|| hyper::upgrade::on(&mut req));
     if req.method() != hyper::Method::POST {
         return refuse(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -505,6 +573,33 @@ pub async fn handle(
             (None, _) => refuse(StatusCode::NOT_FOUND, "this node relays no HTTP requests"),
             (_, Err(r)) => r,
         },
+        "/raft/resp" => match (tunnel, upgrade) {
+            (Some(t), Some(upgrade)) => match t(body.to_vec()) {
+                Ok(run) => {
+                    tokio::spawn(async move {
+                        if let Ok(up) = upgrade.await {
+                            run(hyper_util::rt::TokioIo::new(up)).await;
+                        }
+                    });
+                    let mut r = Response::new(Full::new(Bytes::new()));
+                    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                    r.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("upgrade"),
+                    );
+                    r.headers_mut().insert(
+                        hyper::header::UPGRADE,
+                        hyper::header::HeaderValue::from_static(MOVED_PROTOCOL),
+                    );
+                    r
+                }
+                Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, &e),
+            },
+            _ => refuse(
+                StatusCode::NOT_FOUND,
+                "this node takes no moved connections",
+            ),
+        },
         "/raft/exec" => match forward {
             Some(f) => match f(body.to_vec()).await {
                 Ok(b) => reply(StatusCode::OK, b, false),
@@ -526,8 +621,7 @@ pub async fn serve(
     raft: Raft<TypeConfig>,
     secret: Arc<str>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-    forward: Option<Forward>,
-    local_http: Option<std::net::SocketAddr>,
+    ours: Handlers,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
@@ -548,17 +642,13 @@ pub async fn serve(
         };
         stream.set_nodelay(true).ok();
         let (raft, secret, mut stop) = (raft.clone(), secret.clone(), stop.clone());
-        let (forward, seen, tls) = (forward.clone(), seen.clone(), tls.clone());
+        let (ours, seen, tls) = (ours.clone(), seen.clone(), tls.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let svc = hyper::service::service_fn(move |req| {
-                let (raft, secret, forward, seen) =
-                    (raft.clone(), secret.clone(), forward.clone(), seen.clone());
-                async move {
-                    Ok::<_, Infallible>(
-                        handle(req, &raft, &secret, forward.as_ref(), local_http, &seen).await,
-                    )
-                }
+                let (raft, secret, ours, seen) =
+                    (raft.clone(), secret.clone(), ours.clone(), seen.clone());
+                async move { Ok::<_, Infallible>(handle(req, &raft, &secret, &ours, &seen).await) }
             });
             // A request head that never ends is closed.
             let mut http = hyper::server::conn::http1::Builder::new();
@@ -568,7 +658,9 @@ pub async fn serve(
                 ));
             match tls {
                 None => {
-                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                    let conn = http
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .with_upgrades();
                     tokio::select! {
                         _ = conn => {}
                         _ = stop.changed() => {}
@@ -582,7 +674,9 @@ pub async fn serve(
                     else {
                         return;
                     };
-                    let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tls_stream), svc);
+                    let conn = http
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls_stream), svc)
+                        .with_upgrades();
                     tokio::select! {
                         _ = conn => {}
                         _ = stop.changed() => {}

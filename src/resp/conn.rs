@@ -5,12 +5,21 @@
 //! that reads nothing stops being read (its replies never pile up here); the events of a
 //! subscription or a monitor are held to the stream buffer's bound, past which the
 //! connection closes, as Redis closes a client past its output buffer limit.
+//!
+//! On a cluster's follower, a connection whose next command needs the leader's connection
+//! state (MULTI, WATCH, a blocking command that may wait, MONITOR) moves to the leader: the
+//! follower opens `/raft/resp` on the leader's cluster listener with the connection's state
+//! (its credential, protocol, name, reply mode), hands over that command and every byte it
+//! read after it, and from then on carries bytes both ways. The leader runs the connection
+//! as one of its own (`moved_in`), which ends when it stops leading.
 
 use super::clients::{Client, Clients, Shown};
 use super::read::Reader;
 use super::write;
+use crate::cluster::network::{Moved, MovedRun, Network, Tunnel};
 use crate::command::table::{self, Lookup};
 use crate::config;
+use crate::executor::cluster::Role as ClusterRole;
 use crate::executor::tenants::{acl_token_db, Role};
 use crate::executor::{
     Access, Answer, Connection, ExecMode, Job, SessionOp, Shared, StreamItem, SubKind,
@@ -39,6 +48,16 @@ pub struct Listener {
     pub request_bytes_max: usize,
     /// How long an authenticated connection may stay idle (`RESP_IDLE_TIMEOUT_MS`).
     pub idle_timeout_ms: u64,
+    /// A cluster node's role and the way to its leader (set once the node has started).
+    pub to_leader: std::sync::OnceLock<ToLeader>,
+    /// Connections open at once, accepted here or moved here from a follower.
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// A cluster node's role, and the way to the other nodes' cluster listeners.
+pub struct ToLeader {
+    pub role: Arc<ClusterRole>,
+    pub network: Network,
 }
 
 impl Listener {
@@ -49,8 +68,62 @@ impl Listener {
             clients: Clients::default(),
             request_bytes_max,
             idle_timeout_ms: config::RESP_IDLE_TIMEOUT_MS,
+            to_leader: std::sync::OnceLock::new(),
+            slots: Arc::new(tokio::sync::Semaphore::new(connection_cap())),
         }
     }
+}
+
+/// What a follower tells its leader of a connection it moves there.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct MovedState {
+    /// The credential the connection authenticated with (the leader checks it again).
+    token: String,
+    user: String,
+    resp3: bool,
+    name: String,
+    /// CLIENT REPLY: 0 on, 1 off, 2 skip the next.
+    reply_mode: u8,
+    /// The client's address, for CLIENT LIST.
+    client: String,
+}
+
+/// The leader's side of `/raft/resp`: a connection a follower moves here runs as one of this
+/// node's own, under this listener's connection cap, authenticated by its credential as this
+/// node checks it now. Refused when this node does not lead.
+pub fn moved_in(l: Arc<Listener>) -> Tunnel {
+    Arc::new(move |bytes: Vec<u8>| {
+        let state: MovedState = rmp_serde::from_slice(&bytes)
+            .map_err(|e| format!("not a moved connection's state: {e}"))?;
+        if let Some(t) = l.to_leader.get().filter(|t| !t.role.leading()) {
+            return Err(t.role.refusal());
+        }
+        let slot = l
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| "max number of clients reached".to_string())?;
+        let l = l.clone();
+        let run: MovedRun = Box::new(move |mut io: Moved| {
+            Box::pin(async move {
+                let peer = state
+                    .client
+                    .parse()
+                    .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+                let metrics = &l.shared.metrics;
+                metrics.resp_connections_opened.inc();
+                metrics.resp_connections.inc();
+                let mut c = Conn::new(l.clone(), peer, "moved from a follower".into());
+                if c.resume(state).await {
+                    c.run(&mut io).await;
+                }
+                c.close().await;
+                l.shared.metrics.resp_connections.dec();
+                drop(slot);
+            })
+        });
+        Ok(run)
+    })
 }
 
 /// Accepts connections until `shutdown`; past `RESP_CONNECTIONS_MAX` open ones a new one
@@ -62,7 +135,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let slots = Arc::new(tokio::sync::Semaphore::new(connection_cap()));
+    let slots = l.slots.clone();
     loop {
         let (mut stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -148,6 +221,8 @@ enum ReplyMode {
 enum Then {
     Go,
     Close,
+    /// The connection moves to the leader (see the module's doc), with `Conn::moving`.
+    Move,
 }
 
 /// A connection's own command that a transaction queues and EXEC runs in its place, as Redis
@@ -214,6 +289,11 @@ struct Conn {
     carry: Vec<u8>,
     /// The last command's name (CLIENT LIST's `cmd`), kept here and shown once per read.
     last_command: Vec<u8>,
+    /// On a follower, the requests that go to the leader with the connection, as RESP.
+    moving: Vec<u8>,
+    /// On the leader, a connection a follower moved here: it ends when this node stops
+    /// leading.
+    moved_in: bool,
 }
 
 impl Conn {
@@ -260,7 +340,122 @@ impl Conn {
             batch: Vec::new(),
             carry: Vec::new(),
             last_command: Vec::new(),
+            moving: Vec::new(),
+            moved_in: false,
             l,
+        }
+    }
+
+    /// A connection moved here: as the follower had it, once its credential holds here.
+    async fn resume(&mut self, s: MovedState) -> bool {
+        let Some((db, access)) = self.check_credential(&s.token).await else {
+            return false;
+        };
+        self.authenticated(Auth {
+            db,
+            access,
+            token: s.token,
+            user: s.user,
+        });
+        self.resp3 = s.resp3;
+        self.name = s.name;
+        self.reply_mode = match s.reply_mode {
+            1 => ReplyMode::Off,
+            2 => ReplyMode::Skip,
+            _ => ReplyMode::On,
+        };
+        self.moved_in = true;
+        self.show();
+        true
+    }
+
+    /// Whether `args` moves this connection to the leader: on a follower that knows its
+    /// leader, a command whose state lives on the connection's node (MULTI, WATCH, a blocking
+    /// command that may wait, MONITOR), of an authenticated connection that holds no such
+    /// state here yet (no subscription, no monitor, no transaction).
+    fn moves(&self, args: &[Vec<u8>]) -> bool {
+        let Some(t) = self.l.to_leader.get() else {
+            return false;
+        };
+        if self.auth.is_none()
+            || self.monitor
+            || self.subscribed()
+            || self.multi.is_some()
+            || t.role.leading()
+            || !t.role.leader_addr.read().is_ok_and(|a| a.is_some())
+        {
+            return false;
+        }
+        let Lookup::Found(info) = table::global().lookup(args) else {
+            return false;
+        };
+        if !info.arity_ok(args.len()) {
+            return false;
+        }
+        match info.name.as_str() {
+            "multi" | "watch" | "monitor" => true,
+            _ => info.blocking && crate::command::blocking::wait_ms(args).is_some(),
+        }
+    }
+
+    /// Moves the connection to the leader (see the module's doc) and carries its bytes both
+    /// ways until either side closes, the connection is killed here, or another node leads.
+    async fn move_to_leader<S: Stream>(&mut self, stream: &mut S, first: Vec<u8>) {
+        let (Some(t), Some(a)) = (self.l.to_leader.get(), self.auth.clone()) else {
+            return;
+        };
+        let Some(addr) = t.role.leader_addr.read().ok().and_then(|a| a.clone()) else {
+            return;
+        };
+        let state = MovedState {
+            token: a.token,
+            user: a.user,
+            resp3: self.resp3,
+            name: self.name.clone(),
+            reply_mode: match self.reply_mode {
+                ReplyMode::On => 0,
+                ReplyMode::Off => 1,
+                ReplyMode::Skip => 2,
+            },
+            client: self.peer.to_string(),
+        };
+        let opened = match rmp_serde::to_vec_named(&state) {
+            Ok(b) => t.network.open_moved(&addr, b).await,
+            Err(e) => Err(e.to_string()),
+        };
+        let mut leader = match opened {
+            Ok(u) => u,
+            Err(e) => {
+                self.put_plain(Reply::Error(format!(
+                    "ERR this node is a follower and could not move the connection to the leader at {addr}: {e}"
+                )));
+                let _ = self.write_out(stream).await;
+                return;
+            }
+        };
+        self.l.shared.metrics.resp_connections_moved.inc();
+        if leader.write_all(&first).await.is_err() {
+            return;
+        }
+        let me = self.me.clone();
+        let mut check = tokio::time::interval(Duration::from_millis(
+            config::CLUSTER_ELECTION_TIMEOUT_MIN_MS,
+        ));
+        let carried = tokio::io::copy_bidirectional(stream, &mut leader);
+        tokio::pin!(carried);
+        loop {
+            tokio::select! {
+                _ = &mut carried => return,
+                _ = me.kill.notified() => return,
+                _ = check.tick() => {
+                    // A leader this node no longer follows (it died, or was deposed and the
+                    // connection with it) may never close its side: the client reconnects.
+                    let same = t.role.leader_addr.read().is_ok_and(|l| l.as_deref() == Some(addr.as_str()));
+                    if !same {
+                        return;
+                    }
+                }
+            }
         }
     }
 
@@ -318,6 +513,17 @@ impl Conn {
                     *t = Instant::now();
                 }
                 let then = self.handle(requests, stream).await;
+                if then == Then::Move {
+                    // The leader gets the moving requests, the one begun, and every byte read.
+                    let mut first = std::mem::take(&mut self.moving);
+                    first.extend_from_slice(&self.reader.take_partial());
+                    first.append(&mut buf);
+                    first.append(&mut self.carry);
+                    if self.write_out(stream).await {
+                        self.move_to_leader(stream, first).await;
+                    }
+                    return;
+                }
                 // What arrived while a command was blocked follows what was read before, and
                 // is read now: it may end a request begun before the wait.
                 let carried = !self.carry.is_empty();
@@ -357,7 +563,19 @@ impl Conn {
             } else if self.subscribed() || self.monitor {
                 None
             } else {
-                Some(self.l.idle_timeout_ms)
+                // From the last request, not from this wait's start: a moved connection's
+                // wait is cut short to look at the node's role.
+                let idle = self
+                    .me
+                    .last_active
+                    .lock()
+                    .map(|t| t.elapsed())
+                    .unwrap_or_default();
+                Some(
+                    self.l
+                        .idle_timeout_ms
+                        .saturating_sub(idle.as_millis() as u64),
+                )
             };
             let shared = self.l.shared.clone();
             let me = self.me.clone();
@@ -390,6 +608,11 @@ impl Conn {
                 _ = me.kill.notified() => return,
                 _ = &mut changed => {}
                 _ = &mut sleep, if limit.is_some() => return,
+                _ = tokio::time::sleep(Duration::from_millis(config::CLUSTER_HEARTBEAT_MS)), if self.moved_in => {
+                    if self.l.to_leader.get().is_some_and(|t| !t.role.leading()) {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -581,7 +804,17 @@ impl Conn {
             .metrics
             .resp_commands
             .inc_by(requests.len() as u64);
-        for args in requests {
+        let mut requests = requests.into_iter();
+        while let Some(args) = requests.next() {
+            if self.moves(&args) {
+                // What came before is answered here; this and what follows, by the leader.
+                self.flush_batch().await;
+                super::read::encode_request(&mut self.moving, &args);
+                for rest in requests {
+                    super::read::encode_request(&mut self.moving, &rest);
+                }
+                return Then::Move;
+            }
             if self.command(args, stream).await == Then::Close {
                 self.flush_batch().await;
                 return Then::Close;

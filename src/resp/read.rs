@@ -166,6 +166,24 @@ impl Reader {
         self.multibulk.is_some()
     }
 
+    /// The request begun and not ended, as the bytes of RESP that were read for it (its
+    /// count, the arguments whole, the `$` line of the one being read, whose bytes are still
+    /// in the caller's buffer); the reader then holds nothing. For a connection that moves
+    /// to another node mid-request (`conn`'s move to the leader).
+    pub fn take_partial(&mut self) -> Vec<u8> {
+        let Some(m) = self.multibulk.take() else {
+            return Vec::new();
+        };
+        let mut out = format!("*{}\r\n", m.args.len() + m.left).into_bytes();
+        for a in &m.args {
+            put_bulk(&mut out, a);
+        }
+        if let Some(len) = m.bulk {
+            out.extend_from_slice(format!("${len}\r\n").as_bytes());
+        }
+        out
+    }
+
     /// Reads what it can from the start of `buf`: the bytes it used, and a whole request when
     /// one ended.
     fn step(&mut self, buf: &[u8]) -> Step {
@@ -252,6 +270,20 @@ impl Reader {
         let args = std::mem::take(&mut m.args);
         self.multibulk = None;
         Ok((len + 2, Some(args)))
+    }
+}
+
+fn put_bulk(out: &mut Vec<u8>, a: &[u8]) {
+    out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+    out.extend_from_slice(a);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A request as the multibulk a client sends (an inline one too: the same arguments).
+pub fn encode_request(out: &mut Vec<u8>, args: &[Vec<u8>]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        put_bulk(out, a);
     }
 }
 
@@ -387,6 +419,36 @@ mod tests {
         Reader {
             authenticated: true,
             ..Reader::default()
+        }
+    }
+
+    /// A request cut anywhere, its read part re-encoded by `take_partial` and followed by
+    /// the bytes not yet read, reads back whole on a fresh reader: what a connection moving
+    /// to the leader mid-request hands over loses and adds nothing.
+    #[test]
+    fn a_request_cut_anywhere_moves_whole() {
+        let mut wire = Vec::new();
+        encode_request(&mut wire, &args(&["SET", "key", "a\r\nb", ""]));
+        encode_request(&mut wire, &args(&["BLPOP", "l", "0"]));
+        for cut in 0..=wire.len() {
+            let mut r = authed();
+            let mut at = 0;
+            let mut got = Vec::new();
+            while let Some(req) = r.next_at(&wire[..cut], &mut at).expect("reads") {
+                got.push(req);
+            }
+            let mut moved = r.take_partial();
+            assert!(!r.in_request());
+            moved.extend_from_slice(&wire[at..]);
+            got.extend(read_all(&mut authed(), &moved).expect("reads back"));
+            assert_eq!(
+                got,
+                vec![
+                    args(&["SET", "key", "a\r\nb", ""]),
+                    args(&["BLPOP", "l", "0"])
+                ],
+                "cut at {cut}"
+            );
         }
     }
 

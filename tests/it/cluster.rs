@@ -74,6 +74,7 @@ async fn start(id: NodeId, dir: &Path, listen: &str, snapshot_every: u64, keep: 
         config,
         local_http: None,
         tls: tls_of(dir),
+        tunnel: None,
     };
     Node::start(at, owned, kept, None)
         .await
@@ -515,9 +516,8 @@ fn eventually(s: &Server, cmd: &[&str], want: Canon) {
 
 /// Three server processes on loopback form a cluster (`--node-id`, `--cluster-listen`,
 /// `--peers`, `POST /_admin/cluster/init`): the leader takes every kind of write, the
-/// followers serve them to readers over REST and RESP, forward writes (REST, and RESP's but
-/// for blocking ones and transactions) and relay the delivery and admin APIs' writes to the
-/// leader, a
+/// followers serve them to readers over REST and RESP, forward writes (REST and RESP) and
+/// relay the delivery and admin APIs' writes to the leader, a
 /// database created on the leader opens on a follower with its token, and when the leader is
 /// killed the other two elect one that goes on; the killed node comes back on its directory
 /// and catches up.
@@ -644,9 +644,8 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
             format!(r#"["GET","{key}-t"]"#).as_bytes(),
         );
         assert_eq!(String::from_utf8_lossy(&read.body), r#"{"result":"2"}"#);
-        // Over RESP a follower answers reads and forwards writes too, but for those that
-        // need the connection (a blocking command waits on its node), which it refuses naming
-        // the leader.
+        // Over RESP a follower answers reads and forwards writes too (what needs the
+        // connection's state moves it to the leader: its own test below).
         let mut r = Redis::connect_addr(s.resp_addr.as_deref().expect("RESP"));
         assert_eq!(r.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
         assert_eq!(r.cmd_str(&["GET", "n"]), Canon::s("1"));
@@ -657,32 +656,6 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         assert_eq!(
             leader.client().cmd_str(&["GET", &format!("{key}-resp")]),
             Canon::s("y")
-        );
-        // A transaction stays on its node too: one that holds what is the leader's (a write,
-        // a script, a publish) is refused whole, as a read-only replica refuses a write in
-        // MULTI; one of reads runs here.
-        for (queued, refused) in [
-            (vec!["GET", "n"], false),
-            (vec!["SET", "x", "1"], true),
-            (
-                vec!["EVAL", "return redis.call('GET', KEYS[1])", "1", "n"],
-                true,
-            ),
-            (vec!["PUBLISH", "news", "in a transaction"], true),
-        ] {
-            assert_eq!(r.cmd_str(&["MULTI"]), Canon::s("OK"));
-            assert_eq!(r.cmd_str(&queued), Canon::s("QUEUED"));
-            let exec = r.cmd_str(&["EXEC"]);
-            assert_eq!(
-                matches!(&exec, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
-                refused,
-                "{queued:?}: {exec:?}"
-            );
-        }
-        assert_eq!(
-            leader.client().cmd_str(&["GET", "x"]),
-            Canon::Nil,
-            "a refused transaction's write"
         );
         // The script cache is the leader's, as the scripts are: a script loaded through a
         // follower runs by its digest through the same follower (redis-py's Script objects
@@ -696,11 +669,6 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         assert_eq!(
             r.cmd_str(&["SCRIPT", "EXISTS", &sha]),
             Canon::Arr(vec![Canon::Int(1)])
-        );
-        let refused = r.cmd_str(&["BLPOP", "nothing", "1"]);
-        assert!(
-            matches!(&refused, Canon::Err(e) if e.contains("follower") && e.contains(&format!("node {}", li + 1))),
-            "{refused:?}"
         );
     }
     // A publish on any node reaches the subscribers of every node (publishes are not
@@ -878,6 +846,135 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
 
 /// The cluster flags are checked together, and a cluster node refuses a data directory that
 /// holds a single server's log rather than set it aside.
+/// RESP on a follower: a command whose state lives on the node that runs the connection's
+/// commands (MULTI, WATCH, a blocking command that may wait, MONITOR) moves the connection to
+/// the leader, which runs it as one of its own from then on, with its credential, name and
+/// protocol; the follower carries the bytes, the moving command's and every one after it
+/// (a pipeline cut in the middle of a request too). Before, such a follower refused a
+/// transaction that wrote and every blocking command.
+#[test]
+fn a_followers_resp_connection_moves_to_the_leader_for_what_needs_its_state() {
+    let dirs = three_dirs("cluster-move");
+    let ports = [free_port(), free_port(), free_port()];
+    let (mut servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
+    let (fi, other) = ((li + 1) % 3, (li + 2) % 3);
+    let follower_resp = servers[fi]
+        .as_ref()
+        .and_then(|s| s.resp_addr.clone())
+        .expect("the follower's RESP address");
+    let resp = || {
+        let mut r = Redis::connect_addr(&follower_resp);
+        assert_eq!(r.cmd_str(&["AUTH", TOKEN]), ok_canon());
+        r
+    };
+    let role = |r: &mut Redis| match r.cmd_str(&["INFO", "replication"]) {
+        Canon::Str(b) => String::from_utf8_lossy(&b)
+            .lines()
+            .find(|l| l.starts_with("role:"))
+            .unwrap_or_default()
+            .to_string(),
+        other => panic!("INFO answered {other:?}"),
+    };
+    let node = |i: usize| servers[i].as_ref().expect("node");
+    // A transaction that writes: the connection moves with its name, the leader runs it, and
+    // its write reaches every node.
+    let mut t = resp();
+    assert_eq!(t.cmd_str(&["CLIENT", "SETNAME", "mover"]), ok_canon());
+    assert_eq!(role(&mut t), "role:slave");
+    assert_eq!(t.cmd_str(&["MULTI"]), ok_canon());
+    assert_eq!(t.cmd_str(&["SET", "tx", "1"]), Canon::s("QUEUED"));
+    assert_eq!(t.cmd_str(&["INCR", "tx"]), Canon::s("QUEUED"));
+    assert_eq!(
+        t.cmd_str(&["EXEC"]),
+        Canon::Arr(vec![ok_canon(), Canon::Int(2)])
+    );
+    assert_eq!(
+        role(&mut t),
+        "role:master",
+        "the connection runs on the leader"
+    );
+    assert_eq!(t.cmd_str(&["CLIENT", "GETNAME"]), Canon::s("mover"));
+    eventually(node(fi), &["GET", "tx"], Canon::s("2"));
+    // WATCH, broken by a write sent to the other follower (which forwards it to the leader).
+    let mut w = resp();
+    assert_eq!(w.cmd_str(&["WATCH", "w"]), ok_canon());
+    assert_eq!(
+        node(other).client().cmd_str(&["SET", "w", "theirs"]),
+        ok_canon()
+    );
+    assert_eq!(w.cmd_str(&["MULTI"]), ok_canon());
+    assert_eq!(w.cmd_str(&["SET", "w", "mine"]), Canon::s("QUEUED"));
+    assert_eq!(w.cmd_str(&["EXEC"]), Canon::Nil, "a broken WATCH");
+    assert_eq!(node(li).client().cmd_str(&["GET", "w"]), Canon::s("theirs"));
+    // A blocking pop without a timeout, served by a push sent to the other follower.
+    let addr = follower_resp.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut b = Redis::connect_addr(&addr);
+        assert_eq!(b.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
+        b.cmd_str(&["BLPOP", "q", "0"])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        node(other).client().cmd_str(&["RPUSH", "q", "v"]),
+        Canon::Int(1)
+    );
+    assert_eq!(
+        waiter.join().expect("the waiting client"),
+        Canon::Arr(vec![Canon::s("q"), Canon::s("v")])
+    );
+    // One write holding a command answered here, the moving MULTI, the rest of the
+    // transaction, and a GET cut in the middle of its key's length line: the second write
+    // ends it, on the leader.
+    let mut p = resp();
+    p.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\np\r\n$1\r\n1\r\n*1\r\n$5\r\nMULTI\r\n*2\r\n$4\r\nINCR\r\n$1\r\np\r\n*1\r\n$4\r\nEXEC\r\n*2\r\n$3\r\nGET\r\n$1");
+    assert_eq!(p.read(), Some(ok_canon()));
+    assert_eq!(p.read(), Some(ok_canon()));
+    assert_eq!(p.read(), Some(Canon::s("QUEUED")));
+    assert_eq!(p.read(), Some(Canon::Arr(vec![Canon::Int(2)])));
+    p.send_raw(b"\r\np\r\n");
+    assert_eq!(p.read(), Some(Canon::s("2")));
+    // MONITOR shows the leader's commands, those the followers forward to it too.
+    let mut m = resp();
+    assert_eq!(m.cmd_str(&["MONITOR"]), ok_canon());
+    assert_eq!(
+        node(other).client().cmd_str(&["SET", "seen", "1"]),
+        ok_canon()
+    );
+    let mut lines = Vec::new();
+    while !lines
+        .iter()
+        .any(|l: &String| l.contains("\"SET\" \"seen\" \"1\""))
+    {
+        assert!(
+            lines.len() < 50,
+            "the monitor never showed the SET: {lines:?}"
+        );
+        match m.read() {
+            Some(Canon::Str(l)) => lines.push(String::from_utf8_lossy(&l).into_owned()),
+            other => panic!("the monitor answered {other:?}"),
+        }
+    }
+    // The follower counts what it moved.
+    let metrics = Http::connect(&node(fi).addr, ADMIN).get("/metrics");
+    let moved: u64 = metrics
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix("tidepool_resp_connections_moved_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("the moved connections' count");
+    assert_eq!(moved, 5, "{}", metrics.text());
+    // Reads and plain writes stay on the follower's own connection.
+    let mut plain = resp();
+    assert_eq!(plain.cmd_str(&["SET", "plain", "1"]), ok_canon());
+    assert_eq!(role(&mut plain), "role:slave");
+    // When the leader dies, a moved connection closes (its client reconnects); the
+    // follower's own connections stay.
+    servers[li].take().expect("leader").kill9();
+    let closed = t.read();
+    assert_eq!(closed, None, "a moved connection outlived its leader");
+    assert_eq!(plain.cmd_str(&["GET", "tx"]), Canon::s("2"));
+}
+
 #[test]
 fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
     let dir = TempDir::new("cluster-flags");
