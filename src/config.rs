@@ -662,6 +662,12 @@ pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// How often a leader asks a quorum whether it still leads (its lease; see
 /// `CLUSTER_ELECTION_TIMEOUT_MIN_MS`, which the lease lasts).
 pub const CLUSTER_LEASE_CHECK_MS: u64 = 100;
+/// How long a leader waits for a follower to take one chunk of a snapshot it sends (the last
+/// chunk's answer comes once the follower has installed the whole state). openraft's default,
+/// 200 ms, was shorter than sending a few megabytes takes: the leader gave up on every
+/// attempt and sent the snapshot again, forever, while the follower, which had installed the
+/// first, waited for entries that never came.
+pub const CLUSTER_SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).
 pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind

@@ -333,7 +333,12 @@ impl LogStore {
                 Ok(None) => break,
                 Ok(Some((e, len))) => {
                     let index = e.log_id.index;
-                    if last.is_some_and(|l| index != l + 1) {
+                    // Entries follow one another, but for the first after a purge that went
+                    // past the file's end (a snapshot installed past what the node had), which
+                    // follows the purged point: the entries before it are dead.
+                    let after_purge =
+                        |l: u64| purged.is_some_and(|p| l <= p.index && index == p.index + 1);
+                    if last.is_some_and(|l| index != l + 1 && !after_purge(l)) {
                         return Err(io_err(format!(
                             "{}: entry {index} follows entry {} at offset {at}",
                             path.display(),
@@ -429,6 +434,14 @@ impl Inner {
         replace_file(&self.dir, PURGED_FILE, &encode_purged(&id))?;
         self.purged = Some(id);
         self.entries = self.entries.split_off(&(id.index + 1));
+        if self.entries.is_empty() && self.end > LOG_HEADER_BYTES as u64 {
+            // Every entry the file holds is purged (a snapshot installed past them): the file
+            // goes back to its header, so that the next entry, which follows the purged
+            // point and not them, is not written after them.
+            self.file.set_len(LOG_HEADER_BYTES as u64)?;
+            self.file.sync_data()?;
+            self.end = LOG_HEADER_BYTES as u64;
+        }
         let live_start = self.entries.values().next().map_or(self.end, |(at, _)| *at);
         self.dead = live_start - LOG_HEADER_BYTES as u64;
         if self.dead > config::CLUSTER_LOG_REWRITE_BYTES_MIN && self.dead > self.end - live_start {

@@ -77,6 +77,7 @@ pub fn raft_config(snapshot_every: u64) -> Result<openraft::Config, String> {
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(snapshot_every),
         max_in_snapshot_log_to_keep: crate::config::CLUSTER_LOG_KEPT_PAST_SNAPSHOT,
         purge_batch_size: 256,
+        install_snapshot_timeout: crate::config::CLUSTER_SNAPSHOT_CHUNK_TIMEOUT_MS,
         ..Default::default()
     };
     c.validate().map_err(|e| e.to_string())

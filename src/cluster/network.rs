@@ -1,7 +1,8 @@
 //! Raft's messages between nodes: HTTP/1.1 on the cluster listener, one `POST` per message
 //! (`/raft/append`, `/raft/vote`, `/raft/snapshot`), the body MessagePack of openraft's own
-//! message and the answer MessagePack of its `Result`; and what a follower hands its leader
-//! (`/raft/exec`, `/raft/http`). Every request is signed with the cluster's secret, which
+//! message (a snapshot's chunk as `bin`: `SnapshotChunk`) and the answer MessagePack of its
+//! `Result`; and what a follower hands its leader (`/raft/exec`, `/raft/http`, and
+//! `/raft/resp`, a RESP connection moved to the leader over an upgraded connection). Every request is signed with the cluster's secret, which
 //! never travels: `Authorization: TidepoolCluster <ms>.<nonce>.<signature>`, the signature
 //! an HMAC-SHA256 of the method, the path, the time, the nonce and the body's SHA-256. A
 //! request signed more than `CLUSTER_AUTH_SKEW_MS` from this node's clock, or whose nonce
@@ -368,6 +369,44 @@ impl Network {
     }
 }
 
+/// `/raft/snapshot`'s body: openraft's `InstallSnapshotRequest`, with its chunk as MessagePack
+/// `bin`. openraft's own serde form writes the chunk's bytes as an array of integers (one or
+/// two bytes each, each encoded and decoded on its own), which made a few megabytes of
+/// snapshot take longer to send than the leader waited for it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotChunk {
+    vote: openraft::Vote<NodeId>,
+    meta: openraft::SnapshotMeta<NodeId, BasicNode>,
+    offset: u64,
+    #[serde(with = "serde_bytes")]
+    data: Vec<u8>,
+    done: bool,
+}
+
+impl From<InstallSnapshotRequest<TypeConfig>> for SnapshotChunk {
+    fn from(r: InstallSnapshotRequest<TypeConfig>) -> SnapshotChunk {
+        SnapshotChunk {
+            vote: r.vote,
+            meta: r.meta,
+            offset: r.offset,
+            data: r.data,
+            done: r.done,
+        }
+    }
+}
+
+impl From<SnapshotChunk> for InstallSnapshotRequest<TypeConfig> {
+    fn from(c: SnapshotChunk) -> InstallSnapshotRequest<TypeConfig> {
+        InstallSnapshotRequest {
+            vote: c.vote,
+            meta: c.meta,
+            offset: c.offset,
+            data: c.data,
+            done: c.done,
+        }
+    }
+}
+
 /// One peer.
 pub struct Peer {
     net: Network,
@@ -449,7 +488,8 @@ impl RaftNetwork<TypeConfig> for Peer {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.send("snapshot", &rpc, &option).await
+        self.send("snapshot", &SnapshotChunk::from(rpc), &option)
+            .await
     }
 
     async fn vote(
@@ -558,8 +598,8 @@ pub async fn handle(
             Ok(m) => answer(&raft.vote(m).await),
             Err(r) => r,
         },
-        "/raft/snapshot" => match decode::<InstallSnapshotRequest<TypeConfig>>(&body) {
-            Ok(m) => answer(&raft.install_snapshot(m).await),
+        "/raft/snapshot" => match decode::<SnapshotChunk>(&body) {
+            Ok(m) => answer(&raft.install_snapshot(m.into()).await),
             Err(r) => r,
         },
         "/raft/http" => match (local_http, decode::<Relayed>(&body)) {

@@ -266,6 +266,84 @@ fn a_node_catches_up_from_its_log_or_from_a_snapshot() {
     });
 }
 
+/// Regression (the soaks' "node restarted empty that stops after a snapshot"): a follower
+/// killed, emptied and started again behind a leader whose log is purged gets the leader's
+/// snapshot, of several megabytes here, and then the entries after it. openraft's default
+/// snapshot timeout (200 ms) was shorter than sending such a snapshot took, with its bytes
+/// written as MessagePack integers: the leader gave up on every send and began again,
+/// forever, while the follower, which had installed the first, got no entry after it.
+#[test]
+fn a_follower_restarted_empty_catches_up_past_a_large_snapshot() {
+    let dirs = three_dirs("cluster-empty");
+    runtime().block_on(async {
+        let mut nodes = three(&dirs, 10, 0).await;
+        let l = leader_of(&[&nodes[0]]).await;
+        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        // 24 entries of 256 KB each: a state of 6 MB, snapshotted and purged twice over.
+        let big = "x".repeat(256 << 10);
+        let mut last = 0;
+        for i in 0..24u64 {
+            let done = nodes[li]
+                .raft
+                .client_write(batch(i + 1, &[(&format!("big{i}"), &big)]))
+                .await
+                .unwrap_or_else(|e| panic!("write {i}: {e}"));
+            last = done.log_id.index;
+        }
+        nodes[li]
+            .raft
+            .wait(WAIT)
+            .metrics(|m| m.purged.is_some(), "purged")
+            .await
+            .expect("the leader purged its log");
+        let down_id = if l == 3 { 2 } else { 3 };
+        let di = nodes.iter().position(|n| n.id == down_id).expect("node");
+        applied(&nodes[di], last).await;
+        let down = nodes.remove(di);
+        let addr = down.addr.to_string();
+        down.stop().await;
+        let dir = dirs[(down_id - 1) as usize].path();
+        std::fs::remove_dir_all(dir).expect("empty the directory");
+        std::fs::create_dir_all(dir).expect("the directory again");
+        let back = start(down_id, dir, &addr, 10, 0).await;
+        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let last = write(&nodes[li], 100, 3).await;
+        applied(&back, last).await;
+        assert_eq!(get(&back, "k102"), Reply::Bulk(b"v102".to_vec()));
+        assert_eq!(get(&back, "big23"), Reply::Bulk(big.clone().into_bytes()));
+        // Regression: a node that kept its log (entries up to X) and was brought up to date
+        // by a snapshot past X purged its whole log but left those entries in the file, then
+        // appended after them: its next start refused the file ("entry S+1 follows entry
+        // X"). The same node, down again while the leader writes past another snapshot,
+        // comes back on its own directory, and then restarts once more.
+        back.stop().await;
+        let mut seq = 200;
+        for i in 0..24u64 {
+            nodes[li]
+                .raft
+                .client_write(batch(seq, &[(&format!("more{i}"), &big)]))
+                .await
+                .unwrap_or_else(|e| panic!("write {i}: {e}"));
+            seq += 1;
+        }
+        let back = start(down_id, dir, &addr, 10, 0).await;
+        let last = write(&nodes[li], seq, 3).await;
+        applied(&back, last).await;
+        back.stop().await;
+        let back = start(down_id, dir, &addr, 10, 0).await;
+        applied(&back, last).await;
+        assert_eq!(
+            get(&back, &format!("k{}", seq + 2)),
+            Reply::Bulk(format!("v{}", seq + 2).into_bytes())
+        );
+        assert_eq!(get(&back, "more23"), Reply::Bulk(big.clone().into_bytes()));
+        back.stop().await;
+        for n in nodes {
+            n.stop().await;
+        }
+    });
+}
+
 /// A frame cut short at the end of the cluster's log (a crash while it was written) is cut
 /// on open, as the single node's torn tail is; the entries before it stay.
 #[test]
@@ -297,6 +375,44 @@ fn a_torn_tail_of_the_cluster_log_is_cut_on_open() {
         assert_eq!(entries.last().map(|e| e.log_id.index), Some(kept));
     });
     assert_eq!(std::fs::metadata(&path).expect("log").len(), whole);
+}
+
+/// Entries follow one another in the cluster log's file but for one case: a crash between
+/// recording a purge past the file's last entry and cutting the file back leaves the purged
+/// entries before the next one, which follows the purged point. That file opens, with only
+/// the live entry; the same gap without such a purge is damage, and is refused.
+#[test]
+fn the_cluster_log_opens_past_entries_a_snapshot_purged() {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader};
+    let dir = TempDir::new("cluster-gap");
+    let entry = |index: u64| Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(batch(index, &[("k", "v")])),
+    };
+    let mut bytes = log_store::log_header().to_vec();
+    for index in [1, 2, 3, 11] {
+        log_store::encode_entry(&mut bytes, &entry(index)).expect("encode");
+    }
+    std::fs::write(dir.path().join(log_store::LOG_FILE), &bytes).expect("write");
+    let refused = LogStore::open(dir.path()).err().map(|e| e.to_string());
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|e| e.contains("entry 11 follows entry 3")),
+        "{refused:?}"
+    );
+    let purged = LogId::new(CommittedLeaderId::new(1, 1), 10);
+    std::fs::write(
+        dir.path().join(log_store::PURGED_FILE),
+        log_store::encode_purged(&purged),
+    )
+    .expect("write");
+    runtime().block_on(async {
+        let mut store = LogStore::open(dir.path()).expect("open");
+        let entries = store.try_get_log_entries(0..).await.expect("read");
+        let got: Vec<u64> = entries.iter().map(|e| e.log_id.index).collect();
+        assert_eq!(got, vec![11]);
+    });
 }
 
 /// The cluster listener refuses a request without the secret, a body that is not a Raft

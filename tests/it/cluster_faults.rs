@@ -8,8 +8,7 @@
 //! state (`GET`, `LRANGE`, which a follower answers itself), publish messages to a local
 //! destination, create schedules and send workflow notifies. Meanwhile one fault of a
 //! schedule strikes: `kill -9` of the leader, of a follower or of two nodes one after the
-//! other, a node restarted with its directory emptied (`TIDEPOOL_FAULT_RESTART_EMPTY=1` only,
-//! see `fault_of`), a partition that isolates the leader or splits two against one, a leader
+//! other, a node restarted with its directory emptied, a partition that isolates the leader or splits two against one, a leader
 //! paused (SIGSTOP) past its lease, both followers paused while the leader is killed, or the
 //! leader cut off and killed. Then everything heals, and the schedule's history is checked:
 //! - every key's history (invocation and answer times, as the clients saw them) is
@@ -22,7 +21,8 @@
 //!   every acknowledged schedule is on every node.
 //!
 //! `TIDEPOOL_FAULT_SEED` picks the first schedule's seed (by default the clock's, printed) and
-//! `TIDEPOOL_FAULT_SCHEDULES` how many run (20 by default; more for a soak). A seed sets the
+//! `TIDEPOOL_FAULT_SCHEDULES` how many run (20 by default; more for a soak), and
+//! `TIDEPOOL_FAULT_ONLY` one fault for all of them (`fault_of`). A seed sets the
 //! fault, its target and its timing; a failure names its seed and the command that runs it
 //! again.
 
@@ -948,14 +948,11 @@ fn seeds() -> (u64, u64) {
 }
 
 /// The fault a seed strikes with: consecutive seeds go through every fault this machine can
-/// make (partitions need network namespaces). A node restarted empty is struck only with
-/// `TIDEPOOL_FAULT_RESTART_EMPTY=1`: once in about fifty such schedules, late in a long run
-/// (the leader's log purged, so the node catches up from a snapshot), the node installed the
-/// snapshot and then received no entry after it, with nothing in any node's log (seed 12396
-/// of a run from 12345; docs/replication.md, "What comes next"). Until that is found, it is
-/// a soak's fault, not CI's.
+/// make (partitions need network namespaces). `TIDEPOOL_FAULT_ONLY=<fault>` (its name as
+/// `Debug` writes it, such as `RestartEmpty`) makes every schedule strike that one, for a
+/// soak of one fault.
 fn fault_of(seed: u64, partitions: bool) -> Fault {
-    let empty = std::env::var("TIDEPOOL_FAULT_RESTART_EMPTY").as_deref() == Ok("1");
+    let only = std::env::var("TIDEPOOL_FAULT_ONLY").ok();
     let faults: Vec<Fault> = FAULTS
         .into_iter()
         .filter(|f| {
@@ -965,9 +962,12 @@ fn fault_of(seed: u64, partitions: bool) -> Fault {
                     Fault::IsolateLeader | Fault::IsolateFollower | Fault::CutAndKillLeader
                 )
         })
-        .filter(|f| empty || *f != Fault::RestartEmpty)
+        .filter(|f| only.as_ref().is_none_or(|o| *o == format!("{f:?}")))
         .collect();
-    faults[(seed % faults.len() as u64) as usize]
+    match faults.len() {
+        0 => panic!("TIDEPOOL_FAULT_ONLY={only:?} names no fault this machine can make"),
+        n => faults[(seed % n as u64) as usize],
+    }
 }
 
 /// What a schedule found wrong, each line starting with what kind of finding it is.
