@@ -1224,8 +1224,9 @@ impl Executor {
                     }
                 }
                 // What is the leader's and was not sent there (no leader known; or a RESP
-                // transaction or blocking command, which stays on its connection's node) is
-                // refused whole, as a read-only Redis replica refuses a write in MULTI.
+                // transaction or blocking command of a connection that did not move to the
+                // leader, `resp::conn`) is refused whole, as a read-only Redis replica refuses
+                // a write in MULTI.
                 if let Some(answer) = self.unforwarded(&cmds) {
                     let _ = reply.send(answer);
                     return;
