@@ -312,14 +312,8 @@ impl Network {
         addr: &str,
         start: Vec<u8>,
     ) -> Result<reqwest::Upgraded, String> {
-        let path = "/raft/resp";
         let sent = self
-            .client
-            .post(format!("{}://{addr}{path}", self.scheme))
-            .header(
-                hyper::header::AUTHORIZATION,
-                self.authorization(path, &start),
-            )
+            .signed_post(addr, "/raft/resp", &start)
             .header(hyper::header::CONNECTION, "upgrade")
             .header(hyper::header::UPGRADE, MOVED_PROTOCOL)
             .body(start)
@@ -341,15 +335,17 @@ impl Network {
         sent.upgrade().await.map_err(|e| e.to_string())
     }
 
+    /// A POST to `path` at `addr`, signed for `body` (which the caller then gives it).
+    fn signed_post(&self, addr: &str, path: &str, body: &[u8]) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}://{addr}{path}", self.scheme))
+            .header(hyper::header::AUTHORIZATION, self.authorization(path, body))
+    }
+
     /// One signed POST of `body` to `path` at `addr`; the answer's body, or why there is none.
     async fn post(&self, addr: &str, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let sent = self
-            .client
-            .post(format!("{}://{addr}{path}", self.scheme))
-            .header(
-                hyper::header::AUTHORIZATION,
-                self.authorization(path, &body),
-            )
+            .signed_post(addr, path, &body)
             .timeout(std::time::Duration::from_millis(
                 config::CLUSTER_FORWARD_TIMEOUT_MS,
             ))
@@ -440,12 +436,7 @@ impl Peer {
             rmp_serde::to_vec_named(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let sent = self
             .net
-            .client
-            .post(format!("{}://{}/raft/{path}", self.net.scheme, self.addr))
-            .header(
-                hyper::header::AUTHORIZATION,
-                self.net.authorization(&format!("/raft/{path}"), &body),
-            )
+            .signed_post(&self.addr, &format!("/raft/{path}"), &body)
             .timeout(option.hard_ttl())
             .body(body)
             .send()
