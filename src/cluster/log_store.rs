@@ -283,6 +283,9 @@ struct Inner {
 #[derive(Clone)]
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
+    /// The last entry the snapshot on disk (`raft-snapshot`) holds, as the state machine
+    /// reports it: entries are purged only up to it (see `purge`).
+    kept: Arc<tokio::sync::watch::Sender<Option<u64>>>,
 }
 
 fn io_err(e: impl ToString) -> io::Error {
@@ -374,7 +377,22 @@ impl LogStore {
                 vote,
                 purged,
             })),
+            kept: Arc::new(tokio::sync::watch::Sender::new(None)),
         })
+    }
+
+    /// The snapshot on disk now holds the entries up to `last` (the state machine kept it).
+    pub fn snapshot_kept(&self, last: Option<LogId<NodeId>>) {
+        let Some(index) = last.map(|l| l.index) else {
+            return;
+        };
+        self.kept.send_if_modified(|k| {
+            let newer = k.is_none_or(|k| index > k);
+            if newer {
+                *k = Some(index);
+            }
+            newer
+        });
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, StorageError<NodeId>> {
@@ -557,6 +575,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        // openraft purges what a snapshot it installs holds without waiting for the state
+        // machine to have written that snapshot (its install runs beside): a crash between
+        // the two would leave entries gone that no snapshot on disk holds. The purge waits
+        // for the snapshot on disk to hold them (a bounded while; past it, the purge fails,
+        // which stops this node's part in the cluster rather than lose the entries).
+        let past = self.lock()?.purged.is_some_and(|p| p.index >= log_id.index);
+        if !past {
+            let mut kept = self.kept.subscribe();
+            let wait = std::time::Duration::from_millis(config::CLUSTER_SNAPSHOT_CHUNK_TIMEOUT_MS);
+            let held = kept.wait_for(|k| k.is_some_and(|k| k >= log_id.index));
+            if !matches!(tokio::time::timeout(wait, held).await, Ok(Ok(_))) {
+                return Err(StorageIOError::write_logs(&io_err(format!(
+                    "entries up to {} are to be purged, but no snapshot on disk holds them",
+                    log_id.index
+                )))
+                .into());
+            }
+        }
         let store = self.clone();
         blocking(move || {
             store

@@ -177,6 +177,16 @@ pub fn kept_snapshot(dir: &Path) -> io::Result<Option<(Meta, Vec<u8>)>> {
     }
 }
 
+/// With the `fault-injection` feature, a snapshot sent by the leader waits before it is
+/// written while the node's cluster directory holds `fault-hold-snapshot-install` (a slow
+/// disk, for as long as a test needs).
+fn hold_install(_dir: &Path) {
+    #[cfg(feature = "fault-injection")]
+    while _dir.join("fault-hold-snapshot-install").exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 impl<A: Applier> StateMachine<A> {
     /// The state machine of the node whose cluster files are in `dir`, applying to `applier`,
     /// whose state is already `kept`'s (the snapshot the node kept) or empty.
@@ -194,6 +204,7 @@ impl<A: Applier> StateMachine<A> {
             dir: dir.to_path_buf(),
         };
         if let Some((meta, image)) = kept {
+            log.snapshot_kept(meta.last_log_id);
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
             inner.snapshot = Some((meta, Arc::new(image)));
@@ -288,6 +299,7 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
         .and_then(|r| r)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &io_err(e)))?;
         let image = Arc::new(image);
+        self.log.snapshot_kept(meta.last_log_id);
         self.lock()?.snapshot = Some((meta.clone(), image.clone()));
         Ok(Snapshot {
             meta,
@@ -356,6 +368,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         let dir = self.lock()?.dir.clone();
         let (kept, held) = (meta.clone(), image.clone());
         tokio::task::spawn_blocking(move || {
+            hold_install(&dir);
             let file = encode_snapshot_file(&kept, &held)?;
             super::replace_file(&dir, SNAPSHOT_FILE, &file)
         })
@@ -363,6 +376,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         .map_err(io_err)
         .and_then(|r| r)
         .map_err(fail)?;
+        self.log.snapshot_kept(meta.last_log_id);
         self.applier
             .install(image.clone())
             .await

@@ -377,6 +377,69 @@ fn a_torn_tail_of_the_cluster_log_is_cut_on_open() {
     assert_eq!(std::fs::metadata(&path).expect("log").len(), whole);
 }
 
+/// Regression: openraft purges the entries a snapshot it installs holds without waiting for
+/// the state machine to have written that snapshot, so a crash between the two lost entries
+/// that no snapshot on disk held. A follower catching up from a snapshot whose writing is
+/// held (a slow disk) keeps its log until the snapshot is on disk.
+#[test]
+fn a_follower_purges_nothing_that_no_snapshot_on_its_disk_holds() {
+    let dirs = three_dirs("cluster-hold");
+    runtime().block_on(async {
+        let mut nodes = three(&dirs, 10, 0).await;
+        let l = leader_of(&[&nodes[0]]).await;
+        let down_id = if l == 3 { 2 } else { 3 };
+        let di = nodes.iter().position(|n| n.id == down_id).expect("node");
+        let down = nodes.remove(di);
+        let addr = down.addr.to_string();
+        down.stop().await;
+        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        write(&nodes[li], 1, 35).await;
+        nodes[li]
+            .raft
+            .wait(WAIT)
+            .metrics(|m| m.purged.is_some_and(|p| p.index >= 20), "purged")
+            .await
+            .expect("the leader purged its log");
+        let dir = dirs[(down_id - 1) as usize].path();
+        let purged_on_disk = || {
+            std::fs::read(dir.join(log_store::PURGED_FILE))
+                .ok()
+                .and_then(|b| log_store::decode_purged(&b).ok())
+                .map(|p| p.index)
+        };
+        let before = purged_on_disk();
+        // Released however the test ends: a held install would keep the runtime from ending.
+        struct Hold(std::path::PathBuf);
+        impl Drop for Hold {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+        let hold = Hold(dir.join("fault-hold-snapshot-install"));
+        std::fs::write(&hold.0, b"").expect("hold");
+        let back = start(down_id, dir, &addr, 10, 0).await;
+        // The leader's snapshot arrives and waits to be written; the log stays as it was.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            purged_on_disk(),
+            before,
+            "the log was purged before the snapshot that holds its entries was written"
+        );
+        drop(hold);
+        let last = write(&nodes[li], 100, 2).await;
+        applied(&back, last).await;
+        assert!(
+            purged_on_disk().is_some_and(|p| p >= 20),
+            "{:?}",
+            purged_on_disk()
+        );
+        back.stop().await;
+        for n in nodes {
+            n.stop().await;
+        }
+    });
+}
+
 /// Entries follow one another in the cluster log's file but for one case: a crash between
 /// recording a purge past the file's last entry and cutting the file back leaves the purged
 /// entries before the next one, which follows the purged point. That file opens, with only
