@@ -69,11 +69,12 @@ TIDEPOOL_BIN="$PWD/target/debug/tidepool" node tests/node/sdk_hosted_cases.mjs
 
 # The same SDK suites through a follower of a three-node cluster (TIDEPOOL_CLUSTER=follower:
 # the fixtures start three nodes and hand the SDKs a follower's URL, which forwards writes to
-# the leader and answers reads itself). redis-py is left out: over RESP a follower refuses
-# transactions and blocking commands (docs/replication.md).
+# the leader and answers reads itself; a RESP connection's transaction, WATCH or blocking pop
+# moves it to the leader, docs/replication.md).
 echo "== the SDK suites again, through a follower of a three-node cluster"
 TIDEPOOL_CLUSTER=follower TIDEPOOL_BIN="$PWD/target/debug/tidepool" python3 -m pytest -q \
-  tests/python/test_upstash_redis.py tests/python/test_qstash.py tests/python/test_sdk_hosted_cases.py
+  tests/python/test_upstash_redis.py tests/python/test_qstash.py tests/python/test_sdk_hosted_cases.py \
+  tests/python/test_redis_py.py tests/python/test_redis_py_tls.py
 for t in workflow hosted json ratelimit sdk_hosted_cases; do
   TIDEPOOL_CLUSTER=follower TIDEPOOL_BIN="$PWD/target/debug/tidepool" node "tests/node/$t.mjs"
 done

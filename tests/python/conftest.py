@@ -64,7 +64,7 @@ def _cluster(flags, env, module):
         flags = [*flags, "--admin-token", admin]
     ports = [_free_port() for _ in range(3)]
     dirs = [tempfile.mkdtemp(prefix=f"tidepool-py-n{i + 1}-") for i in range(3)]
-    procs, urls = [], []
+    procs, urls, resp_ports = [], [], []
     for i in range(3):
         peers = ",".join(f"{j + 1}=127.0.0.1:{ports[j]}" for j in range(3) if j != i)
         node = ["--node-id", str(i + 1), "--cluster-listen", f"127.0.0.1:{ports[i]}",
@@ -75,13 +75,17 @@ def _cluster(flags, env, module):
         proc, url = _start(dirs[i], [*flags, *node], env, module)
         procs.append(proc)
         urls.append(url)
+        resp_ports.append(getattr(module, "RESP_PORT", None))
     _admin(urls[0], "POST", "/_admin/cluster/init", admin)
     deadline = time.time() + 20
     while True:
         status = [_admin(u, "GET", "/_admin/cluster/status", admin) for u in urls]
         if any(s["takes_writes"] for s in status):
-            follower = next(u for u, s in zip(urls, status) if not s["takes_writes"] and s["leader"])
-            return procs, dirs, follower
+            i = next(i for i, s in enumerate(status) if not s["takes_writes"] and s["leader"])
+            if "--resp-listen" in flags:
+                # The RESP clients connect to the same follower.
+                module.RESP_PORT = resp_ports[i]
+            return procs, dirs, urls[i]
         assert time.time() < deadline, f"no leader within 20 s: {status}"
         time.sleep(0.05)
 
