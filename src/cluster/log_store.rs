@@ -402,7 +402,7 @@ impl LogStore {
     }
 
     /// The entries in `range` (those kept).
-    fn range(
+    pub(crate) fn range(
         &self,
         range: impl RangeBounds<u64>,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {

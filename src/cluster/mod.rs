@@ -23,7 +23,7 @@ pub mod network;
 pub mod state_machine;
 
 use serde::{Deserialize, Serialize};
-use std::io::{self, Cursor, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 pub type NodeId = u64;
@@ -50,7 +50,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -3,22 +3,26 @@
 //! (checked as replay checks a record), a snapshot is the single node's snapshot image
 //! ([`Machine::write_snapshot`]) and installing one is [`Machine::from_snapshot`]. The
 //! snapshot a node holds is kept in `cluster/raft-snapshot` (its Raft metadata, then the
-//! image), so a restart starts from it and openraft applies the entries after it.
+//! image), so a restart starts from it and openraft applies the entries after it. Only its
+//! metadata stays in memory: a snapshot is written to its file as it is built, sent to a
+//! follower from the file in chunks, and received into `raft-snapshot.recv`, which becomes
+//! the node's once it is whole and reads back.
 
 use super::{Batch, NodeId, Outcome, TypeConfig};
 use crate::machine::{Machine, Position};
 use crate::wal::format::{read_frame, FrameRead};
 use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::RaftLogReader;
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta,
     StorageError, StorageIOError, StoredMembership,
 };
-use std::io::{self, Cursor};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub const SNAPSHOT_FILE: &str = "raft-snapshot";
+/// A snapshot being received from the leader, until it is whole.
+pub const SNAPSHOT_RECEIVING_FILE: &str = "raft-snapshot.recv";
 
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
@@ -79,10 +83,13 @@ impl Applier for Owned {
 struct Inner {
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
-    /// The snapshot this node holds: its metadata and image.
-    snapshot: Option<(Meta, Arc<Vec<u8>>)>,
+    /// The metadata of the snapshot this node holds (in `raft-snapshot`).
+    snapshot: Option<Meta>,
     built: u64,
     dir: PathBuf,
+    /// Held while `raft-snapshot` is read to build on or replaced, so that a snapshot built
+    /// and one received at the same time neither mix nor put an older one back.
+    files: Arc<Mutex<()>>,
 }
 
 /// The state machine; clones share it (openraft's snapshot builder is a clone).
@@ -134,6 +141,30 @@ pub fn apply_batch(m: &mut Machine, batch: &Batch) -> Result<(), String> {
 pub fn keep_snapshot(dir: &Path, meta: &Meta, image: &[u8]) -> io::Result<()> {
     let file = encode_snapshot_file(meta, image)?;
     super::replace_file(dir, SNAPSHOT_FILE, &file)
+}
+
+/// Writes the snapshot a node keeps in `dir` as `image` writes its image into it, without
+/// holding the image: to `raft-snapshot.tmp`, synced, then renamed over `raft-snapshot`.
+fn write_snapshot_file(
+    dir: &Path,
+    meta: &Meta,
+    image: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> io::Result<()>,
+) -> io::Result<()> {
+    let m = rmp_serde::to_vec_named(meta).map_err(io_err)?;
+    let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+    out.write_all(&(m.len() as u32).to_le_bytes())?;
+    out.write_all(&m)?;
+    image(&mut out)?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
+    crate::wal::writer::sync_dir(dir)
+}
+
+/// The snapshot file this node keeps, opened to be sent from (from its first byte: the
+/// receiver gets the file as it is).
+async fn open_snapshot(dir: &Path) -> io::Result<tokio::fs::File> {
+    tokio::fs::File::open(dir.join(SNAPSHOT_FILE)).await
 }
 
 /// A snapshot file's bytes: the metadata's length (u32), the metadata (MessagePack), the image.
@@ -202,12 +233,15 @@ impl<A: Applier> StateMachine<A> {
             snapshot: None,
             built: 0,
             dir: dir.to_path_buf(),
+            files: Arc::new(Mutex::new(())),
         };
-        if let Some((meta, image)) = kept {
+        // A snapshot whose receiving a crash cut short is nobody's.
+        let _ = std::fs::remove_file(dir.join(SNAPSHOT_RECEIVING_FILE));
+        if let Some((meta, _)) = kept {
             log.snapshot_kept(meta.last_log_id);
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
-            inner.snapshot = Some((meta, Arc::new(image)));
+            inner.snapshot = Some(meta);
         }
         StateMachine {
             inner: Arc::new(Mutex::new(inner)),
@@ -234,7 +268,7 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
     /// leader's live state runs ahead of the commit (it applies a batch before proposing it),
     /// so its image could hold records that never commit; this one cannot.
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let (last, membership, built, dir, base) = {
+        let (last, membership, built, dir, files) = {
             let mut g = self.lock()?;
             g.built += 1;
             (
@@ -242,30 +276,8 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
                 g.membership.clone(),
                 g.built,
                 g.dir.clone(),
-                g.snapshot.clone(),
+                g.files.clone(),
             )
-        };
-        let from = base
-            .as_ref()
-            .and_then(|(m, _)| m.last_log_id)
-            .map_or(0, |l| l.index + 1);
-        let entries = match last {
-            Some(l) if l.index >= from => {
-                let mut reader = self.log.clone();
-                let got = reader.try_get_log_entries(from..=l.index).await?;
-                if got.len() as u64 != l.index + 1 - from {
-                    return Err(StorageIOError::write_snapshot(
-                        None,
-                        &io_err(format!(
-                            "the cluster's log lacks entries {from}..={} to build a snapshot on",
-                            l.index
-                        )),
-                    )
-                    .into());
-                }
-                got
-            }
-            _ => Vec::new(),
         };
         let id = match last {
             Some(l) => format!("{}-{}-{built}", l.leader_id, l.index),
@@ -276,34 +288,60 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for StateMachine<A> {
             last_membership: membership,
             snapshot_id: id,
         };
-        let kept = meta.clone();
-        let image = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+        let (log, want) = (self.log.clone(), meta.clone());
+        let file_dir = dir.clone();
+        let kept = tokio::task::spawn_blocking(move || -> Result<Meta, String> {
+            let _files = files
+                .lock()
+                .map_err(|_| "the snapshot files' lock is poisoned")?;
+            // The snapshot this one is built on, from its file (the only copy).
+            let base = kept_snapshot(&file_dir).map_err(|e| e.to_string())?;
+            let from = base
+                .as_ref()
+                .and_then(|(m, _)| m.last_log_id)
+                .map_or(0, |l| l.index + 1);
+            let upto = want.last_log_id.map(|l| l.index);
+            if let (Some((held, _)), true) = (&base, upto.is_none_or(|u| u < from)) {
+                // What it holds is as new as asked, or newer (one received meanwhile).
+                return Ok(held.clone());
+            }
             let mut m = match &base {
                 Some((_, image)) => machine_of(image)?,
                 None => crate::machine::Machine::new(),
             };
-            for e in &entries {
-                if let EntryPayload::Normal(b) = &e.payload {
-                    apply_batch(&mut m, b)?;
+            drop(base);
+            if let Some(upto) = upto {
+                let entries = log.range(from..=upto).map_err(|e| e.to_string())?;
+                if entries.len() as u64 != upto + 1 - from {
+                    return Err(format!(
+                        "the cluster's log lacks entries {from}..={upto} to build a snapshot on"
+                    ));
+                }
+                for e in &entries {
+                    if let EntryPayload::Normal(b) = &e.payload {
+                        apply_batch(&mut m, b)?;
+                    }
                 }
             }
-            let mut image = Vec::new();
-            m.write_snapshot(&mut image, crate::clock::wall_unix_ms(), |_| {})
-                .map_err(|e| e.to_string())?;
-            let file = encode_snapshot_file(&kept, &image).map_err(|e| e.to_string())?;
-            super::replace_file(&dir, SNAPSHOT_FILE, &file).map_err(|e| e.to_string())?;
-            Ok(image)
+            write_snapshot_file(&file_dir, &want, |out| {
+                m.write_snapshot(out, crate::clock::wall_unix_ms(), |_| {})
+                    .map(|_| ())
+            })
+            .map_err(|e| e.to_string())?;
+            Ok(want)
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r)
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &io_err(e)))?;
-        let image = Arc::new(image);
-        self.log.snapshot_kept(meta.last_log_id);
-        self.lock()?.snapshot = Some((meta.clone(), image.clone()));
+        self.log.snapshot_kept(kept.last_log_id);
+        self.lock()?.snapshot = Some(kept.clone());
+        let file = open_snapshot(&dir)
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(Some(kept.signature()), &e))?;
         Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(image.as_ref().clone())),
+            meta: kept,
+            snapshot: Box::new(file),
         })
     }
 }
@@ -352,25 +390,58 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
+        let path = self.lock()?.dir.join(SNAPSHOT_RECEIVING_FILE);
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<NodeId>> {
-        let image = snapshot.into_inner();
         let fail = |e: io::Error| StorageIOError::read_snapshot(Some(meta.signature()), &e);
-        // Checked before anything changes: an image that does not read leaves the state.
-        machine_of(&image).map_err(|e| fail(io_err(e)))?;
-        let dir = self.lock()?.dir.clone();
-        let (kept, held) = (meta.clone(), image.clone());
-        tokio::task::spawn_blocking(move || {
+        let mut received = snapshot;
+        tokio::io::AsyncWriteExt::flush(&mut received)
+            .await
+            .map_err(fail)?;
+        drop(received);
+        let (dir, files) = {
+            let g = self.lock()?;
+            (g.dir.clone(), g.files.clone())
+        };
+        let kept = meta.clone();
+        // The file the leader sent, whole: its own metadata, then the image. Checked before
+        // anything changes (an image that does not read leaves the state), then made this
+        // node's snapshot, written as the metadata openraft gives.
+        let image = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
             hold_install(&dir);
-            let file = encode_snapshot_file(&kept, &held)?;
-            super::replace_file(&dir, SNAPSHOT_FILE, &file)
+            let recv = dir.join(SNAPSHOT_RECEIVING_FILE);
+            let mut bytes = std::fs::read(&recv)?;
+            let (sent, image) = decode_snapshot_file(&bytes).map_err(io_err)?;
+            machine_of(image).map_err(io_err)?;
+            let header = bytes.len() - image.len();
+            let _files = files
+                .lock()
+                .map_err(|_| io_err("the snapshot files' lock is poisoned"))?;
+            if sent == kept {
+                std::fs::File::open(&recv)?.sync_all()?;
+                std::fs::rename(&recv, dir.join(SNAPSHOT_FILE))?;
+                crate::wal::writer::sync_dir(&dir)?;
+            } else {
+                keep_snapshot(&dir, &kept, &bytes[header..])?;
+                let _ = std::fs::remove_file(&recv);
+            }
+            bytes.drain(..header);
+            Ok(bytes)
         })
         .await
         .map_err(io_err)
@@ -378,23 +449,32 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         .map_err(fail)?;
         self.log.snapshot_kept(meta.last_log_id);
         self.applier
-            .install(image.clone())
+            .install(image)
             .await
             .map_err(|e| fail(io_err(e)))?;
         let mut g = self.lock()?;
         g.last_applied = meta.last_log_id;
         g.membership = meta.last_membership.clone();
-        g.snapshot = Some((meta.clone(), Arc::new(image)));
+        g.snapshot = Some(meta.clone());
         Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let g = self.lock()?;
-        Ok(g.snapshot.as_ref().map(|(meta, image)| Snapshot {
-            meta: meta.clone(),
-            snapshot: Box::new(Cursor::new(image.as_ref().clone())),
+        let (meta, dir) = {
+            let g = self.lock()?;
+            (g.snapshot.clone(), g.dir.clone())
+        };
+        let Some(meta) = meta else {
+            return Ok(None);
+        };
+        let file = open_snapshot(&dir)
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(file),
         }))
     }
 }
