@@ -657,6 +657,9 @@ pub const CLUSTER_PUBLISH_QUEUE_MAX: usize = 1024;
 pub const CLUSTER_CONNECTIONS_MAX: usize = 64;
 /// A cluster message's head, and then its body, must come within this long.
 pub const CLUSTER_READ_TIMEOUT_MS: u64 = 30_000;
+/// How often a RESP `WAIT` on a cluster's leader looks again at how far its followers hold
+/// its log, while it waits.
+pub const CLUSTER_WAIT_POLL_MS: u64 = 5;
 /// How long a follower waits for the leader's answer to a request it forwarded.
 pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// How often a leader asks a quorum whether it still leads (its lease; see

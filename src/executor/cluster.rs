@@ -43,6 +43,10 @@ pub struct Role {
     pub term: AtomicU64,
     /// On the leader, the followers whose log holds every entry it has (`WAIT`).
     pub replicas_caught_up: AtomicU64,
+    /// On the leader, its last log index and how far each follower's log matches its own
+    /// (a RESP `WAIT` waits for followers to hold what was there when it began).
+    pub last_log_index: AtomicU64,
+    pub replicas_matched: RwLock<Vec<u64>>,
     /// When a quorum last confirmed this node leads (wall ms): its election, or the latest
     /// round of `keep_lease`. The lease lasts `CLUSTER_ELECTION_TIMEOUT_MIN_MS` from it, less
     /// than any other node waits before it stands for election.
@@ -68,6 +72,13 @@ impl Role {
 
     pub fn leading(&self) -> bool {
         self.leading.load(Ordering::Acquire)
+    }
+
+    /// On the leader, the followers whose log holds every entry up to `index`.
+    pub fn replicas_at(&self, index: u64) -> u64 {
+        self.replicas_matched
+            .read()
+            .map_or(0, |m| m.iter().filter(|i| **i >= index).count() as u64)
     }
 
     /// This node leads and a quorum confirmed it recently enough that no other node can
@@ -375,6 +386,17 @@ pub async fn follow_role(
                     .count() as u64
             });
             role.replicas_caught_up.store(caught_up, Ordering::Relaxed);
+            role.last_log_index
+                .store(m.last_log_index.unwrap_or(0), Ordering::Relaxed);
+            let matched: Vec<u64> = m.replication.as_ref().map_or(Vec::new(), |r| {
+                r.iter()
+                    .filter(|(id, _)| **id != m.id)
+                    .map(|(_, l)| l.map_or(0, |l| l.index))
+                    .collect()
+            });
+            if let Ok(mut w) = role.replicas_matched.write() {
+                *w = matched;
+            }
             role.alone.store(
                 m.membership_config.membership().voter_ids().count() <= 1,
                 Ordering::Relaxed,

@@ -393,7 +393,7 @@ impl Conn {
             return false;
         }
         match info.name.as_str() {
-            "multi" | "watch" | "monitor" => true,
+            "multi" | "watch" | "monitor" | "wait" => true,
             _ => info.blocking && crate::command::blocking::wait_ms(args).is_some(),
         }
     }
@@ -1011,6 +1011,10 @@ impl Conn {
                 return self.blocking(args, wait, stream).await;
             }
         }
+        if info.name == "wait" && self.l.to_leader.get().is_some_and(|t| t.role.leading()) {
+            self.flush_batch().await;
+            return self.wait_replicas(args, stream).await;
+        }
         self.batch.push(args);
         Then::Go
     }
@@ -1233,6 +1237,70 @@ impl Conn {
                 Then::Go
             }
         }
+    }
+
+    /// WAIT on a cluster's leader: the followers that hold every entry the leader had when it
+    /// began, once `numreplicas` do or its timeout passes (0: no limit), as Redis waits for
+    /// its replicas' acknowledgements. It runs in the executor first (its checks, MONITOR,
+    /// the count now), and waits here only if that count is short.
+    async fn wait_replicas<S: Stream>(&mut self, args: Vec<Vec<u8>>, stream: &mut S) -> Then {
+        let (Some(t), Some(want), Some(timeout)) = (
+            self.l.to_leader.get(),
+            args.get(1).and_then(|a| crate::num::parse_i64(a)),
+            args.get(2).and_then(|a| crate::num::parse_i64(a)),
+        ) else {
+            self.batch.push(args);
+            self.flush_batch().await;
+            return Then::Go;
+        };
+        let role = t.role.clone();
+        let since = role.last_log_index.load(Ordering::Relaxed);
+        let began = tokio::time::Instant::now();
+        // The executor's answer: an error, or the count now; short of `want`, it waits.
+        let now = match self.exec(vec![args], ExecMode::Each, false).await {
+            Some(Answer {
+                replies: Ok(mut r), ..
+            }) => r.pop().unwrap_or(Reply::Nil),
+            Some(Answer {
+                replies: Err(e), ..
+            }) => Reply::Error(e),
+            None => Reply::err("ERR the server is shutting down"),
+        };
+        let n = match now {
+            Reply::Int(n) if n < want && timeout >= 0 => n,
+            other => {
+                self.put_plain(other);
+                return Then::Go;
+            }
+        };
+        // The replies before it leave now, not after the wait.
+        if !self.write_out(stream).await {
+            return Then::Close;
+        }
+        let deadline = (timeout > 0).then(|| began + Duration::from_millis(timeout as u64));
+        let me = self.me.clone();
+        let mut carry = std::mem::take(&mut self.carry);
+        let mut n = n.max(role.replicas_at(since) as i64);
+        while n < want && role.leading() && deadline.is_none_or(|d| tokio::time::Instant::now() < d)
+        {
+            carry.reserve(config::RESP_READ_BYTES);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(config::CLUSTER_WAIT_POLL_MS)) => {}
+                _ = me.kill.notified() => return Then::Close,
+                r = stream.read_buf(&mut carry) => {
+                    if !matches!(r, Ok(k) if k > 0) {
+                        return Then::Close;
+                    }
+                    if carry.len() > self.l.request_bytes_max.saturating_add(config::RESP_READ_BYTES) {
+                        return Then::Close;
+                    }
+                }
+            }
+            n = n.max(role.replicas_at(since) as i64);
+        }
+        self.carry = carry;
+        self.put_plain(Reply::Int(n));
+        Then::Go
     }
 
     /// Whether the token may run this command of the connection's own; answers the refusal

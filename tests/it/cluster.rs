@@ -1026,7 +1026,7 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
 /// The cluster flags are checked together, and a cluster node refuses a data directory that
 /// holds a single server's log rather than set it aside.
 /// RESP on a follower: a command whose state lives on the node that runs the connection's
-/// commands (MULTI, WATCH, a blocking command that may wait, MONITOR) moves the connection to
+/// commands (MULTI, WATCH, a blocking command that may wait, MONITOR, WAIT) moves the connection to
 /// the leader, which runs it as one of its own from then on, with its credential, name and
 /// protocol; the follower carries the bytes, the moving command's and every one after it
 /// (a pipeline cut in the middle of a request too). Before, such a follower refused a
@@ -1133,6 +1133,17 @@ fn a_followers_resp_connection_moves_to_the_leader_for_what_needs_its_state() {
             other => panic!("the monitor answered {other:?}"),
         }
     }
+    // WAIT moves too, and on the leader waits for the followers to hold what it had when
+    // it began: both do, soon; asked for more replicas than there are, it answers how many
+    // hold it once its timeout passes.
+    let mut wt = resp();
+    assert_eq!(wt.cmd_str(&["SET", "waited", "1"]), ok_canon());
+    assert_eq!(wt.cmd_str(&["WAIT", "2", "0"]), Canon::Int(2));
+    assert_eq!(wt.cmd_str(&["WAIT", "5", "200"]), Canon::Int(2));
+    assert_eq!(
+        wt.cmd_str(&["WAIT", "x", "0"]),
+        Canon::Err("ERR value is not an integer or out of range".into())
+    );
     // The follower counts what it moved.
     let metrics = Http::connect(&node(fi).addr, ADMIN).get("/metrics");
     let moved: u64 = metrics
@@ -1141,7 +1152,7 @@ fn a_followers_resp_connection_moves_to_the_leader_for_what_needs_its_state() {
         .find_map(|l| l.strip_prefix("tidepool_resp_connections_moved_total "))
         .and_then(|n| n.trim().parse().ok())
         .expect("the moved connections' count");
-    assert_eq!(moved, 5, "{}", metrics.text());
+    assert_eq!(moved, 6, "{}", metrics.text());
     // Reads and plain writes stay on the follower's own connection.
     let mut plain = resp();
     assert_eq!(plain.cmd_str(&["SET", "plain", "1"]), ok_canon());
