@@ -660,6 +660,10 @@ pub const CLUSTER_READ_TIMEOUT_MS: u64 = 30_000;
 /// How often a RESP `WAIT` on a cluster's leader looks again at how far its followers hold
 /// its log, while it waits.
 pub const CLUSTER_WAIT_POLL_MS: u64 = 5;
+/// RESP connections one follower opens to move to its leader at once; a burst waits its
+/// turn (the leader's cluster listener holds `CLUSTER_CONNECTIONS_MAX` connections, Raft's
+/// own included).
+pub const CLUSTER_MOVES_OPENING_MAX: usize = 16;
 /// How long a follower waits for the leader's answer to a request it forwarded.
 pub const CLUSTER_FORWARD_TIMEOUT_MS: u64 = 30_000;
 /// How often a leader asks a quorum whether it still leads (its lease; see

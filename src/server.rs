@@ -334,10 +334,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 let started =
                     start_node(c, addr, &cluster_dir, &ex, cluster_role.clone(), kept, tunnel)
                         .await?;
-                let _ = resp.to_leader.set(crate::resp::conn::ToLeader {
-                    role: cluster_role.clone(),
-                    network: started.2.clone(),
-                });
+                let _ = resp.to_leader.set(crate::resp::conn::ToLeader::new(
+                    cluster_role.clone(),
+                    started.2.clone(),
+                ));
+                // Connection ids are the cluster's: each node numbers from its own range, so
+                // a connection that moves to the leader keeps its id there.
+                ex.shared
+                    .next_id
+                    .fetch_max(c.node_id << 40, std::sync::atomic::Ordering::Relaxed);
                 Some(started)
             }
         };

@@ -2,12 +2,15 @@
 //! (`/raft/append`, `/raft/vote`, `/raft/snapshot`), the body MessagePack of openraft's own
 //! message (a snapshot's chunk as `bin`: `SnapshotChunk`) and the answer MessagePack of its
 //! `Result`; and what a follower hands its leader (`/raft/exec`, `/raft/http`, and
-//! `/raft/resp`, a RESP connection moved to the leader over an upgraded connection). Every request is signed with the cluster's secret, which
-//! never travels: `Authorization: TidepoolCluster <ms>.<nonce>.<signature>`, the signature
-//! an HMAC-SHA256 of the method, the path, the time, the nonce and the body's SHA-256. A
-//! request signed more than `CLUSTER_AUTH_SKEW_MS` from this node's clock, or whose nonce
-//! was seen already (a replay), or not signed with the secret, too large, or not a message,
-//! is refused with a status and a JSON `{"error": ...}` and reaches openraft never.
+//! `/raft/resp`, a RESP connection moved to the leader over an upgraded connection). Every
+//! request is signed with the cluster's secret, which never travels: `Authorization:
+//! TidepoolCluster <ms>.<nonce>.<body SHA-256>.<signature>`, the signature an HMAC-SHA256 of
+//! the method, the path, the time, the nonce and the body's SHA-256. The header is checked
+//! before the body is read (a request that is not a peer's costs its head, not its body),
+//! and the body against its SHA-256 once it has come. A request signed more than
+//! `CLUSTER_AUTH_SKEW_MS` from this node's clock, or whose nonce was seen already (a
+//! replay), or not signed with the secret, too large, or not a message, is refused with a
+//! status and a JSON `{"error": ...}` and reaches openraft never.
 
 use super::{NodeId, TypeConfig};
 use crate::config;
@@ -154,28 +157,38 @@ pub fn sign(
     now_ms: u64,
     nonce: u64,
 ) -> String {
+    let digest = hex(&body_digest(body));
     format!(
-        "TidepoolCluster {now_ms}.{nonce:016x}.{}",
-        signature(secret, method, path, body, now_ms, nonce)
+        "TidepoolCluster {now_ms}.{nonce:016x}.{digest}.{}",
+        signature(secret, method, path, &digest, now_ms, nonce)
     )
 }
 
+fn body_digest(body: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(body).into()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The signature of a request whose body's SHA-256 is `digest` (hex).
 fn signature(
     secret: &str,
     method: &str,
     path: &str,
-    body: &[u8],
+    digest: &str,
     at_ms: u64,
     nonce: u64,
 ) -> String {
     use hmac::{KeyInit, Mac};
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(body);
+    use sha2::Sha256;
     let Ok(mut m) = <hmac::Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()) else {
         return String::new();
     };
     m.update(format!("{method}\n{path}\n{at_ms}\n{nonce:016x}\n").as_bytes());
-    m.update(&digest);
+    m.update(digest.as_bytes());
     m.finalize()
         .into_bytes()
         .iter()
@@ -203,29 +216,34 @@ impl Seen {
     }
 }
 
-/// Whether `header` is a valid signature of this request by a holder of `secret`.
+/// Whether `header` is a valid signature of this request's head by a holder of `secret`;
+/// the SHA-256 it signs the body by (hex), which the body must then have.
 fn verified(
     secret: &str,
     header: &str,
     method: &str,
     path: &str,
-    body: &[u8],
     seen: &std::sync::Mutex<Seen>,
-) -> Result<(), &'static str> {
+) -> Result<String, &'static str> {
     let mut parts = header
         .strip_prefix("TidepoolCluster ")
         .ok_or("the request is not signed")?
-        .splitn(3, '.');
-    let (Some(at), Some(nonce), Some(sig)) = (parts.next(), parts.next(), parts.next()) else {
+        .splitn(4, '.');
+    let (Some(at), Some(nonce), Some(digest), Some(sig)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return Err("the signature is malformed");
     };
+    if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("the signature is malformed");
+    }
     let at: u64 = at.parse().map_err(|_| "the signature is malformed")?;
     let nonce = u64::from_str_radix(nonce, 16).map_err(|_| "the signature is malformed")?;
     let now = crate::clock::wall_unix_ms();
     if !fresh(header) {
         return Err(STALE);
     }
-    let want = signature(secret, method, path, body, at, nonce);
+    let want = signature(secret, method, path, digest, at, nonce);
     if want.is_empty() || !crate::secret::ct_eq(want.as_bytes(), sig.as_bytes()) {
         return Err("the request is not signed with the cluster's secret");
     }
@@ -233,7 +251,7 @@ fn verified(
     if !seen.first(nonce, at, now) {
         return Err("the request was sent before (a replay)");
     }
-    Ok(())
+    Ok(digest.to_ascii_lowercase())
 }
 
 const STALE: &str = "the request was signed too long ago, or by a clock too far from this one's";
@@ -534,6 +552,10 @@ pub async fn handle(
     // A moved connection's stream, once the answer below upgrades it (taken before the body
     // is read; nothing unless the request is signed and a moved connection is taken).
     let upgrade = (req.uri().path() == "/raft/resp").then(|| hyper::upgrade::on(&mut req));
+    let asks_upgrade = req
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(MOVED_PROTOCOL.as_bytes()));
     if req.method() != hyper::Method::POST {
         return refuse(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -555,6 +577,12 @@ pub async fn handle(
         return refuse(StatusCode::UNAUTHORIZED, STALE);
     }
     let path = req.uri().path().to_string();
+    // The head's signature before the body is read: a request that is not a peer's costs
+    // its head only, however large a body it announces.
+    let digest = match verified(secret, &given, "POST", &path, seen) {
+        Ok(d) => d,
+        Err(why) => return refuse(StatusCode::UNAUTHORIZED, why),
+    };
     // A body is read whole within CLUSTER_READ_TIMEOUT_MS, at most CLUSTER_MESSAGE_BYTES_MAX.
     let read = Limited::new(req.into_body(), config::CLUSTER_MESSAGE_BYTES_MAX).collect();
     let wait = std::time::Duration::from_millis(config::CLUSTER_READ_TIMEOUT_MS);
@@ -573,8 +601,11 @@ pub async fn handle(
             )
         }
     };
-    if let Err(why) = verified(secret, &given, "POST", &path, &body, seen) {
-        return refuse(StatusCode::UNAUTHORIZED, why);
+    if !crate::secret::ct_eq(hex(&body_digest(&body)).as_bytes(), digest.as_bytes()) {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "the body is not the one the request signs",
+        );
     }
     fn decode<T: DeserializeOwned>(b: &[u8]) -> Result<T, Response<Full<Bytes>>> {
         rmp_serde::from_slice(b)
@@ -605,6 +636,10 @@ pub async fn handle(
             (_, Err(r)) => r,
         },
         "/raft/resp" => match (tunnel, upgrade) {
+            (Some(_), Some(_)) if !asks_upgrade => refuse(
+                StatusCode::BAD_REQUEST,
+                "a moved connection asks for the upgrade to tidepool-resp",
+            ),
             (Some(t), Some(upgrade)) => match t(body.to_vec()) {
                 Ok(run) => {
                     tokio::spawn(async move {

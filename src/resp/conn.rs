@@ -58,6 +58,21 @@ pub struct Listener {
 pub struct ToLeader {
     pub role: Arc<ClusterRole>,
     pub network: Network,
+    /// Moves being opened at once (`CLUSTER_MOVES_OPENING_MAX`): a burst waits here rather
+    /// than past the leader's cluster listener's cap.
+    pub opening: Arc<tokio::sync::Semaphore>,
+}
+
+impl ToLeader {
+    pub fn new(role: Arc<ClusterRole>, network: Network) -> ToLeader {
+        ToLeader {
+            role,
+            network,
+            opening: Arc::new(tokio::sync::Semaphore::new(
+                config::CLUSTER_MOVES_OPENING_MAX,
+            )),
+        }
+    }
 }
 
 impl Listener {
@@ -86,6 +101,13 @@ struct MovedState {
     reply_mode: u8,
     /// The client's address, for CLIENT LIST.
     client: String,
+    /// The connection's id (ids are the cluster's: each node numbers from its own range).
+    #[serde(default)]
+    id: u64,
+    /// The connection held a WATCH on the follower, whose state may lag: the transaction it
+    /// guards fails, as when a watched key changed (its client retries).
+    #[serde(default)]
+    watch_broken: bool,
 }
 
 /// The leader's side of `/raft/resp`: a connection a follower moves here runs as one of this
@@ -113,9 +135,13 @@ pub fn moved_in(l: Arc<Listener>) -> Tunnel {
                 let metrics = &l.shared.metrics;
                 metrics.resp_connections_opened.inc();
                 metrics.resp_connections.inc();
-                let mut c = Conn::new(l.clone(), peer, "moved from a follower".into());
+                let local = format!("{peer} (moved from a follower)");
+                let mut c = Conn::with_id(l.clone(), state.id, peer, local);
                 if c.resume(state).await {
                     c.run(&mut io).await;
+                } else {
+                    let refused = b"-WRONGPASS the leader refused this connection's credential\r\n";
+                    let _ = tokio::io::AsyncWriteExt::write_all(&mut io, refused).await;
                 }
                 c.close().await;
                 l.shared.metrics.resp_connections.dec();
@@ -294,11 +320,21 @@ struct Conn {
     /// On the leader, a connection a follower moved here: it ends when this node stops
     /// leading.
     moved_in: bool,
+    /// A WATCH the connection held before it moved here: its transaction fails.
+    watch_broken: bool,
 }
 
 impl Conn {
     fn new(l: Arc<Listener>, peer: SocketAddr, local: String) -> Conn {
-        let id = l.shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        Conn::with_id(l, 0, peer, local)
+    }
+
+    /// A connection with id `id` (0: a new one).
+    fn with_id(l: Arc<Listener>, id: u64, peer: SocketAddr, local: String) -> Conn {
+        let id = match id {
+            0 => l.shared.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            id => id,
+        };
         let me = Arc::new(Client {
             id,
             addr: peer.to_string(),
@@ -342,6 +378,7 @@ impl Conn {
             last_command: Vec::new(),
             moving: Vec::new(),
             moved_in: false,
+            watch_broken: false,
             l,
         }
     }
@@ -358,7 +395,10 @@ impl Conn {
             user: s.user,
         });
         self.resp3 = s.resp3;
-        self.name = s.name;
+        if valid_name(s.name.as_bytes()).is_ok() {
+            self.name = s.name;
+        }
+        self.watch_broken = s.watch_broken;
         self.reply_mode = match s.reply_mode {
             1 => ReplyMode::Off,
             2 => ReplyMode::Skip,
@@ -418,11 +458,17 @@ impl Conn {
                 ReplyMode::Skip => 2,
             },
             client: self.peer.to_string(),
+            id: self.id,
+            watch_broken: self.watching,
+        };
+        let Ok(_opening) = t.opening.acquire().await else {
+            return;
         };
         let opened = match rmp_serde::to_vec_named(&state) {
             Ok(b) => t.network.open_moved(&addr, b).await,
             Err(e) => Err(e.to_string()),
         };
+        drop(_opening);
         let mut leader = match opened {
             Ok(u) => u,
             Err(e) => {
@@ -441,11 +487,18 @@ impl Conn {
         let mut check = tokio::time::interval(Duration::from_millis(
             config::CLUSTER_ELECTION_TIMEOUT_MIN_MS,
         ));
-        let carried = tokio::io::copy_bidirectional(stream, &mut leader);
-        tokio::pin!(carried);
+        // Either side's end ends the connection (the leader's closing it, or the client's),
+        // as a Redis server closes a client that closed; what one side wrote before its end
+        // has been passed on.
+        let (mut client_in, mut client_out) = tokio::io::split(stream);
+        let (mut leader_in, mut leader_out) = tokio::io::split(leader);
+        let up = tokio::io::copy(&mut client_in, &mut leader_out);
+        let down = tokio::io::copy(&mut leader_in, &mut client_out);
+        tokio::pin!(up, down);
         loop {
             tokio::select! {
-                _ = &mut carried => return,
+                _ = &mut up => return,
+                _ = &mut down => return,
                 _ = me.kill.notified() => return,
                 _ = check.tick() => {
                     // A leader this node no longer follows (it died, or was deposed and the
@@ -513,6 +566,10 @@ impl Conn {
                     *t = Instant::now();
                 }
                 let then = self.handle(requests, stream).await;
+                // Idle time counts from the last answer: a blocking wait is not idleness.
+                if let Ok(mut t) = self.me.last_active.lock() {
+                    *t = Instant::now();
+                }
                 if then == Then::Move {
                     // The leader gets the moving requests, the one begun, and every byte read.
                     let mut first = std::mem::take(&mut self.moving);
@@ -965,6 +1022,7 @@ impl Conn {
                 self.put_plain(Reply::Error(crate::reply::errors::wrong_arity("unwatch")))
             }
             b"unwatch" => {
+                self.watch_broken = false;
                 if self.watching {
                     self.session(SessionOp::Unwatch).await;
                     self.watching = false;
@@ -1414,10 +1472,16 @@ impl Conn {
         };
         self.watching = false;
         if std::mem::take(&mut self.multi_failed) {
+            self.watch_broken = false;
             self.session(SessionOp::Unwatch).await;
             self.put_plain(Reply::err(
                 "EXECABORT Transaction discarded because of previous errors.",
             ));
+            return Then::Go;
+        }
+        if std::mem::take(&mut self.watch_broken) {
+            self.session(SessionOp::Unwatch).await;
+            self.put_plain(Reply::NilArray);
             return Then::Go;
         }
         // The connection's own commands run here, after the executor has run the others as
@@ -1535,6 +1599,7 @@ impl Conn {
             return;
         }
         self.multi_failed = false;
+        self.watch_broken = false;
         if std::mem::take(&mut self.watching) {
             self.session(SessionOp::Unwatch).await;
         }
@@ -1792,6 +1857,7 @@ impl Conn {
     async fn reset(&mut self) {
         self.multi = None;
         self.multi_failed = false;
+        self.watch_broken = false;
         if std::mem::take(&mut self.watching) {
             self.session(SessionOp::Unwatch).await;
         }

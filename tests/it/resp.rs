@@ -1384,12 +1384,17 @@ fn a_monitor_may_not_touch_the_keyspace_and_client_kill_names_real_users() {
 
 /// An authenticated connection idle past the idle timeout is closed (here shortened by
 /// `TIDEPOOL_RESP_IDLE_TIMEOUT_MS`; 300 s by default), one that keeps sending is not, and a
-/// subscriber, which waits by design, is never closed for it.
+/// subscriber, which waits by design, is never closed for it, nor is a connection whose
+/// blocking command waited past the timeout (regression: idle time counted from the
+/// request, so its next command found it closed).
 #[test]
 fn an_idle_connection_is_closed_and_a_subscriber_is_not() {
     let dir = TempDir::new("resp-idle");
     let s = Server::try_start_env(dir.path(), &[], &[("TIDEPOOL_RESP_IDLE_TIMEOUT_MS", "400")])
         .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let mut blocked = resp(&s);
+    assert_eq!(blocked.cmd_str(&["BLPOP", "nothing", "0.8"]), Canon::Nil);
+    assert_eq!(blocked.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
     let mut idle = resp(&s);
     let mut busy = resp(&s);
     let mut sub = resp(&s);

@@ -834,13 +834,16 @@ fn read_resp(r: &mut BufReader<TcpStream>) -> Canon {
             b.truncate(n as usize);
             Canon::Str(b)
         }
-        b'*' => {
+        // RESP3's arrays, pushes, maps (keys and values in one array) and null.
+        b'*' | b'>' | b'~' | b'%' => {
             let n: i64 = text.parse().expect("len");
             if n < 0 {
                 return Canon::Nil;
             }
+            let n = if line[0] == b'%' { n * 2 } else { n };
             Canon::Arr((0..n).map(|_| read_resp(r)).collect())
         }
+        b'_' => Canon::Nil,
         c => panic!("unexpected RESP type {c}"),
     }
 }
