@@ -7,11 +7,12 @@
 //! connection closes, as Redis closes a client past its output buffer limit.
 //!
 //! On a cluster's follower, a connection whose next command needs the leader's connection
-//! state (MULTI, WATCH, a blocking command that may wait, MONITOR) moves to the leader: the
-//! follower opens `/raft/resp` on the leader's cluster listener with the connection's state
-//! (its credential, protocol, name, reply mode), hands over that command and every byte it
-//! read after it, and from then on carries bytes both ways. The leader runs the connection
-//! as one of its own (`moved_in`), which ends when it stops leading.
+//! state (MULTI, WATCH, a blocking command that may wait, MONITOR, WAIT) moves to the
+//! leader: the follower opens `/raft/resp` on the leader's cluster listener with the
+//! connection's state (its credential, id, protocol, name, reply mode), hands over that
+//! command and every byte it read after it, and from then on carries bytes both ways. The
+//! leader runs the connection as one of its own (`moved_in`), which ends when it stops
+//! leading.
 
 use super::clients::{Client, Clients, Shown};
 use super::read::Reader;
@@ -411,8 +412,8 @@ impl Conn {
 
     /// Whether `args` moves this connection to the leader: on a follower that knows its
     /// leader, a command whose state lives on the connection's node (MULTI, WATCH, a blocking
-    /// command that may wait, MONITOR), of an authenticated connection that holds no such
-    /// state here yet (no subscription, no monitor, no transaction).
+    /// command that may wait, MONITOR, WAIT), of an authenticated connection with no
+    /// subscription, monitor or transaction here (a WATCH held here goes as a broken one).
     fn moves(&self, args: &[Vec<u8>]) -> bool {
         let Some(t) = self.l.to_leader.get() else {
             return false;
@@ -620,7 +621,7 @@ impl Conn {
             } else if self.subscribed() || self.monitor {
                 None
             } else {
-                // From the last request, not from this wait's start: a moved connection's
+                // From the last answer, not from this wait's start: a moved connection's
                 // wait is cut short to look at the node's role.
                 let idle = self
                     .me
