@@ -198,6 +198,17 @@ fn three_nodes_agree_and_a_stopped_leader_is_replaced() {
     });
 }
 
+/// Stops node 2 or 3, whichever does not lead (`leader`), taking it out of `nodes`: its id
+/// and its cluster address, where it comes back.
+async fn stop_a_follower(nodes: &mut Vec<Node>, leader: NodeId) -> (NodeId, String) {
+    let down_id = if leader == 3 { 2 } else { 3 };
+    let di = nodes.iter().position(|n| n.id == down_id).expect("node");
+    let down = nodes.remove(di);
+    let addr = down.addr.to_string();
+    down.stop().await;
+    (down_id, addr)
+}
+
 #[test]
 fn a_node_catches_up_from_its_log_or_from_a_snapshot() {
     let dirs = three_dirs("cluster-b");
@@ -208,11 +219,7 @@ fn a_node_catches_up_from_its_log_or_from_a_snapshot() {
         let l = leader_of(&[&nodes[0]]).await;
         // Node 2 or 3, whichever is not the leader, goes down and comes back on its own
         // directory: its vote and log reload, and it catches up.
-        let down_id = if l == 3 { 2 } else { 3 };
-        let di = nodes.iter().position(|n| n.id == down_id).expect("node");
-        let down = nodes.remove(di);
-        let down_addr = down.addr.to_string();
-        down.stop().await;
+        let (down_id, down_addr) = stop_a_follower(&mut nodes, l).await;
         let li = nodes.iter().position(|n| n.id == l).expect("leader");
         let last = write(&nodes[li], 1, 35).await;
         let back = start(
@@ -296,12 +303,10 @@ fn a_follower_restarted_empty_catches_up_past_a_large_snapshot() {
             .metrics(|m| m.purged.is_some(), "purged")
             .await
             .expect("the leader purged its log");
-        let down_id = if l == 3 { 2 } else { 3 };
-        let di = nodes.iter().position(|n| n.id == down_id).expect("node");
-        applied(&nodes[di], last).await;
-        let down = nodes.remove(di);
-        let addr = down.addr.to_string();
-        down.stop().await;
+        for n in &nodes {
+            applied(n, last).await;
+        }
+        let (down_id, addr) = stop_a_follower(&mut nodes, l).await;
         let dir = dirs[(down_id - 1) as usize].path();
         std::fs::remove_dir_all(dir).expect("empty the directory");
         std::fs::create_dir_all(dir).expect("the directory again");
@@ -387,11 +392,7 @@ fn a_follower_purges_nothing_that_no_snapshot_on_its_disk_holds() {
     runtime().block_on(async {
         let mut nodes = three(&dirs, 10, 0).await;
         let l = leader_of(&[&nodes[0]]).await;
-        let down_id = if l == 3 { 2 } else { 3 };
-        let di = nodes.iter().position(|n| n.id == down_id).expect("node");
-        let down = nodes.remove(di);
-        let addr = down.addr.to_string();
-        down.stop().await;
+        let (down_id, addr) = stop_a_follower(&mut nodes, l).await;
         let li = nodes.iter().position(|n| n.id == l).expect("leader");
         write(&nodes[li], 1, 35).await;
         nodes[li]
