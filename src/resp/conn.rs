@@ -465,8 +465,31 @@ impl Conn {
         let Ok(_opening) = t.opening.acquire().await else {
             return;
         };
+        let same_leader = || {
+            t.role
+                .leader_addr
+                .read()
+                .is_ok_and(|l| l.as_deref() == Some(addr.as_str()))
+        };
         let opened = match rmp_serde::to_vec_named(&state) {
-            Ok(b) => t.network.open_moved(&addr, b).await,
+            Ok(b) => {
+                // A leader that stopped answering (frozen, cut off) is waited for only until
+                // this node follows another one, not the whole CLUSTER_FORWARD_TIMEOUT_MS.
+                let open = t.network.open_moved(&addr, b);
+                tokio::pin!(open);
+                let mut check =
+                    tokio::time::interval(Duration::from_millis(config::CLUSTER_HEARTBEAT_MS));
+                loop {
+                    tokio::select! {
+                        r = &mut open => break r,
+                        _ = check.tick() => {
+                            if !same_leader() {
+                                break Err("this node follows that leader no more (another is elected, or is being): send the command again".into());
+                            }
+                        }
+                    }
+                }
+            }
             Err(e) => Err(e.to_string()),
         };
         drop(_opening);
@@ -504,8 +527,7 @@ impl Conn {
                 _ = check.tick() => {
                     // A leader this node no longer follows (it died, or was deposed and the
                     // connection with it) may never close its side: the client reconnects.
-                    let same = t.role.leader_addr.read().is_ok_and(|l| l.as_deref() == Some(addr.as_str()));
-                    if !same {
+                    if !same_leader() {
                         return;
                     }
                 }

@@ -1254,6 +1254,50 @@ fn a_followers_resp_connection_moves_to_the_leader_for_what_needs_its_state() {
     assert_eq!(plain.cmd_str(&["GET", "tx"]), Canon::s("2"));
 }
 
+/// Regression (review): a move opened to a leader that had stopped answering (frozen) waited
+/// all of CLUSTER_FORWARD_TIMEOUT_MS (30 s), even once another node led. It gives up when
+/// the follower follows another leader, saying so; sent again, the command moves to the new
+/// one (or runs on the follower, if it is the one elected).
+#[test]
+fn a_move_to_a_frozen_leader_gives_up_once_another_leads() {
+    let dirs = three_dirs("cluster-frozen");
+    let ports = [free_port(), free_port(), free_port()];
+    let (servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
+    let fi = (li + 1) % 3;
+    let follower_resp = servers[fi]
+        .as_ref()
+        .and_then(|s| s.resp_addr.clone())
+        .expect("the follower's RESP address");
+    let leader_pid = servers[li].as_ref().expect("leader").child.id().to_string();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &leader_pid])
+            .status()
+            .expect("kill")
+    };
+    signal("-STOP");
+    let mut c = Redis::connect_addr(&follower_resp);
+    assert_eq!(c.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
+    let gave_up = c.cmd_str(&["BLPOP", "q", "1"]);
+    // Sent again once a leader is known (while none is, the follower refuses it).
+    let mut moved = Canon::Nil;
+    for _ in 0..100 {
+        let mut again = Redis::connect_addr(&follower_resp);
+        assert_eq!(again.cmd_str(&["AUTH", TOKEN]), Canon::s("OK"));
+        moved = again.cmd_str(&["BLPOP", "q", "1"]);
+        if !matches!(&moved, Canon::Err(e) if e.contains("takes no writes")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal("-CONT");
+    assert!(
+        matches!(&gave_up, Canon::Err(e) if e.contains("follows that leader no more")),
+        "{gave_up:?}"
+    );
+    assert_eq!(moved, Canon::Nil);
+}
+
 #[test]
 fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
     let dir = TempDir::new("cluster-flags");
