@@ -5,6 +5,17 @@ use base64::Engine;
 use std::fs::File;
 use std::io::Read;
 
+/// Lowercase hexadecimal of `b` (digests, MACs, random hex strings).
+pub fn hex(b: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(b.len() * 2);
+    for &x in b {
+        s.push(char::from(DIGITS[usize::from(x >> 4)]));
+        s.push(char::from(DIGITS[usize::from(x & 15)]));
+    }
+    s
+}
+
 /// Compares without an early exit, so the time taken says nothing about where they differ.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = (a.len() ^ b.len()) as u8 | ((a.len() ^ b.len()) >> 8) as u8;

@@ -174,60 +174,61 @@ pub fn decode_vote(b: &[u8]) -> Result<Vote<NodeId>, String> {
     })
 }
 
+/// `words`, little-endian, then the CRC32 of their bytes: `raft-purged` and `node-id`.
+fn words_with_crc<const B: usize>(words: &[u64]) -> [u8; B] {
+    let mut b = [0u8; B];
+    let end = words.len() * 8;
+    for (i, w) in words.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&b[0..end]);
+    b[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// The `n` words of a file `words_with_crc` wrote, once its length and CRC hold (`what`
+/// names the file in the refusal).
+fn checked_words(b: &[u8], n: usize, what: &str) -> Result<Vec<u64>, String> {
+    let end = n * 8;
+    if b.len() != end + 4 {
+        return Err(format!(
+            "the {what} file is {} bytes, not {}",
+            b.len(),
+            end + 4
+        ));
+    }
+    let mut c = [0u8; 4];
+    c.copy_from_slice(&b[end..end + 4]);
+    if u32::from_le_bytes(c) != crc32fast::hash(&b[0..end]) {
+        return Err(format!("the {what} file fails its check"));
+    }
+    Ok(b[0..end]
+        .chunks_exact(8)
+        .map(|w| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(w);
+            u64::from_le_bytes(x)
+        })
+        .collect())
+}
+
 /// `raft-purged`'s bytes.
 pub fn encode_purged(id: &LogId<NodeId>) -> [u8; PURGED_BYTES] {
-    let mut b = [0u8; PURGED_BYTES];
-    b[0..8].copy_from_slice(&id.index.to_le_bytes());
-    b[8..16].copy_from_slice(&id.leader_id.term.to_le_bytes());
-    b[16..24].copy_from_slice(&id.leader_id.node_id.to_le_bytes());
-    let crc = crc32fast::hash(&b[0..24]);
-    b[24..28].copy_from_slice(&crc.to_le_bytes());
-    b
+    words_with_crc(&[id.index, id.leader_id.term, id.leader_id.node_id])
 }
 
 pub fn decode_purged(b: &[u8]) -> Result<LogId<NodeId>, String> {
-    if b.len() != PURGED_BYTES {
-        return Err(format!(
-            "the purged file is {} bytes, not {PURGED_BYTES}",
-            b.len()
-        ));
-    }
-    let mut c = [0u8; 4];
-    c.copy_from_slice(&b[24..28]);
-    if u32::from_le_bytes(c) != crc32fast::hash(&b[0..24]) {
-        return Err("the purged file fails its check".into());
-    }
-    let u = |o: usize| {
-        let mut x = [0u8; 8];
-        x.copy_from_slice(&b[o..o + 8]);
-        u64::from_le_bytes(x)
-    };
-    Ok(LogId::new(CommittedLeaderId::new(u(8), u(16)), u(0)))
+    let w = checked_words(b, 3, "purged")?;
+    Ok(LogId::new(CommittedLeaderId::new(w[1], w[2]), w[0]))
 }
 
+/// `node-id`'s bytes.
 pub fn encode_node_id(id: NodeId) -> [u8; NODE_ID_BYTES] {
-    let mut b = [0u8; NODE_ID_BYTES];
-    b[0..8].copy_from_slice(&id.to_le_bytes());
-    let crc = crc32fast::hash(&b[0..8]);
-    b[8..12].copy_from_slice(&crc.to_le_bytes());
-    b
+    words_with_crc(&[id])
 }
 
 pub fn decode_node_id(b: &[u8]) -> Result<NodeId, String> {
-    if b.len() != NODE_ID_BYTES {
-        return Err(format!(
-            "the node-id file is {} bytes, not {NODE_ID_BYTES}",
-            b.len()
-        ));
-    }
-    let mut c = [0u8; 4];
-    c.copy_from_slice(&b[8..12]);
-    if u32::from_le_bytes(c) != crc32fast::hash(&b[0..8]) {
-        return Err("the node-id file fails its check".into());
-    }
-    let mut n = [0u8; 8];
-    n.copy_from_slice(&b[0..8]);
-    Ok(u64::from_le_bytes(n))
+    Ok(checked_words(b, 1, "node-id")?[0])
 }
 
 /// Makes `dir` (a node's `cluster/`) node `id`'s, or refuses if it is another node's. The

@@ -14,6 +14,7 @@
 
 use super::{NodeId, TypeConfig};
 use crate::config;
+use crate::secret::hex;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request, Response, StatusCode};
@@ -169,10 +170,6 @@ fn body_digest(body: &[u8]) -> [u8; 32] {
     Sha256::digest(body).into()
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The signature of a request whose body's SHA-256 is `digest` (hex).
 fn signature(
     secret: &str,
@@ -189,11 +186,7 @@ fn signature(
     };
     m.update(format!("{method}\n{path}\n{at_ms}\n{nonce:016x}\n").as_bytes());
     m.update(digest.as_bytes());
-    m.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&m.finalize().into_bytes())
 }
 
 /// The nonces of the requests accepted within the allowed skew, to refuse a replay.

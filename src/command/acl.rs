@@ -61,7 +61,7 @@ pub fn genpass(args: &[Vec<u8>]) -> Reply {
         Ok(b) => b,
         Err(e) => return Reply::Error(format!("ERR {e}")),
     };
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::secret::hex(&bytes);
     Reply::bulk(&hex[..bits.div_ceil(4)])
 }
 
@@ -85,11 +85,7 @@ pub fn gentoken(ctx: &mut Ctx, args: &[Vec<u8>]) -> Reply {
             p.clone()
         }
         None => match crate::secret::random_bytes::<32>() {
-            Ok(b) => b
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-                .into_bytes(),
+            Ok(b) => crate::secret::hex(&b).into_bytes(),
             Err(e) => return Reply::Error(format!("ERR {e}")),
         },
     };

@@ -148,10 +148,7 @@ fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
 
 /// SHA-256 of one byte string, hex.
 pub fn sha256_plain_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::secret::hex(&Sha256::digest(data))
 }
 
 /// SHA-256 of some length-prefixed parts, hex (content-based deduplication keys).
@@ -161,7 +158,7 @@ pub fn sha256_hex(parts: &[&[u8]]) -> String {
         h.update((p.len() as u64).to_be_bytes());
         h.update(p);
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    crate::secret::hex(&h.finalize())
 }
 
 #[cfg(test)]
@@ -171,7 +168,7 @@ mod tests {
     #[test]
     fn rfc4231_case_2() {
         let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
-        let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::secret::hex(&mac);
         assert_eq!(
             hex,
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"

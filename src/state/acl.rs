@@ -209,10 +209,7 @@ impl Default for Acl {
 }
 
 pub fn password_hash(password: &[u8]) -> String {
-    Sha256::digest(password)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::secret::hex(&Sha256::digest(password))
 }
 
 const TOKEN_PREFIX: &str = "acl_";
