@@ -71,7 +71,7 @@ pub struct Serve {
     /// The certificate authority (PEM) the peers' certificates must chain to, and the only one trusted [default: --cluster-tls-cert itself]
     #[arg(long, env = "TIDEPOOL_CLUSTER_TLS_CA", value_name = "PEM")]
     pub cluster_tls_ca: Option<String>,
-    /// The secret every node of the cluster shares, sent with each Raft message (with --node-id)
+    /// The secret every node of the cluster shares; it signs each message between nodes and never travels (with --node-id)
     #[arg(
         long,
         env = "TIDEPOOL_CLUSTER_SECRET",
