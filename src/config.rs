@@ -675,6 +675,14 @@ pub const CLUSTER_LEASE_CHECK_MS: u64 = 100;
 /// attempt and sent the snapshot again, forever, while the follower, which had installed the
 /// first, waited for entries that never came.
 pub const CLUSTER_SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
+/// The slowest a peer is expected to take in an append of entries, in bytes a second: an
+/// append of N bytes is given one heartbeat plus N / this to be answered (openraft alone
+/// gives it one heartbeat, which a batch of tens of megabytes outlasts), and openraft's tries
+/// meanwhile wait for it rather than send it again.
+pub const CLUSTER_APPEND_BYTES_PER_SEC_MIN: u64 = 4 << 20;
+/// The largest cluster message whose SHA-256 is computed on the runtime's thread; a larger
+/// one is hashed on a blocking thread, so heartbeats go on beside it.
+pub const CLUSTER_HASH_INLINE_BYTES_MAX: usize = 256 << 10;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).
 pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind

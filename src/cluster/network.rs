@@ -158,16 +158,51 @@ pub fn sign(
     now_ms: u64,
     nonce: u64,
 ) -> String {
-    let digest = hex(&body_digest(body));
+    sign_digest(
+        secret,
+        method,
+        path,
+        &hex(&body_digest(body)),
+        now_ms,
+        nonce,
+    )
+}
+
+/// The `Authorization` value of a request whose body's SHA-256 is `digest` (hex).
+fn sign_digest(
+    secret: &str,
+    method: &str,
+    path: &str,
+    digest: &str,
+    now_ms: u64,
+    nonce: u64,
+) -> String {
     format!(
         "TidepoolCluster {now_ms}.{nonce:016x}.{digest}.{}",
-        signature(secret, method, path, &digest, now_ms, nonce)
+        signature(secret, method, path, digest, now_ms, nonce)
     )
 }
 
 fn body_digest(body: &[u8]) -> [u8; 32] {
     use sha2::{Digest, Sha256};
     Sha256::digest(body).into()
+}
+
+/// `body` and its SHA-256 (hex), hashed on a blocking thread when it is larger than
+/// `CLUSTER_HASH_INLINE_BYTES_MAX`: the runtime's thread, which may be the node's only one,
+/// runs Raft's core, heartbeats and the executor, and hashing tens of megabytes there held
+/// them all. None only when the runtime is stopping.
+async fn hashed<B: AsRef<[u8]> + Send + 'static>(body: B) -> Option<(B, String)> {
+    if body.as_ref().len() <= config::CLUSTER_HASH_INLINE_BYTES_MAX {
+        let d = hex(&body_digest(body.as_ref()));
+        return Some((body, d));
+    }
+    tokio::task::spawn_blocking(move || {
+        let d = hex(&body_digest(body.as_ref()));
+        (body, d)
+    })
+    .await
+    .ok()
 }
 
 /// The signature of a request whose body's SHA-256 is `digest` (hex).
@@ -266,13 +301,13 @@ fn nonce() -> u64 {
 }
 
 impl Network {
-    /// The `Authorization` value of a POST of `body` to `path`.
-    fn authorization(&self, path: &str, body: &[u8]) -> String {
-        sign(
+    /// The `Authorization` value of a POST to `path` of a body whose SHA-256 is `digest`.
+    fn authorization(&self, path: &str, digest: &str) -> String {
+        sign_digest(
             &self.secret,
             "POST",
             path,
-            body,
+            digest,
             crate::clock::wall_unix_ms(),
             nonce(),
         )
@@ -324,10 +359,10 @@ impl Network {
         start: Vec<u8>,
     ) -> Result<reqwest::Upgraded, String> {
         let sent = self
-            .signed_post(addr, "/raft/resp", &start)
+            .signed_post(addr, "/raft/resp", start)
+            .await?
             .header(hyper::header::CONNECTION, "upgrade")
             .header(hyper::header::UPGRADE, MOVED_PROTOCOL)
-            .body(start)
             .send();
         let wait = std::time::Duration::from_millis(config::CLUSTER_FORWARD_TIMEOUT_MS);
         let sent = tokio::time::timeout(wait, sent)
@@ -346,21 +381,35 @@ impl Network {
         sent.upgrade().await.map_err(|e| e.to_string())
     }
 
-    /// A POST to `path` at `addr`, signed for `body` (which the caller then gives it).
-    fn signed_post(&self, addr: &str, path: &str, body: &[u8]) -> reqwest::RequestBuilder {
-        self.client
+    /// A POST of `body` to `path` at `addr`, signed (`hashed`: off the runtime's thread when
+    /// large).
+    async fn signed_post(
+        &self,
+        addr: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<reqwest::RequestBuilder, String> {
+        let (body, digest) = hashed(body)
+            .await
+            .ok_or("the node is stopping: the message was not sent")?;
+        Ok(self
+            .client
             .post(format!("{}://{addr}{path}", self.scheme))
-            .header(hyper::header::AUTHORIZATION, self.authorization(path, body))
+            .header(
+                hyper::header::AUTHORIZATION,
+                self.authorization(path, &digest),
+            )
+            .body(body))
     }
 
     /// One signed POST of `body` to `path` at `addr`; the answer's body, or why there is none.
     async fn post(&self, addr: &str, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
         let sent = self
-            .signed_post(addr, path, &body)
+            .signed_post(addr, path, body)
+            .await?
             .timeout(std::time::Duration::from_millis(
                 config::CLUSTER_FORWARD_TIMEOUT_MS,
             ))
-            .body(body)
             .send()
             .await
             .map_err(|e| e.to_string())?;
@@ -419,6 +468,27 @@ pub struct Peer {
     net: Network,
     target: NodeId,
     addr: String,
+    /// The append of entries last sent to this peer and not yet answered (`append_entries`).
+    in_flight: Option<InFlight>,
+}
+
+type AppendResult =
+    Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>>;
+
+/// An append sent on its own task, which goes on when openraft stops waiting for it: its
+/// vote, the entry it follows and its last entry, so that openraft's next try of the same
+/// entries (or of more after them) takes its answer instead of sending them again.
+struct InFlight {
+    vote: openraft::Vote<NodeId>,
+    prev: Option<openraft::LogId<NodeId>>,
+    last: openraft::LogId<NodeId>,
+    task: tokio::task::JoinHandle<AppendResult>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -429,14 +499,72 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             net: self.clone(),
             target,
             addr: node.addr.clone(),
+            in_flight: None,
         }
     }
+}
+
+/// How long a peer is given to answer a message of `bytes`: openraft's `wait`, or more for a
+/// large one, which the peer must read, check and sync before it answers (at
+/// `CLUSTER_APPEND_BYTES_PER_SEC_MIN`).
+fn patience(wait: std::time::Duration, bytes: usize) -> std::time::Duration {
+    let rate = config::CLUSTER_APPEND_BYTES_PER_SEC_MIN.max(1);
+    let ms = (bytes as u64).saturating_mul(1000) / rate;
+    wait.max(std::time::Duration::from_millis(
+        config::CLUSTER_HEARTBEAT_MS.saturating_add(ms),
+    ))
+}
+
+/// One signed message to `/raft/{path}` at `addr` (node `target`), given `wait` to answer;
+/// openraft's answer, or why there is none.
+async fn exchange<Resp: DeserializeOwned, E>(
+    net: Network,
+    addr: String,
+    target: NodeId,
+    path: &'static str,
+    body: Vec<u8>,
+    wait: std::time::Duration,
+) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+where
+    E: std::error::Error + DeserializeOwned,
+{
+    let sent = net
+        .signed_post(&addr, &format!("/raft/{path}"), body)
+        .await
+        .map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))?
+        .timeout(wait)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                // Not unreachable (which makes openraft hold off sending for a while): slow.
+                RPCError::Network(NetworkError::new(&e))
+            } else {
+                RPCError::Unreachable(Unreachable::new(&e))
+            }
+        })?;
+    let status = sent.status();
+    let bytes = sent
+        .bytes()
+        .await
+        .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+    if !status.is_success() {
+        return Err(RPCError::Network(NetworkError::new(
+            &std::io::Error::other(format!(
+                "{addr} answered {status}: {}",
+                String::from_utf8_lossy(&bytes)
+            )),
+        )));
+    }
+    let answer: Result<Resp, RaftError<NodeId, E>> =
+        rmp_serde::from_slice(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+    answer.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
 }
 
 impl Peer {
     async fn send<Req: Serialize, Resp: DeserializeOwned, E>(
         &self,
-        path: &str,
+        path: &'static str,
         req: &Req,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
@@ -445,41 +573,79 @@ impl Peer {
     {
         let body =
             rmp_serde::to_vec_named(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let sent = self
-            .net
-            .signed_post(&self.addr, &format!("/raft/{path}"), &body)
-            .timeout(option.hard_ttl())
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let status = sent.status();
-        let bytes = sent
-            .bytes()
-            .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        if !status.is_success() {
-            return Err(RPCError::Network(NetworkError::new(
-                &std::io::Error::other(format!(
-                    "{} answered {status}: {}",
-                    self.addr,
-                    String::from_utf8_lossy(&bytes)
-                )),
-            )));
-        }
-        let answer: Result<Resp, RaftError<NodeId, E>> =
-            rmp_serde::from_slice(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+        exchange(
+            self.net.clone(),
+            self.addr.clone(),
+            self.target,
+            path,
+            body,
+            option.hard_ttl(),
+        )
+        .await
     }
 }
 
 impl RaftNetwork<TypeConfig> for Peer {
+    /// openraft 0.9 waits one heartbeat (`CLUSTER_HEARTBEAT_MS`) for an append's answer and
+    /// then sends it again, which a batch of tens of megabytes always outlasts (the peer
+    /// reads, checks and syncs it first): sent again and again, it never committed, and
+    /// nothing after it did. So entries go out on a task of their own, given the time their
+    /// size needs (`patience`), and a later try of the same entries, or of more after them,
+    /// waits for that task's answer instead of sending them again. When it answers for fewer
+    /// entries than the try holds, the answer is a partial success up to its last entry,
+    /// which is what openraft then sends on from. Raft allows an answer to any message it
+    /// sent, however late; a message of another vote or after another entry drops the task.
+    /// A heartbeat (no entries) is sent on its own, beside any such task.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.send("append", &rpc, &option).await
+    ) -> AppendResult {
+        let Some(last) = rpc.entries.last().map(|e| e.log_id) else {
+            return self.send("append", &rpc, &option).await;
+        };
+        let joins = self.in_flight.as_ref().is_some_and(|f| {
+            f.vote == rpc.vote
+                && f.prev == rpc.prev_log_id
+                && rpc.entries.iter().any(|e| e.log_id == f.last)
+        });
+        if !joins {
+            self.in_flight = None;
+            let body = rmp_serde::to_vec_named(&rpc)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            let wait = patience(option.hard_ttl(), body.len());
+            let task = tokio::spawn(exchange(
+                self.net.clone(),
+                self.addr.clone(),
+                self.target,
+                "append",
+                body,
+                wait,
+            ));
+            self.in_flight = Some(InFlight {
+                vote: rpc.vote,
+                prev: rpc.prev_log_id,
+                last,
+                task,
+            });
+        }
+        let Some(f) = self.in_flight.as_mut() else {
+            return Err(RPCError::Network(NetworkError::new(
+                &std::io::Error::other("no append in flight"),
+            )));
+        };
+        // openraft drops this future at its timeout; the task goes on, kept in `in_flight`.
+        let done = (&mut f.task).await;
+        let answered = f.last;
+        self.in_flight = None;
+        let answer =
+            done.map_err(|e| RPCError::Network(NetworkError::new(&std::io::Error::other(e))))??;
+        Ok(match answer {
+            AppendEntriesResponse::Success if answered != last => {
+                AppendEntriesResponse::PartialSuccess(Some(answered))
+            }
+            other => other,
+        })
     }
 
     async fn install_snapshot(
@@ -594,7 +760,10 @@ pub async fn handle(
             )
         }
     };
-    if !crate::secret::ct_eq(hex(&body_digest(&body)).as_bytes(), digest.as_bytes()) {
+    let Some((body, got)) = hashed(body).await else {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+    };
+    if !crate::secret::ct_eq(got.as_bytes(), digest.as_bytes()) {
         return refuse(
             StatusCode::UNAUTHORIZED,
             "the body is not the one the request signs",

@@ -1298,6 +1298,46 @@ fn a_move_to_a_frozen_leader_gives_up_once_another_leads() {
     assert_eq!(moved, Canon::Nil);
 }
 
+/// A write of tens of megabytes commits, and so does every write after it. openraft 0.9 gives
+/// an append one heartbeat (100 ms) to be answered before it sends it again; a follower takes
+/// longer than that to read, check and sync a batch this large, so the leader used to send it
+/// again and again, and nothing after it ever committed. Eight writers of 3 MB run beside it,
+/// as a few of those at once also stalled a debug build under load.
+#[test]
+fn a_write_of_tens_of_megabytes_commits_and_so_do_the_writes_after_it() {
+    const BIG: usize = 40 << 20;
+    let dirs = three_dirs("cluster-big");
+    let ports = [free_port(), free_port(), free_port()];
+    let (servers, li) = form_cluster(&dirs, |i| serve_node(dirs[i].path(), i, &ports));
+    let leader = servers[li].as_ref().expect("leader");
+    let writers: Vec<_> = (0..8)
+        .map(|i| {
+            let addr = leader.addr.clone();
+            std::thread::spawn(move || {
+                let value = "m".repeat(3 << 20);
+                Http::connect(&addr, TOKEN).cmd_str(&["SET", &format!("m{i}"), &value])
+            })
+        })
+        .collect();
+    let big = "b".repeat(BIG);
+    let r = leader.client().cmd_str(&["SET", "big", &big]);
+    if r != ok_canon() {
+        for s in servers.iter().flatten() {
+            eprintln!("==== {}\n{}", s.addr, s.stderr());
+        }
+    }
+    assert_eq!(r, ok_canon());
+    for w in writers {
+        assert_eq!(w.join().expect("writer"), ok_canon());
+    }
+    assert_eq!(leader.client().cmd_str(&["SET", "after", "1"]), ok_canon());
+    for s in servers.iter().flatten() {
+        eventually(s, &["GET", "after"], Canon::s("1"));
+        eventually(s, &["STRLEN", "big"], Canon::Int(BIG as i64));
+        eventually(s, &["STRLEN", "m7"], Canon::Int(3 << 20));
+    }
+}
+
 #[test]
 fn cluster_flags_are_checked_and_a_single_servers_directory_is_refused() {
     let dir = TempDir::new("cluster-flags");
