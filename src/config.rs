@@ -683,6 +683,10 @@ pub const CLUSTER_APPEND_BYTES_PER_SEC_MIN: u64 = 4 << 20;
 /// The largest cluster message whose SHA-256 is computed on the runtime's thread; a larger
 /// one is hashed on a blocking thread, so heartbeats go on beside it.
 pub const CLUSTER_HASH_INLINE_BYTES_MAX: usize = 256 << 10;
+/// How long a node deposed with records the cluster does not hold refuses everything before
+/// it restarts itself in place to rebuild its state (time for the refusals to reach the
+/// replies that waited for those records; it also bounds how often a node can restart).
+pub const CLUSTER_REBUILD_DELAY_MS: u64 = 500;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).
 pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind

@@ -155,12 +155,19 @@ pub mod errors {
             name.to_ascii_lowercase()
         )
     }
+    /// How the reason for refusing everything ends when the node restarts itself to rebuild
+    /// its state (a cluster node deposed with records the cluster replaced): it refuses only
+    /// until then.
+    pub const REBUILDING: &str = "this node rebuilds itself from the cluster";
     /// A write refused because the log failed (`why`); the same text from every door, without
     /// the `ERR` class word (the delivery API's JSON error takes it so).
     /// After a failed write or sync of the log, reads are refused as well as writes until a
     /// restart: the write that failed changed the state in memory, which the disk may not
     /// hold, and no reader may see it (the recovery table in `log-format.md`).
     pub fn log_failed_text(why: &str) -> String {
+        if why.ends_with(REBUILDING) {
+            return format!("{why}: it refuses reads and writes until it has restarted");
+        }
         format!("the write-ahead log failed ({why}); reads and writes are refused until the server is restarted")
     }
     pub fn log_failed(why: &str) -> String {

@@ -483,6 +483,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             }));
         }
         http::serve(listener, app, shutdown).await;
+        crate::executor::cluster::stopping();
         let _ = resp_stop.0.send(());
         if let Some((n, _, _)) = node {
             n.stop().await;

@@ -8,8 +8,9 @@
 //!   entries come back as it proposed them and are only confirmed; a follower applies the
 //!   records through the machine's door. An entry that neither matches what this node proposed
 //!   nor comes after its state means the node served records the cluster replaced (a leader
-//!   deposed before its writes committed): the node then refuses everything until restarted,
-//!   and a restart rebuilds its state from the cluster's snapshot and log.
+//!   deposed before its writes committed): the node then refuses everything and restarts
+//!   itself in place (`refuse_and_rebuild`), which rebuilds its state from the cluster's
+//!   snapshot and log.
 //! - A follower answers reads from its state, forwards a write to its leader (a REST request,
 //!   or a RESP one that needs nothing of its connection) and refuses the rest naming the
 //!   leader; it runs no expiry, schedules or deliveries. A publish is the leader's too: it
@@ -240,6 +241,71 @@ fn refuse_all(log: &Progress, why: String) {
     }
 }
 
+/// A node deposed with records in its state that the cluster does not hold: it refuses
+/// everything (`refuse_all`), and after `CLUSTER_REBUILD_DELAY_MS` (time for the refusals to
+/// reach the replies that waited) the process starts over as the same program with the same
+/// arguments and environment (`exec`: the same process id), which rebuilds the state from
+/// the cluster's snapshot and the committed entries of its log, as a restart does. Those
+/// records are in its state and nowhere else, so the state goes whole; what was on disk was
+/// synced before openraft heard of it, which is what a `kill -9` and a start rely on too.
+fn refuse_and_rebuild(log: &Progress, why: String) {
+    let why = format!("{why}; {}", crate::reply::errors::REBUILDING);
+    if log.fsync_failed.set(why.clone()).is_err() {
+        return;
+    }
+    crate::log::line(&format!("error: {why}"));
+    log.synced.notify_waiters();
+    let started = std::thread::Builder::new()
+        .name("rebuild".into())
+        .spawn(|| {
+            std::thread::sleep(Duration::from_millis(
+                crate::config::CLUSTER_REBUILD_DELAY_MS,
+            ));
+            if STOPPING.load(Ordering::SeqCst) {
+                return;
+            }
+            crate::log::line("restarting in place to rebuild this node's state from the cluster");
+            let failed = start_over();
+            crate::log::line(&format!(
+                "error: this node cannot restart itself ({failed}): it refuses everything until restarted"
+            ));
+        });
+    if let Err(e) = started {
+        crate::log::line(&format!(
+            "error: this node cannot restart itself ({e}): it refuses everything until restarted"
+        ));
+    }
+}
+
+/// Set once the server has begun to stop: a node deposed meanwhile does not start over.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// The server stops: no rebuild restarts it after this.
+pub fn stopping() {
+    STOPPING.store(true, Ordering::SeqCst);
+}
+
+/// Replaces the process with a new start of the same program, arguments and environment;
+/// returns only if that fails.
+fn start_over() -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
+    // The running program itself, even if its file has been replaced or removed since.
+    let program = if cfg!(target_os = "linux") {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        match std::env::current_exe() {
+            Ok(p) => p,
+            Err(e) => return e,
+        }
+    };
+    let mut cmd = std::process::Command::new(program);
+    if let Some(arg0) = args.next() {
+        cmd.arg0(arg0);
+    }
+    cmd.args(args).exec()
+}
+
 /// Proposes the executor's batches, in the order they come, and marks each durable when it
 /// commits. A batch that does not commit (the node lost its leadership first) stops the node's
 /// writes and reads (see the module's note).
@@ -263,8 +329,8 @@ pub async fn propose(
                             log.durable_seq.fetch_max(last, Ordering::SeqCst);
                             log.synced.notify_waiters();
                         }
-                        Ok(Err(e)) => refuse_all(&log, format!(
-                            "the write of record #{last} was not committed ({e}); this node's state may hold records the cluster does not: restart it to rebuild from the cluster"
+                        Ok(Err(e)) => refuse_and_rebuild(&log, format!(
+                            "the write of record #{last} was not committed ({e}); this node's state may hold records the cluster does not"
                         )),
                         // The node is stopping: its waiting replies get this, and there
                         // is nothing to tell the operator.
@@ -529,10 +595,10 @@ impl Executor {
         };
         if first.is_some_and(|s| s <= self.machine.position().seq) {
             let why = format!(
-                "the cluster committed record #{} other than this node's: this node served records the cluster replaced; restart it to rebuild from the cluster",
+                "the cluster committed record #{} other than this node's: this node served records the cluster replaced",
                 first.unwrap_or(0)
             );
-            refuse_all(&self.shared.log, why);
+            refuse_and_rebuild(&self.shared.log, why);
             return Ok(self.machine.position().seq);
         }
         let databases = batch_has_kind(&batch, crate::record::KIND_DATABASES);

@@ -556,7 +556,7 @@ fn health(app: &App, path: &str) -> Response<Body> {
     match log.fsync_failed.get() {
         Some(why) => json(
             StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"status": "not ready", "error": format!("the log failed ({why}): reads and writes are refused until the server is restarted")}),
+            serde_json::json!({"status": "not ready", "error": crate::reply::errors::log_failed_text(why)}),
         ),
         None => {
             let mut v = serde_json::json!({"status": "ready", "log_last_seq": last_seq, "writable": !app.read_only});

@@ -546,8 +546,10 @@ struct Cluster {
     ports: [u16; 3],
     env: Vec<(String, String)>,
     sink: Sink,
-    /// Nodes restarted because they were deposed with records the cluster replaced.
+    /// Nodes deposed with records the cluster replaced, which restarted themselves in place.
     deposed: usize,
+    /// Nodes that refused everything for another reason and were restarted here.
+    restarted_unready: usize,
     /// Appends sent to a leader whose followers were paused that it answered (only a leader
     /// that answers before commit does).
     probes_acknowledged: usize,
@@ -580,6 +582,7 @@ impl Cluster {
                 .collect(),
             sink,
             deposed: 0,
+            restarted_unready: 0,
             probes_acknowledged: 0,
         };
         let (servers, _) = form_cluster(&c.dirs, |i| c.start_node(i));
@@ -650,6 +653,35 @@ impl Cluster {
         if self.servers[i].is_none() {
             self.servers[i] = Some(self.start_node(i));
         }
+    }
+
+    /// Node `i` answered `/readyz` with 503 (`body`). A node deposed with records the cluster
+    /// replaced says it rebuilds itself, and must be ready again within 30 s without help; a
+    /// node unready for another reason is restarted here (and counted).
+    fn unready(&mut self, i: usize, body: &[u8]) -> Result<(), String> {
+        let said = String::from_utf8_lossy(body).into_owned();
+        if !said.contains("rebuilds itself") {
+            self.restarted_unready += 1;
+            self.kill(i);
+            self.restart(i);
+            return Ok(());
+        }
+        self.deposed += 1;
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if let Ok((200, _)) = request(&self.addrs[i], "", "GET", "/readyz", &[], b"") {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!(
+            "node {} was deposed and did not rebuild itself within 30 s: {said}\n{}",
+            i + 1,
+            self.servers[i]
+                .as_ref()
+                .map(|s| s.stderr())
+                .unwrap_or_default()
+        ))
     }
 
     /// Empties node `i`'s directory but for its credentials (the tokens derive from them).
@@ -747,8 +779,8 @@ impl Cluster {
     }
 
     /// Ends every fault: nodes resumed, joined and started; a node deposed with writes the
-    /// cluster did not keep (ready no more: it refuses everything until restarted) restarted;
-    /// then a write through the cluster that every node must show.
+    /// cluster did not keep (ready no more: it restarts itself in place) waited for; then a
+    /// write through the cluster that every node must show.
     fn heal(&mut self, barrier: &str) -> Result<(), String> {
         for i in 0..3 {
             if self.paused[i] {
@@ -769,10 +801,8 @@ impl Cluster {
                 ));
             }
             for i in 0..3 {
-                if let Ok((503, _)) = request(&self.addrs[i], "", "GET", "/readyz", &[], b"") {
-                    self.deposed += 1;
-                    self.kill(i);
-                    self.restart(i);
+                if let Ok((503, body)) = request(&self.addrs[i], "", "GET", "/readyz", &[], b"") {
+                    self.unready(i, &body)?;
                 }
             }
             n += 1;
@@ -794,11 +824,9 @@ impl Cluster {
                     }
                 }
                 // A node may learn only now that it was deposed: its own records were not the
-                // cluster's, and it refuses everything until restarted.
-                if let Ok((503, _)) = request(&self.addrs[i], "", "GET", "/readyz", &[], b"") {
-                    self.deposed += 1;
-                    self.kill(i);
-                    self.restart(i);
+                // cluster's, and it rebuilds itself.
+                if let Ok((503, body)) = request(&self.addrs[i], "", "GET", "/readyz", &[], b"") {
+                    self.unready(i, &body)?;
                 }
                 if Instant::now() > until {
                     return Err(format!(
@@ -1069,12 +1097,13 @@ fn run_schedule(c: &mut Cluster, seed: u64, fault: Option<Fault>) -> Findings {
     findings.extend(check_deliveries(c, &published));
     let unknown = history.ops.iter().filter(|r| r.ret.is_none()).count();
     eprintln!(
-        "schedule seed {seed}: {fault:?}; {} operations ({unknown} unanswered), {} local reads, {} messages and {} schedules acknowledged; {} deposed nodes restarted so far; {} findings; {:.1} s ({:.1} s checking)",
+        "schedule seed {seed}: {fault:?}; {} operations ({unknown} unanswered), {} local reads, {} messages and {} schedules acknowledged; {} deposed nodes rebuilt themselves and {} unready ones were restarted so far; {} findings; {:.1} s ({:.1} s checking)",
         history.ops.len(),
         history.local.len() + history.local_values.len(),
         published.messages.len(),
         published.schedules.len(),
         c.deposed,
+        c.restarted_unready,
         findings.len(),
         started.elapsed().as_secs_f64(),
         checked.as_secs_f64()

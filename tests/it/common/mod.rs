@@ -211,6 +211,11 @@ impl Server {
     }
 
     /// SIGKILL, no chance to flush anything.
+    /// The process has not exited (it may have replaced itself with `exec`, which keeps it).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -361,15 +366,20 @@ pub fn resp_addresses() -> &'static std::sync::Mutex<std::collections::HashMap<S
 
 impl Http {
     pub fn connect(addr: &str, token: &str) -> Http {
-        let s = TcpStream::connect(addr).expect("connect");
+        Http::try_connect(addr, token).expect("connect")
+    }
+
+    /// A connection, or None while nothing listens at `addr` (a server starting over).
+    pub fn try_connect(addr: &str, token: &str) -> Option<Http> {
+        let s = TcpStream::connect(addr).ok()?;
         s.set_nodelay(true).ok();
         s.set_read_timeout(Some(Duration::from_secs(60))).ok();
-        Http {
+        Some(Http {
             addr: addr.to_string(),
             token: token.to_string(),
             reader: BufReader::new(s),
             resp: None,
-        }
+        })
     }
 
     /// Sends `args` over the server's RESP listener, authenticated with this client's token;
