@@ -487,7 +487,10 @@ async fn cluster(app: &App, method: &Method, rest: &[String], body: Incoming) ->
                 &serde_json::json!({
                     "node_id": c.node_id,
                     "role": role,
-                    "takes_writes": c.role.leading(),
+                    // Leads, has applied its whole log, and a quorum confirmed it within
+                    // its lease: a write sent now is taken (a leader whose lease lapsed, or a
+                    // new one before the first confirmation, refuses it).
+                    "takes_writes": c.role.lease(),
                     "term": m.current_term,
                     "leader": m.current_leader,
                     "last_log_index": m.last_log_index,
