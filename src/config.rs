@@ -637,9 +637,12 @@ pub const CONSOLE_TIMELINE_BUCKETS_MAX: usize = 1440;
 // The cluster (issue 30): Raft's timings and bounds.
 /// How often a leader sends heartbeats to its followers.
 pub const CLUSTER_HEARTBEAT_MS: u64 = 100;
-/// A follower that hears no leader for a time drawn between these two starts an election.
+/// A follower that hears no leader for a time drawn between these two, after openraft 0.9's
+/// own leader lease (the maximum: a node refuses to vote for another while it lasts), starts
+/// an election: 1.2-1.4 s after the last heartbeat. A leader's lease (`keep_lease`) lasts the
+/// minimum. With 1,000 ms as the maximum a leader's `kill -9` took up to 2.0 s to replace.
 pub const CLUSTER_ELECTION_TIMEOUT_MIN_MS: u64 = 500;
-pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 1000;
+pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 700;
 /// How long a cluster node holds a request whose `upstash-sync-token` it has not applied yet
 /// before it answers 503.
 pub const CLUSTER_SYNC_WAIT_MS: u64 = 5_000;
@@ -680,9 +683,10 @@ pub const CLUSTER_SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 30_000;
 /// gives it one heartbeat, which a batch of tens of megabytes outlasts), and openraft's tries
 /// meanwhile wait for it rather than send it again.
 pub const CLUSTER_APPEND_BYTES_PER_SEC_MIN: u64 = 4 << 20;
-/// The largest cluster message whose SHA-256 is computed on the runtime's thread; a larger
-/// one is hashed on a blocking thread, so heartbeats go on beside it.
-pub const CLUSTER_HASH_INLINE_BYTES_MAX: usize = 256 << 10;
+/// A cluster message larger than this is hashed on a blocking thread, not on the runtime's
+/// (so heartbeats go on beside it), and an append this large goes out on a task of its own,
+/// given the time its size needs (`CLUSTER_APPEND_BYTES_PER_SEC_MIN`).
+pub const CLUSTER_LARGE_MESSAGE_BYTES: usize = 256 << 10;
 /// How long a node deposed with records the cluster does not hold refuses everything before
 /// it restarts itself in place to rebuild its state (time for the refusals to reach the
 /// replies that waited for those records; it also bounds how often a node can restart).

@@ -189,11 +189,11 @@ fn body_digest(body: &[u8]) -> [u8; 32] {
 }
 
 /// `body` and its SHA-256 (hex), hashed on a blocking thread when it is larger than
-/// `CLUSTER_HASH_INLINE_BYTES_MAX`: the runtime's thread, which may be the node's only one,
+/// `CLUSTER_LARGE_MESSAGE_BYTES`: the runtime's thread, which may be the node's only one,
 /// runs Raft's core, heartbeats and the executor, and hashing tens of megabytes there held
 /// them all. None only when the runtime is stopping.
 async fn hashed<B: AsRef<[u8]> + Send + 'static>(body: B) -> Option<(B, String)> {
-    if body.as_ref().len() <= config::CLUSTER_HASH_INLINE_BYTES_MAX {
+    if body.as_ref().len() <= config::CLUSTER_LARGE_MESSAGE_BYTES {
         let d = hex(&body_digest(body.as_ref()));
         return Some((body, d));
     }
@@ -589,7 +589,8 @@ impl RaftNetwork<TypeConfig> for Peer {
     /// openraft 0.9 waits one heartbeat (`CLUSTER_HEARTBEAT_MS`) for an append's answer and
     /// then sends it again, which a batch of tens of megabytes always outlasts (the peer
     /// reads, checks and syncs it first): sent again and again, it never committed, and
-    /// nothing after it did. So entries go out on a task of their own, given the time their
+    /// nothing after it did. So entries of more than `CLUSTER_LARGE_MESSAGE_BYTES` go out on
+    /// a task of their own, given the time their
     /// size needs (`patience`), and a later try of the same entries, or of more after them,
     /// waits for that task's answer instead of sending them again. When it answers for fewer
     /// entries than the try holds, the answer is a partial success up to its last entry,
@@ -613,6 +614,18 @@ impl RaftNetwork<TypeConfig> for Peer {
             self.in_flight = None;
             let body = rmp_serde::to_vec_named(&rpc)
                 .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            if body.len() <= config::CLUSTER_LARGE_MESSAGE_BYTES {
+                // The usual append, answered well within the heartbeat: sent as it was.
+                return exchange(
+                    self.net.clone(),
+                    self.addr.clone(),
+                    self.target,
+                    "append",
+                    body,
+                    option.hard_ttl(),
+                )
+                .await;
+            }
             let wait = patience(option.hard_ttl(), body.len());
             let task = tokio::spawn(exchange(
                 self.net.clone(),
