@@ -691,6 +691,9 @@ pub const CLUSTER_LARGE_MESSAGE_BYTES: usize = 256 << 10;
 /// it restarts itself in place to rebuild its state (time for the refusals to reach the
 /// replies that waited for those records; it also bounds how often a node can restart).
 pub const CLUSTER_REBUILD_DELAY_MS: u64 = 500;
+/// How long a leader whose lease lapsed waits for a quorum's confirmation before it refuses
+/// the requests of a batch (`Executor::await_lease`): two rounds of `keep_lease`.
+pub const CLUSTER_LEASE_WAIT_MS: u64 = 2 * CLUSTER_ELECTION_TIMEOUT_MIN_MS;
 /// A cluster node snapshots its state every this many entries (one entry is one batch).
 pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind
@@ -700,8 +703,13 @@ pub const CLUSTER_LOG_KEPT_PAST_SNAPSHOT: u64 = 1000;
 /// or reads: a frame declaring more is damage, not a long entry.
 pub const CLUSTER_ENTRY_BYTES_MAX: usize = 1 << 30;
 /// The largest message one peer may send another on the cluster listener (a batch of entries,
-/// or one chunk of a snapshot); a larger body is refused with 413.
-pub const CLUSTER_MESSAGE_BYTES_MAX: usize = 256 << 20;
+/// or one chunk of a snapshot); a larger body is refused with 413. One entry the log holds
+/// (`CLUSTER_ENTRY_BYTES_MAX`) always fits, with its framing: an entry that could not be sent
+/// would stop every write after it.
+pub const CLUSTER_MESSAGE_BYTES_MAX: usize = CLUSTER_ENTRY_BYTES_MAX + (1 << 20);
+/// The most bytes of entries one append carries when it holds more than one: past it, openraft
+/// is told to send fewer (`PayloadTooLarge`'s hint).
+pub const CLUSTER_APPEND_BYTES_TARGET: usize = 64 << 20;
 /// Purged entries that the cluster's log file may still hold before it is rewritten without
 /// them (once they are also more than the rest).
 pub const CLUSTER_LOG_REWRITE_BYTES_MIN: u64 = 64 << 20;

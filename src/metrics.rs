@@ -288,7 +288,8 @@ pub struct Scrape {
 #[derive(Debug, Clone, Default)]
 pub struct ClusterFacts {
     pub node_id: u64,
-    /// 1 while this node leads and takes writes.
+    /// 1 while this node leads (and has applied its whole log; whether its lease holds is
+    /// `/readyz`'s `writable`).
     pub leading: bool,
     pub term: u64,
     /// The leader's id (0: none known).
@@ -375,7 +376,7 @@ pub fn encode(live: &Live, fsync: &Seconds, scrape: &Scrape) -> Result<String, S
         );
         r.register(
             "cluster_leading",
-            "1 while this node leads its cluster and takes writes",
+            "1 while this node leads its cluster (whether its lease holds: /readyz's writable)",
             gauge(u64::from(c.leading)),
         );
         r.register(

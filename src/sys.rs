@@ -8,6 +8,7 @@
 //! | [`heap_in_use`], [`trim_heap`] | `--max-memory` and `used_memory`; a test's resident size |
 //! | [`map_file`] | start-up and the log tool read segments through a memory map |
 //! | [`fork`], [`die_with_parent`], [`exit_now`], [`wait_for`], [`kill_now`], [`kill_self`] | background snapshots, as Redis's BGSAVE; the crash points of the fault-injection tests |
+//! | [`ignore_sigpipe`] | a cluster node whose restart in place failed goes on (`executor::cluster`) |
 //! | [`lua_with_debug`] | the Lua state with the debug library, which the prelude removes |
 
 use std::fs::File;
@@ -108,6 +109,16 @@ pub fn die_with_parent(parent: i32) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = parent;
+}
+
+/// Ignores SIGPIPE again (as the Rust runtime set it at start), so a write to a closed socket
+/// or pipe is an error and not the process's end. `Command::exec` sets it back to the default
+/// before it replaces the process, and leaves it so when the replacement fails.
+pub fn ignore_sigpipe() {
+    // SAFETY: signal() with a valid signal number and SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
 }
 
 /// Ends the process at once with `code`, without running the parent's exit handlers or any

@@ -504,6 +504,30 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     }
 }
 
+/// None when `entries` fit in one append (`CLUSTER_APPEND_BYTES_TARGET`, or a single entry);
+/// else how many of them, from the first, do (at least one).
+fn entries_that_fit(entries: &[openraft::Entry<TypeConfig>]) -> Option<u64> {
+    let size = |e: &openraft::Entry<TypeConfig>| match &e.payload {
+        openraft::EntryPayload::Normal(b) => b.frames.len(),
+        _ => 0,
+    };
+    if entries.len() < 2
+        || entries.iter().map(size).sum::<usize>() <= config::CLUSTER_APPEND_BYTES_TARGET
+    {
+        return None;
+    }
+    let mut sum = 0;
+    let mut n = 0u64;
+    for e in entries {
+        sum += size(e);
+        if n > 0 && sum > config::CLUSTER_APPEND_BYTES_TARGET {
+            break;
+        }
+        n += 1;
+    }
+    Some(n.max(1))
+}
+
 /// How long a peer is given to answer a message of `bytes`: openraft's `wait`, or more for a
 /// large one, which the peer must read, check and sync before it answers (at
 /// `CLUSTER_APPEND_BYTES_PER_SEC_MIN`).
@@ -612,6 +636,13 @@ impl RaftNetwork<TypeConfig> for Peer {
         });
         if !joins {
             self.in_flight = None;
+            // Entries beyond what one message should carry: openraft is told how many to send
+            // instead (its hint lasts ten messages); a single entry always goes.
+            if let Some(fit) = entries_that_fit(&rpc.entries) {
+                return Err(RPCError::PayloadTooLarge(
+                    openraft::error::PayloadTooLarge::new_entries_hint(fit),
+                ));
+            }
             let body = rmp_serde::to_vec_named(&rpc)
                 .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
             if body.len() <= config::CLUSTER_LARGE_MESSAGE_BYTES {
@@ -755,9 +786,19 @@ pub async fn handle(
         Ok(d) => d,
         Err(why) => return refuse(StatusCode::UNAUTHORIZED, why),
     };
-    // A body is read whole within CLUSTER_READ_TIMEOUT_MS, at most CLUSTER_MESSAGE_BYTES_MAX.
+    // A body is read whole within CLUSTER_READ_TIMEOUT_MS (or, for a large one, the time its
+    // length takes at CLUSTER_APPEND_BYTES_PER_SEC_MIN, as its sender waits), at most
+    // CLUSTER_MESSAGE_BYTES_MAX.
+    let announced = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        .min(config::CLUSTER_MESSAGE_BYTES_MAX as u64);
     let read = Limited::new(req.into_body(), config::CLUSTER_MESSAGE_BYTES_MAX).collect();
-    let wait = std::time::Duration::from_millis(config::CLUSTER_READ_TIMEOUT_MS);
+    let wait = std::time::Duration::from_millis(config::CLUSTER_READ_TIMEOUT_MS)
+        .max(patience(std::time::Duration::ZERO, announced as usize));
     let body = match tokio::time::timeout(wait, read).await {
         Ok(Ok(b)) => b.to_bytes(),
         Ok(Err(_)) => {

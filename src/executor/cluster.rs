@@ -56,6 +56,8 @@ pub struct Role {
     pub alone: AtomicBool,
     /// Told when this node starts to lead, so that its lease is confirmed at once.
     pub elected: tokio::sync::Notify,
+    /// Woken when a quorum has confirmed this node still leads (the lease renewed).
+    pub confirmed: tokio::sync::Notify,
 }
 
 impl Role {
@@ -261,10 +263,11 @@ fn refuse_and_rebuild(log: &Progress, why: String) {
             std::thread::sleep(Duration::from_millis(
                 crate::config::CLUSTER_REBUILD_DELAY_MS,
             ));
+            crate::log::line("restarting in place to rebuild this node's state from the cluster");
+            // Checked last, just before the exec: a stop begun meanwhile wins.
             if STOPPING.load(Ordering::SeqCst) {
                 return;
             }
-            crate::log::line("restarting in place to rebuild this node's state from the cluster");
             let failed = start_over();
             crate::log::line(&format!(
                 "error: this node cannot restart itself ({failed}): it refuses everything until restarted"
@@ -288,8 +291,6 @@ pub fn stopping() {
 /// Replaces the process with a new start of the same program, arguments and environment;
 /// returns only if that fails.
 fn start_over() -> std::io::Error {
-    use std::os::unix::process::CommandExt;
-    let mut args = std::env::args_os();
     // The running program itself, even if its file has been replaced or removed since.
     let program = if cfg!(target_os = "linux") {
         std::path::PathBuf::from("/proc/self/exe")
@@ -299,11 +300,47 @@ fn start_over() -> std::io::Error {
             Err(e) => return e,
         }
     };
+    replace_with(&program)
+}
+
+/// Replaces the process with `program`, given this process's arguments (its name first) and
+/// environment; returns only if that fails, with SIGPIPE ignored again.
+fn replace_with(program: &std::path::Path) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    let mut args = std::env::args_os();
     let mut cmd = std::process::Command::new(program);
     if let Some(arg0) = args.next() {
         cmd.arg0(arg0);
     }
-    cmd.args(args).exec()
+    let failed = cmd.args(args).exec();
+    // The failed exec left SIGPIPE at its default: a write to a closed connection would end
+    // the process.
+    crate::sys::ignore_sigpipe();
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    /// Regression: `Command::exec` sets SIGPIPE back to its default before it replaces the
+    /// process, and a failed exec left it so, which a deposed node that could not restart
+    /// itself (and went on refusing) would have died of at its next write to a closed
+    /// connection.
+    #[test]
+    fn a_failed_restart_in_place_leaves_sigpipe_ignored() {
+        let failed = super::replace_with(std::path::Path::new("/nonexistent/tidepool"));
+        assert_eq!(failed.kind(), std::io::ErrorKind::NotFound, "{failed}");
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let ignored = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .expect("SigIgn");
+        assert_ne!(
+            ignored & (1 << (libc::SIGPIPE - 1)),
+            0,
+            "SigIgn {ignored:x}"
+        );
+    }
 }
 
 /// Proposes the executor's batches, in the order they come, and marks each durable when it
@@ -330,7 +367,7 @@ pub async fn propose(
                             log.synced.notify_waiters();
                         }
                         Ok(Err(e)) => refuse_and_rebuild(&log, format!(
-                            "the write of record #{last} was not committed ({e}); this node's state may hold records the cluster does not"
+                            "this node stopped leading before record #{last} was committed ({e}): a write answered with this may or may not be kept by the new leader, and this node's state may hold records the cluster does not"
                         )),
                         // The node is stopping: its waiting replies get this, and there
                         // is nothing to tell the operator.
@@ -372,6 +409,7 @@ pub async fn keep_lease(raft: openraft::Raft<TypeConfig>, role: Arc<Role>) {
         let wait = Duration::from_millis(crate::config::CLUSTER_ELECTION_TIMEOUT_MIN_MS);
         if let Ok(Ok(_)) = tokio::time::timeout(wait, raft.get_read_log_id()).await {
             role.confirmed_at_ms.fetch_max(started, Ordering::AcqRel);
+            role.confirmed.notify_waiters();
         }
     }
 }
@@ -532,6 +570,35 @@ impl Executor {
     }
 
     /// The answer of a leader whose lease lapsed, if this is one.
+    /// A leader whose lease lapsed waits (`await_lease`), up to `CLUSTER_LEASE_WAIT_MS`, for a quorum to
+    /// confirm it again before it runs a batch: under load a round of heartbeats can outlast
+    /// the lease (a follower busy syncing tens of megabytes answers late), and refusing the
+    /// batch's requests then would be for nothing. A leader cut off from the others still
+    /// refuses them, once the wait is over.
+    pub(super) fn lease_to_await(&self) -> Option<Arc<Role>> {
+        self.cluster
+            .as_ref()
+            .filter(|c| c.role.leading() && !c.role.lease())
+            .map(|c| c.role.clone())
+    }
+}
+
+/// The wait of `Executor::lease_to_await`'s role for its lease: until a quorum confirms it,
+/// the node stops leading, or `CLUSTER_LEASE_WAIT_MS` have passed.
+pub(super) async fn await_lease(role: Arc<Role>) {
+    let until =
+        tokio::time::Instant::now() + Duration::from_millis(crate::config::CLUSTER_LEASE_WAIT_MS);
+    while role.leading() && !role.lease() {
+        let confirmed = role.confirmed.notified();
+        tokio::pin!(confirmed);
+        confirmed.as_mut().enable();
+        if role.lease() || tokio::time::timeout_at(until, confirmed).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Executor {
     pub(super) fn lapsed_answer(&self) -> Option<Answer> {
         self.lapsed_leader().map(|why| Answer {
             replies: Err(format!("ERR {why}")),
@@ -665,7 +732,8 @@ impl Executor {
         let durable = self.shared.log.durable_seq.load(Ordering::SeqCst);
         let mut wait = Vec::new();
         for (needs, p) in pending {
-            if needs <= durable && self.shared.log.fsync_failed.get().is_none() {
+            // What a reply shows is committed: it stands, even on a node deposed since.
+            if needs <= durable {
                 p(None);
             } else {
                 wait.push((needs, p));
@@ -678,9 +746,13 @@ impl Executor {
         tokio::spawn(async move {
             for (needs, p) in wait {
                 log.wait_durable(needs).await;
+                // Committed before (or although) the node was deposed: the reply stands. A
+                // refusal only for what the cluster has not confirmed.
                 match log.fsync_failed.get() {
-                    Some(why) => p(Some(&crate::reply::errors::log_failed(why))),
-                    None => p(None),
+                    Some(why) if log.durable_seq.load(Ordering::SeqCst) < needs => {
+                        p(Some(&crate::reply::errors::log_failed(why)))
+                    }
+                    _ => p(None),
                 }
             }
         });

@@ -748,6 +748,10 @@ impl Executor {
                     continue;
                 }
             }
+            // A cluster's leader whose lease lapsed waits a while for it before it answers.
+            if let Some(role) = self.lease_to_await() {
+                cluster::await_lease(role).await;
+            }
             // Each reply with the record it waits for (see `kv_seq`).
             let mut pending: Vec<(u64, Pending)> = Vec::with_capacity(batch.len());
             self.shared.in_batch.store(true, Ordering::Relaxed);

@@ -560,10 +560,11 @@ fn health(app: &App, path: &str) -> Response<Body> {
         ),
         None => {
             let mut v = serde_json::json!({"status": "ready", "log_last_seq": last_seq, "writable": !app.read_only});
-            // A cluster node is ready to serve reads; it takes writes while it leads.
+            // A cluster node is ready to serve reads; it takes writes while it leads and its
+            // lease holds (as the cluster status's `takes_writes`).
             if let Some(c) = &app.cluster {
                 let f = c.facts();
-                v["writable"] = (!app.read_only && f.leading).into();
+                v["writable"] = (!app.read_only && c.role.lease()).into();
                 v["cluster"] =
                     serde_json::json!({"node_id": f.node_id, "leader": f.leader, "term": f.term});
             }

@@ -1341,6 +1341,21 @@ fn a_write_of_tens_of_megabytes_commits_and_so_do_the_writes_after_it() {
         eventually(s, &["STRLEN", "big"], Canon::Int(BIG as i64));
         eventually(s, &["STRLEN", "m7"], Canon::Int(3 << 20));
     }
+    // A follower that was down while three writes of 30 MiB went by catches up: the entries
+    // it lacks pass CLUSTER_APPEND_BYTES_TARGET together, so the leader is told to send them
+    // a few at a time (openraft's hint), each append in time.
+    let mut servers = servers;
+    let fi = (li + 1) % 3;
+    servers[fi].take().expect("a follower").kill9();
+    let leader = servers[li].as_ref().expect("leader");
+    let chunk = "c".repeat(30 << 20);
+    for k in ["c1", "c2", "c3"] {
+        assert_eq!(leader.client().cmd_str(&["SET", k, &chunk]), ok_canon());
+    }
+    assert_eq!(leader.client().cmd_str(&["SET", "last", "1"]), ok_canon());
+    let back = serve_node(dirs[fi].path(), fi, &ports);
+    eventually(&back, &["GET", "last"], Canon::s("1"));
+    eventually(&back, &["STRLEN", "c2"], Canon::Int(30 << 20));
 }
 
 #[test]
