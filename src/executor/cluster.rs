@@ -94,6 +94,25 @@ impl Role {
                     < crate::config::CLUSTER_ELECTION_TIMEOUT_MIN_MS)
     }
 
+    /// On the leader, once `now` followers hold what it had at `since` (its last log index when
+    /// a `WAIT` began): how many do once `want` do, or at `deadline` (None: no limit), or when
+    /// this node stops leading. Polled every `CLUSTER_WAIT_POLL_MS`.
+    pub async fn replicas_reaching(
+        &self,
+        since: u64,
+        want: i64,
+        now: i64,
+        deadline: Option<tokio::time::Instant>,
+    ) -> i64 {
+        let mut n = now.max(self.replicas_at(since) as i64);
+        while n < want && self.leading() && deadline.is_none_or(|d| tokio::time::Instant::now() < d)
+        {
+            tokio::time::sleep(Duration::from_millis(crate::config::CLUSTER_WAIT_POLL_MS)).await;
+            n = n.max(self.replicas_at(since) as i64);
+        }
+        n
+    }
+
     /// A leader's refusal when its lease has lapsed.
     pub fn lapsed(&self) -> String {
         "this node cannot confirm it still leads (it may be cut off from the others): retry, or ask another node".into()

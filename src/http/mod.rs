@@ -947,6 +947,7 @@ async fn single(
     enc: Encoding,
     format: Format,
 ) -> Response<Body> {
+    let waits = replicas_wait(app, &cmd);
     let answer = match execute(app, db, vec![cmd], ExecMode::Each, access, client).await {
         Ok(a) => a,
         Err(r) => return r,
@@ -955,6 +956,14 @@ async fn single(
         Ok(mut v) if v.len() == 1 => v.pop().unwrap_or(Reply::Nil),
         Ok(_) => Reply::err("ERR internal error: expected one reply"),
         Err(e) => Reply::Error(e),
+    };
+    // WAIT on a cluster's leader: the executor answered the count now (and its checks); short
+    // of `numreplicas`, it waits for the followers as over RESP.
+    let reply = match (waits, reply) {
+        (Some((role, since, want, deadline)), Reply::Int(n)) if n < want => {
+            Reply::Int(role.replicas_reaching(since, want, n, deadline).await)
+        }
+        (_, r) => r,
     };
     let status = if reply.is_error() {
         StatusCode::BAD_REQUEST
@@ -977,6 +986,35 @@ async fn single(
         Format::Resp2 => respond(status, "application/octet-stream", body, answer.sync_token),
         Format::Json => json(status, body, answer.sync_token),
     }
+}
+
+/// For `WAIT numreplicas timeout` sent to a cluster's leader: its role, its last log index
+/// now, `numreplicas` and the deadline (None: a timeout of 0, no limit). The count then waits
+/// for the followers to hold what the leader held when the WAIT came, as Redis's WAIT waits
+/// for its replicas' acknowledgements.
+#[allow(clippy::type_complexity)]
+fn replicas_wait(
+    app: &App,
+    cmd: &[Vec<u8>],
+) -> Option<(
+    Arc<crate::executor::cluster::Role>,
+    u64,
+    i64,
+    Option<tokio::time::Instant>,
+)> {
+    let c = app.cluster.as_ref()?;
+    if cmd.len() != 3 || !cmd[0].eq_ignore_ascii_case(b"wait") || !c.role.leading() {
+        return None;
+    }
+    let want = crate::num::parse_i64(&cmd[1])?;
+    let timeout = crate::num::parse_i64(&cmd[2]).filter(|t| *t >= 0)?;
+    let since = c
+        .role
+        .last_log_index
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let deadline = (timeout > 0)
+        .then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(timeout as u64));
+    Some((c.role.clone(), since, want, deadline))
 }
 
 /// Runs `encode` here for a small reply, and on the blocking pool for a large one, so that

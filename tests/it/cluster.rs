@@ -1023,6 +1023,32 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
         );
         assert!(text.contains(&format!("tidepool_cluster_leader_id {}", li + 1)));
     }
+    // WAIT over REST on the leader waits, as over RESP, for the followers to hold what the
+    // leader had when it began. One follower stopped: a write commits on the other, and the
+    // WAIT for two answers once the stopped one is resumed and has caught up; with a
+    // timeout, it answers the one that holds it. (Regression: over REST it answered the
+    // count at once, 1.)
+    let paused = (li + 1) % 3;
+    let signal = |sig: &str| {
+        let pid = servers[paused].as_ref().expect("follower").child.id();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    assert_eq!(leader.client().cmd_str(&["SET", "waited", "1"]), ok_canon());
+    assert_eq!(
+        leader.client().cmd_str(&["WAIT", "2", "300"]),
+        Canon::Int(1)
+    );
+    let addr = leader.addr.clone();
+    let waiting =
+        std::thread::spawn(move || Http::connect(&addr, TOKEN).cmd_str(&["WAIT", "2", "0"]));
+    std::thread::sleep(Duration::from_millis(200));
+    signal("-CONT");
+    assert_eq!(waiting.join().expect("the WAIT"), Canon::Int(2));
     // `tidepool cluster status` is the same route from the command line.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
         .args(["cluster", "status", "--admin-token", ADMIN, "--url"])
