@@ -129,7 +129,7 @@ pub fn decode_entry(data: &[u8], at: usize) -> Result<Option<(Entry<TypeConfig>,
     let payload = match rest[32] {
         KIND_BLANK if payload.is_empty() => EntryPayload::Blank,
         KIND_BATCH => EntryPayload::Normal(Batch {
-            frames: payload.to_vec(),
+            frames: bytes::Bytes::copy_from_slice(payload),
         }),
         KIND_MEMBERSHIP => EntryPayload::Membership(
             rmp_serde::from_slice(payload).map_err(|e| format!("a membership entry: {e}"))?,

@@ -32,8 +32,9 @@ pub type NodeId = u64;
 /// time, kind, payload, CRC), back to back.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Batch {
-    #[serde(with = "serde_bytes")]
-    pub frames: Vec<u8>,
+    /// Shared, not copied: openraft clones an entry each time it reads one to send (every
+    /// try of an append), and the leader keeps what it proposed to confirm it.
+    pub frames: bytes::Bytes,
 }
 
 /// What applying an entry left: the sequence number of the last record applied.

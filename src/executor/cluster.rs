@@ -138,7 +138,7 @@ impl Role {
 
 /// One batch for the proposer: its frames and its last record's sequence number.
 pub struct Proposal {
-    frames: Vec<u8>,
+    frames: bytes::Bytes,
     last: u64,
 }
 
@@ -205,7 +205,7 @@ pub struct Link {
     /// How a follower reaches the leader with a forwarded request.
     network: Option<crate::cluster::network::Network>,
     /// Batches proposed and not yet applied back, oldest first.
-    proposed: VecDeque<Vec<u8>>,
+    proposed: VecDeque<bytes::Bytes>,
     /// Each peer's queue of publishes to send, in order.
     senders: std::collections::HashMap<String, mpsc::Sender<Vec<u8>>>,
 }
@@ -727,7 +727,7 @@ impl Executor {
 
     /// The batch's records, for the cluster's log, and its replies on commit.
     pub(super) fn finish_batch_cluster(&mut self, pending: Vec<(u64, super::flusher::Pending)>) {
-        let frames = self.wal.take_buffered();
+        let frames = bytes::Bytes::from(self.wal.take_buffered());
         let last = self.wal.last_seq();
         self.shared.log.last_seq.store(last, Ordering::SeqCst);
         if !frames.is_empty() {

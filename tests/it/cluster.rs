@@ -47,7 +47,9 @@ fn batch(seq: u64, sets: &[(&str, &str)]) -> Batch {
             &payload,
         );
     }
-    Batch { frames }
+    Batch {
+        frames: frames.into(),
+    }
 }
 
 type Node = tidepool::cluster::Node<Owned>;

@@ -431,7 +431,9 @@ fn the_cluster_log_matches_the_document() {
     assert_eq!(ls::log_header().to_vec(), golden("cluster-log-header"));
     let entry = Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), 2),
-        payload: EntryPayload::Normal(Batch { frames }),
+        payload: EntryPayload::Normal(Batch {
+            frames: frames.into(),
+        }),
     };
     let mut out = Vec::new();
     ls::encode_entry(&mut out, &entry).expect("encode");
