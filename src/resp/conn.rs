@@ -1253,6 +1253,7 @@ impl Conn {
         // The client may send more meanwhile (kept for after), or close: a closed client
         // stops waiting, so that no write is served to it.
         let mut carry = std::mem::take(&mut self.carry);
+        let shared = self.l.shared.clone();
         let answer = loop {
             if carry.len()
                 > self
@@ -1263,9 +1264,19 @@ impl Conn {
                 self.session(SessionOp::Closed).await;
                 break None;
             }
+            // A credential revoked while the command waits (its user deleted, disabled or
+            // given a new password) closes the connection now, as it closes an idle one.
+            let changed = shared.credentials.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.credentials_hold().await {
+                self.session(SessionOp::Closed).await;
+                break None;
+            }
             carry.reserve(config::RESP_READ_BYTES);
             tokio::select! {
                 r = &mut rx => break r.ok(),
+                _ = &mut changed => {}
                 _ = &mut sleep, if deadline.is_some() => {
                     // Its time ran out: the executor answers its nil, or the reply it was
                     // served with just before.

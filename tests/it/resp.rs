@@ -64,15 +64,22 @@ fn nothing_runs_before_auth_and_every_token_kind_authenticates() {
     let mut by_token = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
     assert_eq!(by_token.cmd_str(&["AUTH", &token]), ok());
     assert_eq!(by_token.cmd_str(&["GET", "a1"]), bulk("x"));
-    // Deleting the user closes the connections it authenticated.
+    // One of them blocked in BLPOP.
+    let mut blocked = Redis::connect_addr(server.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(blocked.cmd_str(&["AUTH", "ann", "pw"]), ok());
+    blocked.send_raw(b"*3\r\n$5\r\nBLPOP\r\n$3\r\na:l\r\n$1\r\n0\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    // Deleting the user closes the connections it authenticated, the blocked one too
+    // (regression: that one stayed open, blocked, until a push woke it).
     assert_eq!(r.cmd_str(&["ACL", "DELUSER", "ann"]), Canon::Int(1));
-    for c in [&mut ann, &mut by_token] {
-        let closed = (0..50).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            c.read().is_none()
-        });
-        assert!(closed, "a revoked credential's connection stayed open");
+    for c in [&mut ann, &mut by_token, &mut blocked] {
+        assert!(
+            c.closed_within(Duration::from_secs(10)),
+            "a revoked credential's connection stayed open"
+        );
     }
+    assert_eq!(r.cmd_str(&["RPUSH", "a:l", "x"]), Canon::Int(1));
+    assert_eq!(r.cmd_str(&["LLEN", "a:l"]), Canon::Int(1));
 }
 
 #[test]
@@ -358,11 +365,10 @@ fn client_commands_see_their_own_database_only() {
         b.cmd_str(&["CLIENT", "KILL", "ID", &id_a.to_string()]),
         Canon::Int(1)
     );
-    let closed = (0..50).any(|_| {
-        std::thread::sleep(Duration::from_millis(20));
-        a.read().is_none()
-    });
-    assert!(closed);
+    assert!(
+        a.closed_within(Duration::from_secs(10)),
+        "CLIENT KILL left the connection open"
+    );
     assert_eq!(b.cmd_str(&["SELECT", "0"]), ok());
     assert_eq!(
         b.cmd_str(&["SELECT", "1"]),
@@ -592,11 +598,10 @@ fn a_database_token_picks_its_database_and_a_reset_closes_its_connections() {
     let r = admin.post("/_admin/databases/app/reset", b"");
     assert_eq!(r.status, 200, "{}", r.text());
     for c in [&mut a, &mut a2] {
-        let closed = (0..50).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            c.read().is_none()
-        });
-        assert!(closed, "a connection of a reset token stayed open");
+        assert!(
+            c.closed_within(Duration::from_secs(10)),
+            "a connection of a reset token stayed open"
+        );
     }
     assert_eq!(default.cmd_str(&["PING"]), Canon::Str(b"PONG".to_vec()));
 }

@@ -790,6 +790,24 @@ impl Redis {
         self.r.get_mut().write_all(bytes).expect("write redis");
     }
 
+    /// Whether the server closes the connection within `wait` (an end of stream, or a reset);
+    /// false when it is still open then, or sent something instead.
+    pub fn closed_within(&mut self, wait: Duration) -> bool {
+        self.r.get_ref().set_read_timeout(Some(wait)).ok();
+        let closed = match self.r.fill_buf() {
+            Ok(b) => b.is_empty(),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        self.r
+            .get_ref()
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .ok();
+        closed
+    }
+
     /// Reads one byte; None when the connection is closed.
     pub fn read_byte(&mut self) -> Option<u8> {
         let b = *self.r.fill_buf().ok()?.first()?;
