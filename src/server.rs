@@ -547,7 +547,11 @@ async fn start_node(
         at,
         applier,
         kept,
-        Some(cluster::forward_handler(ex.tx.clone(), role.clone())),
+        Some(cluster::forward_handler(
+            ex.tx.clone(),
+            role.clone(),
+            ex.shared.scripts.clone(),
+        )),
     )
     .await?;
     let (proposer, proposals) = tokio::sync::mpsc::unbounded_channel();

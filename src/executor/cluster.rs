@@ -816,7 +816,8 @@ struct ForwardedAnswer {
 /// `_RO` ones run here) and the script cache they run from (SCRIPT LOAD, EXISTS, FLUSH: a
 /// script loaded on a follower would be unknown to the EVALSHA it forwards), and a publish
 /// (PUBLISH, SPUBLISH: the leader sends it on to every node, so every node's subscribers
-/// hear the publishes in the leader's order). Reads are answered by the follower itself.
+/// hear the publishes in the leader's order), and SCRIPT KILL and FUNCTION KILL (the
+/// scripts a follower forwarded run there). Reads are answered by the follower itself.
 pub(super) fn for_leader(cmds: &[Vec<Vec<u8>>]) -> bool {
     cmds.iter()
         .any(|c| match crate::command::table::global().lookup(c) {
@@ -830,6 +831,8 @@ pub(super) fn for_leader(cmds: &[Vec<Vec<u8>>]) -> bool {
                             | "script|load"
                             | "script|exists"
                             | "script|flush"
+                            | "script|kill"
+                            | "function|kill"
                             | "publish"
                             | "spublish"
                     )
@@ -850,9 +853,15 @@ pub(super) fn blocks(cmds: &[Vec<Vec<u8>>]) -> bool {
 
 /// The leader's side of `/raft/exec`: the request runs here as a REST request would, unless
 /// this node does not lead (then it is refused: a forwarded request is never forwarded again).
-pub fn forward_handler(tx: mpsc::Sender<Job>, role: Arc<Role>) -> crate::cluster::network::Forward {
+/// A SCRIPT KILL or FUNCTION KILL with the Standard token stops the running script through
+/// `scripts`, as a local one does: it cannot wait behind the script it stops.
+pub fn forward_handler(
+    tx: mpsc::Sender<Job>,
+    role: Arc<Role>,
+    scripts: Arc<crate::lua::ScriptControl>,
+) -> crate::cluster::network::Forward {
     Arc::new(move |body: Vec<u8>| {
-        let (tx, role) = (tx.clone(), role.clone());
+        let (tx, role, scripts) = (tx.clone(), role.clone(), scripts.clone());
         Box::pin(async move {
             let f = match rmp_serde::from_slice::<ToExecutor>(&body)
                 .map_err(|e| format!("not a message for the executor: {e}"))?
@@ -877,14 +886,27 @@ pub fn forward_handler(tx: mpsc::Sender<Job>, role: Arc<Role>) -> crate::cluster
                     1 => Access::ReadOnly,
                     _ => Access::Token(f.token.into()),
                 };
+                let cmds: Vec<Vec<Vec<u8>>> = f
+                    .cmds
+                    .into_iter()
+                    .map(|c| c.into_iter().map(|a| a.into_vec()).collect())
+                    .collect();
+                let kill = match (&access, cmds.as_slice()) {
+                    (Access::Full, [one]) => crate::command::table::global().interrupt_of(one),
+                    _ => None,
+                };
+                let killed = |r: Reply| ForwardedAnswer {
+                    replies: Ok(vec![r]),
+                    sync_token: 0,
+                    unauthorized: false,
+                };
+                if let Some(r) = kill.and_then(|what| scripts.kill(what, f.db)) {
+                    return rmp_serde::to_vec_named(&killed(r)).map_err(|e| e.to_string());
+                }
                 let (reply, rx) = oneshot::channel();
                 let job = Job::Forwarded {
                     db: f.db,
-                    cmds: f
-                        .cmds
-                        .into_iter()
-                        .map(|c| c.into_iter().map(|a| a.into_vec()).collect())
-                        .collect(),
+                    cmds,
                     mode: if f.multi {
                         ExecMode::Multi
                     } else {
@@ -896,9 +918,27 @@ pub fn forward_handler(tx: mpsc::Sender<Job>, role: Arc<Role>) -> crate::cluster
                 tx.send(job)
                     .await
                     .map_err(|_| "the leader's executor has stopped".to_string())?;
-                let a = rx
-                    .await
-                    .map_err(|_| "the leader's executor has stopped".to_string())?;
+                let stopped = || "the leader's executor has stopped".to_string();
+                let a = match kill {
+                    None => rx.await.map_err(|_| stopped())?,
+                    // A kill queued just before a script started would wait for that script's
+                    // end: while it waits, it watches for a script to start and stops it.
+                    Some(what) => {
+                        tokio::pin!(rx);
+                        let poll = Duration::from_millis(crate::config::SCRIPT_KILL_POLL_MS);
+                        loop {
+                            tokio::select! {
+                                a = &mut rx => break a.map_err(|_| stopped())?,
+                                _ = tokio::time::sleep(poll) => {
+                                    if let Some(r) = scripts.kill(what, f.db) {
+                                        let body = rmp_serde::to_vec_named(&killed(r));
+                                        return body.map_err(|e| e.to_string());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                };
                 ForwardedAnswer {
                     replies: a.replies,
                     sync_token: a.sync_token,

@@ -1051,6 +1051,33 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
     std::thread::sleep(Duration::from_millis(200));
     signal("-CONT");
     assert_eq!(waiting.join().expect("the WAIT"), Canon::Int(2));
+    // A script sent to a follower runs on the leader; SCRIPT KILL sent to a follower, over
+    // REST or RESP, stops it there. (Regression: the follower answered NOTBUSY, as it runs
+    // no script itself.)
+    let fol = &servers[(li + 2) % 3].as_ref().expect("follower").addr;
+    for over_resp in [false, true] {
+        let addr = fol.clone();
+        let script = std::thread::spawn(move || {
+            Http::connect(&addr, TOKEN).cmd_str(&["EVAL", "while true do end", "0"])
+        });
+        let killed = (0..200).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(25));
+            let mut c = Http::connect(fol, TOKEN);
+            let r = if over_resp {
+                c.resp_cmd(&[b"SCRIPT".to_vec(), b"KILL".to_vec()])
+                    .expect("RESP")
+            } else {
+                c.cmd_str(&["SCRIPT", "KILL"])
+            };
+            (r != Canon::Err("NOTBUSY No scripts in execution right now.".into())).then_some(r)
+        });
+        assert_eq!(killed, Some(ok_canon()), "over RESP: {over_resp}");
+        let ended = script.join().expect("the script");
+        assert!(
+            matches!(&ended, Canon::Err(e) if e.contains("killed by user")),
+            "{ended:?}"
+        );
+    }
     // `tidepool cluster status` is the same route from the command line.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidepool"))
         .args(["cluster", "status", "--admin-token", ADMIN, "--url"])
