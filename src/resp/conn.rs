@@ -1254,6 +1254,10 @@ impl Conn {
         // stops waiting, so that no write is served to it.
         let mut carry = std::mem::take(&mut self.carry);
         let shared = self.l.shared.clone();
+        // Closed by the server (a revoked credential, CLIENT KILL) rather than by the client:
+        // an answer the command was served with just before (a value popped, its reply
+        // waiting for the sync) is still written, and then the connection closes.
+        let mut close_after = false;
         let answer = loop {
             if carry.len()
                 > self
@@ -1271,10 +1275,12 @@ impl Conn {
             changed.as_mut().enable();
             if !self.credentials_hold().await {
                 self.session(SessionOp::Closed).await;
-                break None;
+                close_after = true;
+                break rx.await.ok();
             }
             carry.reserve(config::RESP_READ_BYTES);
             tokio::select! {
+                biased;
                 r = &mut rx => break r.ok(),
                 _ = &mut changed => {}
                 _ = &mut sleep, if deadline.is_some() => {
@@ -1285,7 +1291,8 @@ impl Conn {
                 }
                 _ = me.kill.notified() => {
                     self.session(SessionOp::Closed).await;
-                    break None;
+                    close_after = true;
+                    break rx.await.ok();
                 }
                 n = stream.read_buf(&mut carry) => {
                     if !matches!(n, Ok(n) if n > 0) {
@@ -1320,13 +1327,21 @@ impl Conn {
                 for r in &replies {
                     self.put(r, shape);
                 }
-                Then::Go
+                if close_after {
+                    Then::Close
+                } else {
+                    Then::Go
+                }
             }
             Some(Answer {
                 replies: Err(e), ..
             }) => {
                 self.put_plain(Reply::Error(e));
-                Then::Go
+                if close_after {
+                    Then::Close
+                } else {
+                    Then::Go
+                }
             }
         }
     }
