@@ -699,6 +699,10 @@ pub const CLUSTER_SNAPSHOT_EVERY_ENTRIES: u64 = 10_000;
 /// Entries kept in the cluster's log behind its snapshot, so a follower a little behind
 /// catches up from the log rather than from a snapshot.
 pub const CLUSTER_LOG_KEPT_PAST_SNAPSHOT: u64 = 1000;
+/// A cluster leader's executor batch (one Raft entry) takes no more requests once those it
+/// holds carry this many bytes, so that its records stay well within
+/// `CLUSTER_ENTRY_BYTES_MAX` (each request is at most `--max-request-bytes` on its own).
+pub const CLUSTER_BATCH_REQUEST_BYTES_MAX: usize = 128 << 20;
 /// The largest entry payload (one batch's records, or a membership) the cluster's log writes
 /// or reads: a frame declaring more is damage, not a long entry.
 pub const CLUSTER_ENTRY_BYTES_MAX: usize = 1 << 30;

@@ -206,6 +206,11 @@ pub struct Link {
     network: Option<crate::cluster::network::Network>,
     /// Batches proposed and not yet applied back, oldest first.
     proposed: VecDeque<bytes::Bytes>,
+    /// The term and the lease's last confirmation (`Role::confirmed_at_ms`) when a wait for
+    /// the next one ran out: the batches after it do not wait again until another
+    /// confirmation (or term) comes (a leader cut off would otherwise spend
+    /// `CLUSTER_LEASE_WAIT_MS` on each).
+    lease_given_up: Option<(u64, u64)>,
     /// Each peer's queue of publishes to send, in order.
     senders: std::collections::HashMap<String, mpsc::Sender<Vec<u8>>>,
 }
@@ -218,6 +223,7 @@ impl Link {
             proposer: None,
             network: None,
             proposed: VecDeque::new(),
+            lease_given_up: None,
             senders: std::collections::HashMap::new(),
         }
     }
@@ -535,6 +541,8 @@ pub async fn follow_role(
             role.elected.notify_one();
         } else if !leading && was {
             role.confirmed_at_ms.store(0, Ordering::Release);
+            // A batch waiting for the lease (`await_lease`) stops waiting: it is refused now.
+            role.confirmed.notify_waiters();
         }
         if let Ok(mut l) = role.leader.write() {
             *l = leader.unwrap_or_default();
@@ -597,24 +605,46 @@ impl Executor {
     pub(super) fn lease_to_await(&self) -> Option<Arc<Role>> {
         self.cluster
             .as_ref()
-            .filter(|c| c.role.leading() && !c.role.lease())
+            .filter(|c| {
+                c.role.leading() && !c.role.lease() && c.lease_given_up != Some(lease_mark(&c.role))
+            })
             .map(|c| c.role.clone())
+    }
+
+    /// The wait for the lease ran out (`await_lease` answered false).
+    pub(super) fn lease_gave_up(&mut self) {
+        if let Some(c) = &mut self.cluster {
+            c.lease_given_up = Some(lease_mark(&c.role));
+        }
     }
 }
 
+/// The term and the lease's last confirmation: what a wait for the lease gave up on.
+fn lease_mark(role: &Role) -> (u64, u64) {
+    (
+        role.term.load(Ordering::Relaxed),
+        role.confirmed_at_ms.load(Ordering::Acquire),
+    )
+}
+
 /// The wait of `Executor::lease_to_await`'s role for its lease: until a quorum confirms it,
-/// the node stops leading, or `CLUSTER_LEASE_WAIT_MS` have passed.
-pub(super) async fn await_lease(role: Arc<Role>) {
+/// the node stops leading, or `CLUSTER_LEASE_WAIT_MS` have passed; false only in the last
+/// case.
+pub(super) async fn await_lease(role: Arc<Role>) -> bool {
     let until =
         tokio::time::Instant::now() + Duration::from_millis(crate::config::CLUSTER_LEASE_WAIT_MS);
     while role.leading() && !role.lease() {
         let confirmed = role.confirmed.notified();
         tokio::pin!(confirmed);
         confirmed.as_mut().enable();
-        if role.lease() || tokio::time::timeout_at(until, confirmed).await.is_err() {
-            return;
+        if role.lease() || !role.leading() {
+            break;
+        }
+        if tokio::time::timeout_at(until, confirmed).await.is_err() {
+            return false;
         }
     }
+    true
 }
 
 impl Executor {
@@ -651,12 +681,29 @@ impl Executor {
                 let _ = reply.send(self.apply_entry(batch));
             }
             ClusterJob::Install { image, reply } => {
+                // A snapshot installed over records this node proposed and the cluster never
+                // confirmed (it led, was cut off, and the new leader's log was purged past
+                // them, so openraft sends a snapshot and cuts nothing): those records are
+                // gone, and the new state numbers other records at their sequence numbers.
+                // Their replies must not take the new state's position for their commit.
+                let deposed = self
+                    .cluster
+                    .as_ref()
+                    .is_some_and(|c| !c.proposed.is_empty());
+                if deposed {
+                    refuse_and_rebuild(
+                        &self.shared.log,
+                        "the cluster's snapshot replaced this node's state while records it proposed were unconfirmed: a write answered with this may or may not be kept".into(),
+                    );
+                }
                 let r = crate::cluster::state_machine::machine_of(&image).map(|m| {
                     let limits = self.machine.delivery().limits;
                     self.machine = m;
                     self.machine.parts().delivery.limits = limits;
                     self.machine.reseed(crate::clock::wall_unix_us());
-                    self.caught_up();
+                    if !deposed {
+                        self.caught_up();
+                    }
                     self.state_replaced();
                 });
                 let _ = reply.send(r);

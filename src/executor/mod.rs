@@ -196,6 +196,19 @@ pub enum Job {
     },
 }
 
+impl Job {
+    /// The bytes of the commands a request carries (0 for the other jobs): what its records
+    /// will about weigh.
+    fn request_bytes(&self) -> usize {
+        match self {
+            Job::Exec { cmds, .. } | Job::Forwarded { cmds, .. } => {
+                cmds.iter().flatten().map(Vec::len).sum()
+            }
+            _ => 0,
+        }
+    }
+}
+
 /// What the executor shares with the HTTP side.
 #[derive(Default)]
 pub struct Shared {
@@ -693,13 +706,24 @@ impl Executor {
             let Some(first) = first else {
                 break;
             };
+            // A cluster's batch is one Raft entry: past CLUSTER_BATCH_REQUEST_BYTES_MAX of
+            // requests it takes no more, so that no entry outgrows what the log holds.
+            let bytes_max = if self.cluster.is_some() {
+                config::CLUSTER_BATCH_REQUEST_BYTES_MAX
+            } else {
+                usize::MAX
+            };
+            let mut bytes = first.request_bytes();
             batch.push(first);
             // Let the connection tasks that are ready run first: their jobs join this batch,
             // so one log write (and one sync) covers them all.
             tokio::task::yield_now().await;
-            while batch.len() < config::EXECUTOR_BATCH_JOBS_MAX {
+            while batch.len() < config::EXECUTOR_BATCH_JOBS_MAX && bytes < bytes_max {
                 match rx.try_recv() {
-                    Ok(j) => batch.push(j),
+                    Ok(j) => {
+                        bytes = bytes.saturating_add(j.request_bytes());
+                        batch.push(j);
+                    }
                     Err(_) => break,
                 }
             }
@@ -750,7 +774,9 @@ impl Executor {
             }
             // A cluster's leader whose lease lapsed waits a while for it before it answers.
             if let Some(role) = self.lease_to_await() {
-                cluster::await_lease(role).await;
+                if !cluster::await_lease(role).await {
+                    self.lease_gave_up();
+                }
             }
             // Each reply with the record it waits for (see `kv_seq`).
             let mut pending: Vec<(u64, Pending)> = Vec::with_capacity(batch.len());
