@@ -614,9 +614,9 @@ impl RaftNetwork<TypeConfig> for Peer {
     /// then sends it again, which a batch of tens of megabytes always outlasts (the peer
     /// reads, checks and syncs it first): sent again and again, it never committed, and
     /// nothing after it did. So entries of more than `CLUSTER_LARGE_MESSAGE_BYTES` go out on
-    /// a task of their own, given the time their
-    /// size needs (`patience`), and a later try of the same entries, or of more after them,
-    /// waits for that task's answer instead of sending them again. When it answers for fewer
+    /// a task of their own, given the time their size needs (`patience`), and a later try of
+    /// the same entries, or of more after them, waits for that task's answer instead of
+    /// sending them again. When it answers for fewer
     /// entries than the try holds, the answer is a partial success up to its last entry,
     /// which is what openraft then sends on from. Raft allows an answer to any message it
     /// sent, however late; a message of another vote or after another entry drops the task.
