@@ -33,7 +33,7 @@ pub enum Cmd {
     Serve(Box<Serve>),
     /// Create, list, get, delete, reset or claim a database of a running server (the admin API).
     Db(Db),
-    /// Start a cluster of running servers, or look at one (replication, in progress: docs/replication.md).
+    /// Start a cluster of running servers, or look at one (replication: docs/replication.md).
     Cluster(Cluster),
 }
 
@@ -53,7 +53,7 @@ pub struct Serve {
     /// The private key (PEM) of --resp-tls-cert
     #[arg(long, env = "TIDEPOOL_RESP_TLS_KEY", value_name = "PEM")]
     pub resp_tls_key: Option<String>,
-    /// This node's id in a cluster (replication, in progress: docs/replication.md) [default: a single server]
+    /// This node's id in a cluster (replication: docs/replication.md) [default: a single server]
     #[arg(long, env = "TIDEPOOL_NODE_ID", value_name = "N")]
     pub node_id: Option<u64>,
     /// Where this node listens for its peers' Raft messages (with --node-id)
