@@ -1390,6 +1390,10 @@ impl Conn {
         let mut n = n.max(role.replicas_at(since) as i64);
         while n < want && role.leading() && deadline.is_none_or(|d| tokio::time::Instant::now() < d)
         {
+            // A credential revoked meanwhile closes the connection, as it closes an idle one.
+            if !self.credentials_hold().await {
+                return Then::Close;
+            }
             carry.reserve(config::RESP_READ_BYTES);
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(config::CLUSTER_WAIT_POLL_MS)) => {}

@@ -1041,6 +1041,27 @@ fn three_servers_form_a_cluster_and_outlive_their_leader() {
     };
     signal("-STOP");
     assert_eq!(leader.client().cmd_str(&["SET", "waited", "1"]), ok_canon());
+    // Over RESP too; and a WAIT whose user is deleted meanwhile closes its connection, as a
+    // revoked credential closes an idle one. (Regression: it waited on.)
+    assert_eq!(
+        leader
+            .client()
+            .cmd_str(&["ACL", "SETUSER", "wes", "on", ">pw", "~*", "+@all"]),
+        ok_canon()
+    );
+    let mut wes = Redis::connect_addr(leader.resp_addr.as_deref().expect("RESP"));
+    assert_eq!(wes.cmd_str(&["AUTH", "wes", "pw"]), ok_canon());
+    assert_eq!(wes.cmd_str(&["WAIT", "2", "200"]), Canon::Int(1));
+    wes.send_raw(b"*3\r\n$4\r\nWAIT\r\n$1\r\n2\r\n$1\r\n0\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        leader.client().cmd_str(&["ACL", "DELUSER", "wes"]),
+        Canon::Int(1)
+    );
+    assert!(
+        wes.closed_within(Duration::from_secs(10)),
+        "a WAIT of a deleted user kept its connection open"
+    );
     assert_eq!(
         leader.client().cmd_str(&["WAIT", "2", "300"]),
         Canon::Int(1)
