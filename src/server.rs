@@ -566,6 +566,7 @@ async fn start_node(
         node.raft.clone(),
         proposals,
         ex.shared.log.clone(),
+        role.clone(),
     ));
     let mut members: Members = c
         .peers

@@ -58,6 +58,9 @@ pub struct Role {
     pub elected: tokio::sync::Notify,
     /// Woken when a quorum has confirmed this node still leads (the lease renewed).
     pub confirmed: tokio::sync::Notify,
+    /// On the leader, the log index of its last own entry known committed, published before
+    /// the replies that waited for it go (the metrics' `last_log_index` can lag it).
+    pub committed_own_index: AtomicU64,
 }
 
 impl Role {
@@ -111,6 +114,15 @@ impl Role {
             n = n.max(self.replicas_at(since) as i64);
         }
         n
+    }
+
+    /// Where a `WAIT` starts counting on the leader: its last log index, and at least the
+    /// last of its entries known committed, so that every write answered before the WAIT
+    /// came is counted from.
+    pub fn wait_since(&self) -> u64 {
+        self.last_log_index
+            .load(Ordering::Relaxed)
+            .max(self.committed_own_index.load(Ordering::Acquire))
     }
 
     /// A leader's refusal when its lease has lapsed.
@@ -375,6 +387,7 @@ pub async fn propose(
     raft: openraft::Raft<TypeConfig>,
     mut rx: mpsc::UnboundedReceiver<Proposal>,
     log: Arc<Progress>,
+    role: Arc<Role>,
 ) {
     while let Some(p) = rx.recv().await {
         let Proposal { frames, last } = p;
@@ -384,10 +397,12 @@ pub async fn propose(
                     log.durable_seq.fetch_max(last, Ordering::SeqCst);
                     log.synced.notify_waiters();
                 }
-                let log = log.clone();
+                let (log, role) = (log.clone(), role.clone());
                 tokio::spawn(async move {
                     match answer.await {
-                        Ok(Ok(_)) => {
+                        Ok(Ok(written)) => {
+                            role.committed_own_index
+                                .fetch_max(written.log_id.index, Ordering::AcqRel);
                             log.durable_seq.fetch_max(last, Ordering::SeqCst);
                             log.synced.notify_waiters();
                         }

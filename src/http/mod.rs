@@ -1008,10 +1008,7 @@ fn replicas_wait(
     }
     let want = crate::num::parse_i64(&cmd[1])?;
     let timeout = crate::num::parse_i64(&cmd[2]).filter(|t| *t >= 0)?;
-    let since = c
-        .role
-        .last_log_index
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let since = c.role.wait_since();
     let deadline = (timeout > 0)
         .then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(timeout as u64));
     Some((c.role.clone(), since, want, deadline))

@@ -1361,7 +1361,7 @@ impl Conn {
             return Then::Go;
         };
         let role = t.role.clone();
-        let since = role.last_log_index.load(Ordering::Relaxed);
+        let since = role.wait_since();
         let began = tokio::time::Instant::now();
         // The executor's answer: an error, or the count now; short of `want`, it waits.
         let now = match self.exec(vec![args], ExecMode::Each, false).await {
