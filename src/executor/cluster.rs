@@ -274,10 +274,17 @@ impl Applier for ExecutorApplier {
 
 /// Marks the log as refusing everything, with `why` (see the module's note).
 fn refuse_all(log: &Progress, why: String) {
-    if log.fsync_failed.set(why.clone()).is_ok() {
-        crate::log::line(&format!("error: {why}"));
-        log.synced.notify_waiters();
+    refused_now(log, why);
+}
+
+/// `refuse_all`, and whether this was the first refusal (false when the log refused already).
+fn refused_now(log: &Progress, why: String) -> bool {
+    if log.fsync_failed.set(why.clone()).is_err() {
+        return false;
     }
+    crate::log::line(&format!("error: {why}"));
+    log.synced.notify_waiters();
+    true
 }
 
 /// A node deposed with records in its state that the cluster does not hold: it refuses
@@ -288,12 +295,9 @@ fn refuse_all(log: &Progress, why: String) {
 /// records are in its state and nowhere else, so the state goes whole; what was on disk was
 /// synced before openraft heard of it, which is what a `kill -9` and a start rely on too.
 fn refuse_and_rebuild(log: &Progress, why: String) {
-    let why = format!("{why}; {}", crate::reply::errors::REBUILDING);
-    if log.fsync_failed.set(why.clone()).is_err() {
+    if !refused_now(log, format!("{why}; {}", crate::reply::errors::REBUILDING)) {
         return;
     }
-    crate::log::line(&format!("error: {why}"));
-    log.synced.notify_waiters();
     let started = std::thread::Builder::new()
         .name("rebuild".into())
         .spawn(|| {

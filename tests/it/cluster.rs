@@ -147,13 +147,21 @@ async fn applied(node: &Node, index: u64) {
         .unwrap_or_else(|e| panic!("node {} did not apply {index}: {e}", node.id));
 }
 
+/// Where node `id` is among `nodes`.
+fn index_of(nodes: &[Node], id: NodeId) -> usize {
+    nodes
+        .iter()
+        .position(|n| n.id == id)
+        .unwrap_or_else(|| panic!("node {id} is not among the nodes"))
+}
+
 #[test]
 fn three_nodes_agree_and_a_stopped_leader_is_replaced() {
     let dirs = three_dirs("cluster-a");
     runtime().block_on(async {
         let mut nodes = three(&dirs, 10_000, 1000).await;
         let l = leader_of(&[&nodes[0]]).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         let last = write(&nodes[li], 1, 20).await;
         for n in &nodes {
             applied(n, last).await;
@@ -222,7 +230,7 @@ fn a_node_catches_up_from_its_log_or_from_a_snapshot() {
         // Node 2 or 3, whichever is not the leader, goes down and comes back on its own
         // directory: its vote and log reload, and it catches up.
         let (down_id, down_addr) = stop_a_follower(&mut nodes, l).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         let last = write(&nodes[li], 1, 35).await;
         let back = start(
             down_id,
@@ -287,7 +295,7 @@ fn a_follower_restarted_empty_catches_up_past_a_large_snapshot() {
     runtime().block_on(async {
         let mut nodes = three(&dirs, 10, 0).await;
         let l = leader_of(&[&nodes[0]]).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         // 24 entries of 256 KB each: a state of 6 MB, snapshotted and purged twice over.
         let big = "x".repeat(256 << 10);
         let mut last = 0;
@@ -313,7 +321,7 @@ fn a_follower_restarted_empty_catches_up_past_a_large_snapshot() {
         std::fs::remove_dir_all(dir).expect("empty the directory");
         std::fs::create_dir_all(dir).expect("the directory again");
         let back = start(down_id, dir, &addr, 10, 0).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         let last = write(&nodes[li], 100, 3).await;
         applied(&back, last).await;
         assert_eq!(get(&back, "k102"), Reply::Bulk(b"v102".to_vec()));
@@ -361,7 +369,7 @@ fn a_torn_tail_of_the_cluster_log_is_cut_on_open() {
     let kept = rt.block_on(async {
         let nodes = three(&dirs, 10_000, 1000).await;
         let l = leader_of(&[&nodes[0]]).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         let last = write(&nodes[li], 1, 5).await;
         for n in &nodes {
             applied(n, last).await;
@@ -395,7 +403,7 @@ fn a_follower_purges_nothing_that_no_snapshot_on_its_disk_holds() {
         let mut nodes = three(&dirs, 10, 0).await;
         let l = leader_of(&[&nodes[0]]).await;
         let (down_id, addr) = stop_a_follower(&mut nodes, l).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         write(&nodes[li], 1, 35).await;
         nodes[li]
             .raft
@@ -1976,7 +1984,7 @@ fn nodes_agree_over_tls_and_the_listener_takes_no_plain_http() {
     runtime().block_on(async {
         let nodes = three(&dirs, 10_000, 1000).await;
         let l = leader_of(&[&nodes[0]]).await;
-        let li = nodes.iter().position(|n| n.id == l).expect("leader");
+        let li = index_of(&nodes, l);
         let last = write(&nodes[li], 1, 10).await;
         for n in &nodes {
             applied(n, last).await;
