@@ -46,6 +46,10 @@ pub const EXPIRE_CYCLE_KEYS_MAX: usize = 2048;
 pub const DURABLE_WAIT_RECHECK_MS: u64 = 50;
 /// everysec: the longest an acknowledged write waits for its sync.
 pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
+/// always: the longest key-value writes wait for the runtime's thread to park (which syncs
+/// them, `ParkSync`) before the executor syncs them itself. Normally a few hundred
+/// microseconds pass; a runtime kept busy by other work reaches this.
+pub const PARK_SYNC_WAIT_MAX_US: u64 = 2000;
 
 /// Delivery attempts running at once (the worker pool's bound).
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;

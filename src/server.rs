@@ -248,8 +248,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("cannot create {}: {e}", wal_dir.display()))?;
     }
 
+    // Key-value writes' syncs with `--fsync always`, made by a runtime thread about to park
+    // (executor::ParkSync).
+    let park_sync = Arc::new(executor::ParkSync::default());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.http_threads)
+        .on_thread_park({
+            let p = park_sync.clone();
+            move || p.run()
+        })
         .thread_stack_size(crate::config::RUNTIME_THREAD_STACK_BYTES)
         .enable_all()
         .thread_name("http")
@@ -317,6 +324,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
                 role: cluster_role.clone(),
                 image: kept.as_ref().map(|k| k.1.clone()),
             }),
+            park_sync: Some(park_sync),
         };
         let ex = executor::start(dir, cfg.fsync, addr.port(), setup)?;
         // The RESP connections: those of the RESP listener, and on a cluster's leader those

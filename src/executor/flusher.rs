@@ -6,9 +6,10 @@
 use crate::config::{self, FsyncMode};
 use crate::wal::Progress;
 use std::fs::File;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A reply waiting for durability; called with the failure text if the sync failed.
@@ -59,6 +60,81 @@ impl Flusher {
     }
 }
 
+/// Key-value writes' sync with `always`, made by the runtime's own thread when it has nothing
+/// else to do (tokio's `on_thread_park`): the layout of redis-server's loop, which syncs in
+/// `beforeSleep` and then writes the replies. With the flusher, each sync costs two wake-ups
+/// of an idle CPU (the runtime waking the flusher, the flusher waking the runtime); here the
+/// replies are released on the thread that writes them, and every batch the executor runs
+/// until the runtime runs out of work joins the one sync. Should the runtime stay busy for
+/// `PARK_SYNC_WAIT_MAX_US`, the executor syncs instead. The flusher keeps the delivery
+/// service's records, so that a key-value read of durable state never waits on this thread
+/// for a publish's sync.
+#[derive(Default)]
+pub struct ParkSync {
+    waiting: AtomicBool,
+    /// What waits, and since when.
+    item: Mutex<Option<(FlushItem, Instant)>>,
+    progress: OnceLock<Arc<Progress>>,
+}
+
+impl ParkSync {
+    /// The log's progress, which the syncs move (set once, when the executor starts).
+    pub fn attach(&self, progress: Arc<Progress>) {
+        let _ = self.progress.set(progress);
+    }
+
+    /// Adds a batch's replies to the next sync.
+    pub fn add(&self, item: FlushItem) {
+        let Ok(mut slot) = self.item.lock() else {
+            // A poisoned lock means a reply panicked while it was held: nothing can be synced
+            // here any more, so the replies say so rather than wait.
+            for r in item.replies {
+                r(Some("ERR the log flusher has stopped"));
+            }
+            return;
+        };
+        match slot.as_mut() {
+            Some((held, _)) => {
+                held.seq = held.seq.max(item.seq);
+                held.file = item.file;
+                held.replies.extend(item.replies);
+            }
+            None => *slot = Some((item, Instant::now())),
+        }
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    /// How long until what waits has waited `max` (zero: it has), or None if nothing waits.
+    pub fn due_in(&self, max: Duration) -> Option<Duration> {
+        if !self.waiting.load(Ordering::Acquire) {
+            return None;
+        }
+        let slot = self.item.lock().ok()?;
+        slot.as_ref()
+            .map(|(_, since)| max.saturating_sub(since.elapsed()))
+    }
+
+    /// Syncs what was added, if anything, and releases its replies.
+    pub fn run(&self) {
+        if !self.waiting.load(Ordering::Acquire) {
+            return;
+        }
+        let Some((item, _)) = self.item.lock().ok().and_then(|mut slot| {
+            self.waiting.store(false, Ordering::Release);
+            slot.take()
+        }) else {
+            return;
+        };
+        let failure = match self.progress.get() {
+            Some(progress) => sync(progress, &item.file, item.seq),
+            None => Some("ERR the log flusher has stopped".to_string()),
+        };
+        for r in item.replies {
+            r(failure.as_deref());
+        }
+    }
+}
+
 fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     if let Some(why) = shared.fsync_failed.get() {
         return Some(crate::reply::errors::log_failed(why));
@@ -70,7 +146,9 @@ fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     match sync_data(file) {
         Ok(()) => {
             shared.sync_seconds.observe(started.elapsed());
-            shared.durable_seq.store(seq, Ordering::SeqCst);
+            // Two threads may sync (the flusher, and the runtime's in `ParkSync`): the
+            // position only moves forward.
+            shared.durable_seq.fetch_max(seq, Ordering::SeqCst);
             shared.synced.notify_waiters();
             shared.syncs.fetch_add(1, Ordering::Relaxed);
             None
@@ -156,5 +234,65 @@ fn every_second(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
         if stop {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    fn file() -> (std::path::PathBuf, Arc<File>) {
+        let path = std::env::temp_dir().join(format!(
+            "tidepool-park-sync-{}-{}",
+            std::process::id(),
+            crate::clock::wall_unix_us()
+        ));
+        let f = File::create(&path).expect("temp file");
+        (path, Arc::new(f))
+    }
+
+    fn reply(into: &Arc<StdMutex<Vec<Option<String>>>>) -> Pending {
+        let into = into.clone();
+        Box::new(move |failure: Option<&str>| {
+            if let Ok(mut v) = into.lock() {
+                v.push(failure.map(str::to_string));
+            }
+        })
+    }
+
+    /// Guards the runtime's key-value syncs: batches added before a park share one sync, which
+    /// moves the durable position to the last of them and releases every reply; nothing is
+    /// released before, and the age that the executor's fallback reads starts at the first.
+    #[test]
+    fn a_park_sync_releases_every_batch_added_since_the_last_one_with_one_sync() {
+        let (path, f) = file();
+        let progress = Arc::new(Progress::default());
+        let park = ParkSync::default();
+        park.attach(progress.clone());
+        let got = Arc::new(StdMutex::new(Vec::new()));
+        assert_eq!(park.due_in(Duration::from_millis(2)), None);
+        park.run();
+        for seq in [3, 5] {
+            park.add(FlushItem {
+                file: f.clone(),
+                seq,
+                replies: vec![reply(&got), reply(&got)],
+            });
+        }
+        assert!(got.lock().map(|v| v.is_empty()).unwrap_or(false));
+        assert!(park
+            .due_in(Duration::from_secs(60))
+            .is_some_and(|d| d > Duration::from_secs(59)));
+        assert_eq!(park.due_in(Duration::ZERO), Some(Duration::ZERO));
+        park.run();
+        assert_eq!(progress.durable_seq.load(Ordering::SeqCst), 5);
+        assert_eq!(progress.syncs.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            got.lock().map(|v| v.clone()).unwrap_or_default(),
+            vec![None; 4]
+        );
+        assert_eq!(park.due_in(Duration::ZERO), None);
+        let _ = std::fs::remove_file(path);
     }
 }

@@ -38,6 +38,7 @@ use crate::record::Record;
 use crate::reply::{errors, Reply};
 use crate::state::databases::{day_of, Databases, DayUsage, DbEvent, DbId, DEFAULT_DB};
 use crate::wal::{self, WalWriter};
+pub use flusher::ParkSync;
 use flusher::{FlushItem, Flusher, Pending};
 use pubsub::PubSub;
 pub use pubsub::{StreamItem, SubKind, SubscriberHandle, Wire};
@@ -270,6 +271,9 @@ pub struct Executor {
     wal: WalWriter,
     fsync: FsyncMode,
     flusher: Option<Flusher>,
+    /// Where key-value writes wait for their sync with `always`, made by the runtime's thread
+    /// (see `ParkSync`); None: the flusher makes them all.
+    park_sync: Option<Arc<ParkSync>>,
     /// The last record that changed anything but the delivery service's state: a key-value
     /// read waits for it to be durable (it may show what it changed), and not for the
     /// delivery records after it, which no key-value read can show.
@@ -359,6 +363,9 @@ pub struct Setup {
     /// A cluster node: its role, and the image of the snapshot it kept (its state starts there
     /// and the cluster applies the rest). None: a single server, whose log is its own.
     pub cluster: Option<ClusterStart>,
+    /// The runtime's hook for key-value syncs (`ParkSync::run` before each park); None: the
+    /// flusher syncs every record.
+    pub park_sync: Option<Arc<ParkSync>>,
 }
 
 /// How a cluster node's executor starts.
@@ -514,6 +521,10 @@ pub fn start(
         FsyncMode::Never => None,
         mode => Some(Flusher::start(mode, shared.log.clone())),
     };
+    let park_sync = match (&flusher, fsync) {
+        (Some(_), FsyncMode::Always) => setup.park_sync.inspect(|p| p.attach(shared.log.clone())),
+        _ => None,
+    };
     let (tx, rx) = mpsc::channel(config::EXECUTOR_QUEUE_JOBS_MAX);
     // One result per attempt in flight, and never more attempts than that: sends never wait.
     let (results_tx, results) = mpsc::channel(config::DELIVERY_IN_FLIGHT_MAX);
@@ -532,6 +543,7 @@ pub fn start(
         wal,
         fsync,
         flusher,
+        park_sync,
         kv_seq: 0,
         accounted_seq: 0,
         shared: shared.clone(),
@@ -676,7 +688,26 @@ impl Executor {
             // key-value hot path). Jobs are polled first; results wait at most one batch.
             // Whether this batch begins with the oldest deferred request.
             let mut from_deferred = false;
-            let first = match (wake, self.machine.delivery().in_flight) {
+            // What the executor waits for besides jobs: the next timer of the delivery service
+            // or of the tick (true), or key-value writes that the runtime's thread has not
+            // synced for too long (false).
+            let park_due = self.park_sync.as_ref().and_then(|p| {
+                p.due_in(std::time::Duration::from_micros(
+                    config::PARK_SYNC_WAIT_MAX_US,
+                ))
+            });
+            let timer = match wake {
+                Some(at) => {
+                    let now = clock::wall_unix_ms();
+                    let sleep = std::time::Duration::from_millis(at.saturating_sub(now));
+                    match park_due {
+                        Some(due) if due < sleep => Some((due, false)),
+                        _ => Some((sleep, true)),
+                    }
+                }
+                None => park_due.map(|due| (due, false)),
+            };
+            let first = match (timer, self.machine.delivery().in_flight) {
                 // Deferred requests wait: the queue is only looked at, not awaited.
                 _ if !deferred.is_empty() => match rx.try_recv() {
                     Ok(j) => Some(j),
@@ -692,14 +723,18 @@ impl Executor {
                     j = rx.recv() => j,
                     Some(r) = results.recv() => Some(attempted(r)),
                 },
-                (Some(at), _) => {
-                    let now = clock::wall_unix_ms();
-                    let sleep = std::time::Duration::from_millis(at.saturating_sub(now));
+                (Some((sleep, tick)), _) => {
                     tokio::select! {
                         biased;
                         j = rx.recv() => j,
                         Some(r) = results.recv() => Some(attempted(r)),
-                        _ = tokio::time::sleep(sleep) => Some(Job::Tick),
+                        _ = tokio::time::sleep(sleep) => {
+                            if !tick {
+                                self.park_sync_overdue();
+                                continue;
+                            }
+                            Some(Job::Tick)
+                        }
                     }
                 }
             };
@@ -778,6 +813,9 @@ impl Executor {
                     self.lease_gave_up();
                 }
             }
+            // The key-value sync the runtime's thread has not made for a while (it was never
+            // out of work): made here, before this batch adds to it.
+            self.park_sync_overdue();
             // Each reply with the record it waits for (see `kv_seq`).
             let mut pending: Vec<(u64, Pending)> = Vec::with_capacity(batch.len());
             self.shared.in_batch.store(true, Ordering::Relaxed);
@@ -823,6 +861,9 @@ impl Executor {
         }
         self.snapshots.stop();
         // Shutdown: everything written is synced before the process exits.
+        if let Some(p) = &self.park_sync {
+            p.run();
+        }
         if let Some(f) = self.flusher.take() {
             f.stop();
         }
@@ -1446,6 +1487,17 @@ impl Executor {
         }
     }
 
+    /// Syncs the key-value writes that have waited `PARK_SYNC_WAIT_MAX_US` for the runtime's
+    /// thread to park (see `ParkSync`).
+    fn park_sync_overdue(&self) {
+        if let Some(p) = &self.park_sync {
+            let max = std::time::Duration::from_micros(config::PARK_SYNC_WAIT_MAX_US);
+            if p.due_in(max).is_some_and(|d| d.is_zero()) {
+                p.run();
+            }
+        }
+    }
+
     /// Writes the batch's records out and releases its replies when the fsync mode allows.
     fn finish_batch(&mut self, pending: Vec<(u64, Pending)>) {
         if self.cluster.is_some() {
@@ -1497,11 +1549,18 @@ impl Executor {
                         wait.push(p);
                     }
                 }
-                f.send(FlushItem {
+                let item = FlushItem {
                     file: self.wal.current_file(),
                     seq: last,
                     replies: wait,
-                });
+                };
+                // Key-value records are synced on the runtime's thread; a batch of the
+                // delivery service's alone by the flusher, so that no key-value read of
+                // durable state waits on this thread for a publish's sync.
+                match &self.park_sync {
+                    Some(p) if self.kv_seq > durable => p.add(item),
+                    _ => f.send(item),
+                }
             }
             (Some(f), _) => {
                 for (_, p) in pending {
