@@ -50,6 +50,10 @@ pub const EVERYSEC_INTERVAL_MS: u64 = 1000;
 /// them, `ParkSync`) before the executor syncs them itself. Normally a few hundred
 /// microseconds pass; a runtime kept busy by other work reaches this.
 pub const PARK_SYNC_WAIT_MAX_US: u64 = 2000;
+/// always: the runtime's thread makes a key-value sync itself only while the last sync took
+/// less than this; after a slower one the flusher makes them, so that a disk that stalls holds
+/// the HTTP thread (health checks included) for one sync at most, until syncs are fast again.
+pub const PARK_SYNC_FAST_MAX_US: u64 = 1000;
 
 /// Delivery attempts running at once (the worker pool's bound).
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 /// A reply waiting for durability; called with the failure text if the sync failed.
@@ -66,33 +66,47 @@ impl Flusher {
 /// of an idle CPU (the runtime waking the flusher, the flusher waking the runtime); here the
 /// replies are released on the thread that writes them, and every batch the executor runs
 /// until the runtime runs out of work joins the one sync. Should the runtime stay busy for
-/// `PARK_SYNC_WAIT_MAX_US`, the executor syncs instead. The flusher keeps the delivery
-/// service's records, so that a key-value read of durable state never waits on this thread
-/// for a publish's sync.
+/// `PARK_SYNC_WAIT_MAX_US`, the executor syncs instead.
+///
+/// While the runtime's thread syncs, nothing else on the runtime runs, health checks
+/// included. So it syncs only while the disk is quick (the last sync took under
+/// `PARK_SYNC_FAST_MAX_US`) and no other sync is under way (the flusher's, for the delivery
+/// service's records, which it keeps so that no key-value read of durable state waits on this
+/// thread for a publish's sync); otherwise the flusher takes the item.
 #[derive(Default)]
 pub struct ParkSync {
     waiting: AtomicBool,
     /// What waits, and since when.
     item: Mutex<Option<(FlushItem, Instant)>>,
     progress: OnceLock<Arc<Progress>>,
+    /// Until `detach`: the flusher stops once every sender is gone.
+    flusher: Mutex<Option<mpsc::Sender<FlushItem>>>,
 }
 
 impl ParkSync {
-    /// The log's progress, which the syncs move (set once, when the executor starts).
-    pub fn attach(&self, progress: Arc<Progress>) {
+    /// The log's progress, which the syncs move, and the flusher that takes the items this
+    /// thread should not sync (set once, when the executor starts).
+    pub fn attach(&self, progress: Arc<Progress>, flusher: &Flusher) {
         let _ = self.progress.set(progress);
+        *self.flusher.lock().unwrap_or_else(PoisonError::into_inner) = Some(flusher.tx.clone());
+    }
+
+    /// Lets the flusher stop (at shutdown, after the last `run`).
+    pub fn detach(&self) {
+        self.flusher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<(FlushItem, Instant)>> {
+        // Nothing panics while the slot is held; should something, what it holds is whole.
+        self.item.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Adds a batch's replies to the next sync.
     pub fn add(&self, item: FlushItem) {
-        let Ok(mut slot) = self.item.lock() else {
-            // A poisoned lock means a reply panicked while it was held: nothing can be synced
-            // here any more, so the replies say so rather than wait.
-            for r in item.replies {
-                r(Some("ERR the log flusher has stopped"));
-            }
-            return;
-        };
+        let mut slot = self.slot();
         match slot.as_mut() {
             Some((held, _)) => {
                 held.seq = held.seq.max(item.seq);
@@ -109,33 +123,74 @@ impl ParkSync {
         if !self.waiting.load(Ordering::Acquire) {
             return None;
         }
-        let slot = self.item.lock().ok()?;
-        slot.as_ref()
+        self.slot()
+            .as_ref()
             .map(|(_, since)| max.saturating_sub(since.elapsed()))
     }
 
-    /// Syncs what was added, if anything, and releases its replies.
+    /// Syncs what was added, if anything, and releases its replies; or hands it to the
+    /// flusher when this thread should not wait for the disk now.
     pub fn run(&self) {
         if !self.waiting.load(Ordering::Acquire) {
             return;
         }
-        let Some((item, _)) = self.item.lock().ok().and_then(|mut slot| {
+        let Some((item, _)) = ({
+            let mut slot = self.slot();
             self.waiting.store(false, Ordering::Release);
             slot.take()
         }) else {
             return;
         };
-        let failure = match self.progress.get() {
-            Some(progress) => sync(progress, &item.file, item.seq),
-            None => Some("ERR the log flusher has stopped".to_string()),
+        let Some(progress) = self.progress.get() else {
+            return answer(item.replies, Some("ERR the log flusher has stopped"));
         };
-        for r in item.replies {
-            r(failure.as_deref());
+        let one = match progress.sync_lock.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let quick = progress.last_sync_us.load(Ordering::Relaxed) < config::PARK_SYNC_FAST_MAX_US;
+        match one {
+            Some(_one) if quick => {
+                let failure = sync_locked(progress, &item.file, item.seq);
+                answer(item.replies, failure.as_deref());
+            }
+            _ => {
+                let tx = self
+                    .flusher
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                let unsent = match tx {
+                    Some(tx) => tx.send(item).err().map(|mpsc::SendError(item)| item),
+                    // Detached (nothing is added after the shutdown's last run).
+                    None => Some(item),
+                };
+                if let Some(item) = unsent {
+                    answer(item.replies, Some("ERR the log flusher has stopped"));
+                }
+            }
         }
     }
 }
 
+fn answer(replies: Vec<Pending>, failure: Option<&str>) {
+    for r in replies {
+        r(failure);
+    }
+}
+
+/// One sync of the log up to `seq` (none if it is durable already), after any other.
 fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
+    let _one = shared
+        .sync_lock
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    sync_locked(shared, file, seq)
+}
+
+/// `sync`, with `sync_lock` held by the caller.
+fn sync_locked(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     if let Some(why) = shared.fsync_failed.get() {
         return Some(crate::reply::errors::log_failed(why));
     }
@@ -143,9 +198,15 @@ fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
         return None;
     }
     let started = Instant::now();
-    match sync_data(file) {
+    let done = sync_data(file);
+    let took = started.elapsed();
+    shared.last_sync_us.store(
+        u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    match done {
         Ok(()) => {
-            shared.sync_seconds.observe(started.elapsed());
+            shared.sync_seconds.observe(took);
             // Two threads may sync (the flusher, and the runtime's in `ParkSync`): the
             // position only moves forward.
             shared.durable_seq.fetch_max(seq, Ordering::SeqCst);
@@ -261,6 +322,87 @@ mod tests {
         })
     }
 
+    /// A reply that notes the name of the thread that released it.
+    fn reply_on(into: &Arc<StdMutex<Vec<String>>>) -> Pending {
+        let into = into.clone();
+        Box::new(move |_: Option<&str>| {
+            if let Ok(mut v) = into.lock() {
+                v.push(std::thread::current().name().unwrap_or("").to_string());
+            }
+        })
+    }
+
+    fn released(got: &Arc<StdMutex<Vec<String>>>) -> Vec<String> {
+        for _ in 0..500 {
+            let now = got.lock().map(|v| v.clone()).unwrap_or_default();
+            if !now.is_empty() {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Vec::new()
+    }
+
+    /// Guards the HTTP thread against a slow disk: while another sync is under way, or after a
+    /// sync slower than `PARK_SYNC_FAST_MAX_US`, the runtime's thread does not wait for the disk
+    /// itself; the flusher syncs the item, and the call returns at once.
+    #[test]
+    fn a_park_sync_hands_its_item_to_the_flusher_while_a_sync_is_under_way_or_the_disk_is_slow() {
+        let (path, f) = file();
+        let progress = Arc::new(Progress::default());
+        let flusher = Flusher::start(FsyncMode::Always, progress.clone());
+        let park = Arc::new(ParkSync::default());
+        park.attach(progress.clone(), &flusher);
+        // Another sync under way: the flusher waits for it, the hook does not.
+        let got = Arc::new(StdMutex::new(Vec::new()));
+        let held = progress
+            .sync_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        park.add(FlushItem {
+            file: f.clone(),
+            seq: 1,
+            replies: vec![reply_on(&got)],
+        });
+        park.run();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(got.lock().map(|v| v.is_empty()).unwrap_or(false));
+        drop(held);
+        assert_eq!(released(&got), vec!["flusher".to_string()]);
+        assert_eq!(progress.durable_seq.load(Ordering::SeqCst), 1);
+        // The last sync was slow: the flusher again.
+        let got = Arc::new(StdMutex::new(Vec::new()));
+        progress
+            .last_sync_us
+            .store(config::PARK_SYNC_FAST_MAX_US, Ordering::Relaxed);
+        park.add(FlushItem {
+            file: f.clone(),
+            seq: 2,
+            replies: vec![reply_on(&got)],
+        });
+        park.run();
+        assert_eq!(released(&got), vec!["flusher".to_string()]);
+        // Quick again: on the calling thread.
+        let got = Arc::new(StdMutex::new(Vec::new()));
+        progress.last_sync_us.store(0, Ordering::Relaxed);
+        park.add(FlushItem {
+            file: f.clone(),
+            seq: 3,
+            replies: vec![reply_on(&got)],
+        });
+        let on_runtime = park.clone();
+        std::thread::Builder::new()
+            .name("runtime".into())
+            .spawn(move || on_runtime.run())
+            .and_then(|t| t.join().map_err(|_| std::io::Error::other("panicked")))
+            .expect("the calling thread");
+        assert_eq!(released(&got), vec!["runtime".to_string()]);
+        assert_eq!(progress.durable_seq.load(Ordering::SeqCst), 3);
+        park.detach();
+        flusher.stop();
+        let _ = std::fs::remove_file(path);
+    }
+
     /// Guards the runtime's key-value syncs: batches added before a park share one sync, which
     /// moves the durable position to the last of them and releases every reply; nothing is
     /// released before, and the age that the executor's fallback reads starts at the first.
@@ -268,8 +410,9 @@ mod tests {
     fn a_park_sync_releases_every_batch_added_since_the_last_one_with_one_sync() {
         let (path, f) = file();
         let progress = Arc::new(Progress::default());
+        let flusher = Flusher::start(FsyncMode::Always, progress.clone());
         let park = ParkSync::default();
-        park.attach(progress.clone());
+        park.attach(progress.clone(), &flusher);
         let got = Arc::new(StdMutex::new(Vec::new()));
         assert_eq!(park.due_in(Duration::from_millis(2)), None);
         park.run();
@@ -293,6 +436,8 @@ mod tests {
             vec![None; 4]
         );
         assert_eq!(park.due_in(Duration::ZERO), None);
+        park.detach();
+        flusher.stop();
         let _ = std::fs::remove_file(path);
     }
 }

@@ -278,6 +278,9 @@ pub struct Executor {
     /// read waits for it to be durable (it may show what it changed), and not for the
     /// delivery records after it, which no key-value read can show.
     kv_seq: u64,
+    /// The last record written before the batch that runs now (a batch whose records are all
+    /// past it and none past `kv_seq` wrote the delivery service's records alone).
+    batch_start_seq: u64,
     /// The last record accounted for in `kv_seq` or as the delivery service's: a record past
     /// it at the start of a batch was written between batches (a snapshot's) and counts as
     /// key-value.
@@ -522,7 +525,9 @@ pub fn start(
         mode => Some(Flusher::start(mode, shared.log.clone())),
     };
     let park_sync = match (&flusher, fsync) {
-        (Some(_), FsyncMode::Always) => setup.park_sync.inspect(|p| p.attach(shared.log.clone())),
+        (Some(f), FsyncMode::Always) => {
+            setup.park_sync.inspect(|p| p.attach(shared.log.clone(), f))
+        }
         _ => None,
     };
     let (tx, rx) = mpsc::channel(config::EXECUTOR_QUEUE_JOBS_MAX);
@@ -545,6 +550,7 @@ pub fn start(
         flusher,
         park_sync,
         kv_seq: 0,
+        batch_start_seq: 0,
         accounted_seq: 0,
         shared: shared.clone(),
         pubsubs: BTreeMap::new(),
@@ -822,6 +828,7 @@ impl Executor {
             if self.wal.last_seq() > self.accounted_seq {
                 self.kv_seq = self.wal.last_seq();
             }
+            self.batch_start_seq = self.wal.last_seq();
             // The delivery service's jobs after the others: every job of a batch is in flight
             // at once, so any order among them is one the clients could see, and a key-value
             // request then does not wait behind the publishes that came with it.
@@ -863,6 +870,7 @@ impl Executor {
         // Shutdown: everything written is synced before the process exits.
         if let Some(p) = &self.park_sync {
             p.run();
+            p.detach();
         }
         if let Some(f) = self.flusher.take() {
             f.stop();
@@ -1493,7 +1501,10 @@ impl Executor {
         if let Some(p) = &self.park_sync {
             let max = std::time::Duration::from_micros(config::PARK_SYNC_WAIT_MAX_US);
             if p.due_in(max).is_some_and(|d| d.is_zero()) {
+                // A sync here is the executor's time, which `/readyz`'s watch counts.
+                let was = self.shared.in_batch.swap(true, Ordering::Relaxed);
                 p.run();
+                self.shared.in_batch.store(was, Ordering::Relaxed);
             }
         }
     }
@@ -1554,11 +1565,13 @@ impl Executor {
                     seq: last,
                     replies: wait,
                 };
-                // Key-value records are synced on the runtime's thread; a batch of the
-                // delivery service's alone by the flusher, so that no key-value read of
-                // durable state waits on this thread for a publish's sync.
+                // Key-value records, and replies that wait for them, are synced on the
+                // runtime's thread; a batch that wrote the delivery service's records alone by
+                // the flusher (its sync covers any key-value record before them), so that no
+                // key-value read of durable state waits on this thread for a publish's sync.
+                let delivery_alone = wrote && self.kv_seq <= self.batch_start_seq;
                 match &self.park_sync {
-                    Some(p) if self.kv_seq > durable => p.add(item),
+                    Some(p) if self.kv_seq > durable && !delivery_alone => p.add(item),
                     _ => f.send(item),
                 }
             }

@@ -37,6 +37,12 @@ pub struct Progress {
     pub synced: tokio::sync::Notify,
     /// How long each sync took (`GET /metrics`).
     pub sync_seconds: crate::metrics::Seconds,
+    /// Held across each sync of the log, by whichever thread makes it (the flusher, or the
+    /// runtime's in `ParkSync`): the kernel reports a write-back error to one `fdatasync` of the
+    /// file only, so a sync must start after the last one's failure is known.
+    pub sync_lock: std::sync::Mutex<()>,
+    /// How long the last sync took, in microseconds.
+    pub last_sync_us: AtomicU64,
 }
 
 impl Progress {

@@ -306,9 +306,89 @@ fn a_read_waits_for_the_key_value_records_it_may_show_and_no_others() {
         read2.recv_timeout(Duration::from_millis(300)).is_err(),
         "a GET answered from a write that was not durable"
     );
+    // The HTTP thread waits for none of it: the key-value sync waits on the flusher, behind
+    // the sync it has under way, not on the runtime's thread.
+    let mut anon = Http::connect(&server.addr, "");
+    let health = run(Box::new(move || format!("{}", anon.get("/healthz").status)));
+    assert_eq!(
+        health.recv_timeout(Duration::from_secs(20)).as_deref(),
+        Ok("200"),
+        "a health check waited for a held sync"
+    );
     std::fs::remove_file(&hold).expect("release");
     let wait = Duration::from_secs(20);
     assert_eq!(published.recv_timeout(wait).as_deref(), Ok("200"));
     assert_eq!(set.recv_timeout(wait).as_deref(), Ok(r#"Str([79, 75])"#));
     assert_eq!(read2.recv_timeout(wait).as_deref(), Ok(r#"Str([50])"#));
+}
+
+/// Issue 28: the HTTP thread makes key-value syncs itself only while the disk is quick. Its
+/// first sync on a disk that stalls holds it (and every request on it) until the disk answers,
+/// as redis-server's loop is held; after that slow sync the flusher makes them, so that a
+/// second stall holds the writes and the reads that may show them, and not a health check.
+#[test]
+fn after_one_slow_sync_the_flusher_makes_the_key_value_syncs_and_health_checks_answer() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let dir = TempDir::new("fault-slow");
+    let data = dir.path().join("data");
+    let hold = dir.path().join("hold-syncs");
+    let server = Server::try_start_env(
+        &data,
+        &["--fsync", "always"],
+        &[(
+            "TIDEPOOL_FAULT_FSYNC_HOLD",
+            hold.to_str().expect("utf-8 path"),
+        )],
+    )
+    .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let mut c = server.client();
+    assert_eq!(c.cmd_str(&["SET", "a", "1"]), Canon::Str(b"OK".to_vec()));
+    let run = |f: Box<dyn FnOnce() -> String + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx
+    };
+    // The first stall: the HTTP thread's own sync waits for the disk.
+    std::fs::write(&hold, b"").expect("hold file");
+    let mut w = server.client();
+    let first = run(Box::new(move || {
+        format!("{:?}", w.cmd_str(&["SET", "b", "2"]))
+    }));
+    assert!(first.recv_timeout(Duration::from_millis(500)).is_err());
+    std::fs::remove_file(&hold).expect("release");
+    let wait = Duration::from_secs(20);
+    assert_eq!(first.recv_timeout(wait).as_deref(), Ok(r#"Str([79, 75])"#));
+    // The second: the flusher waits, the HTTP thread answers what needs no sync.
+    std::fs::write(&hold, b"").expect("hold file");
+    let mut w = server.client();
+    let second = run(Box::new(move || {
+        format!("{:?}", w.cmd_str(&["SET", "c", "3"]))
+    }));
+    assert!(second.recv_timeout(Duration::from_millis(300)).is_err());
+    let mut r = server.client();
+    let read = run(Box::new(move || format!("{:?}", r.cmd_str(&["GET", "c"]))));
+    let mut anon = Http::connect(&server.addr, "");
+    let health = run(Box::new(move || format!("{}", anon.get("/healthz").status)));
+    assert_eq!(
+        health.recv_timeout(wait).as_deref(),
+        Ok("200"),
+        "a health check waited for a sync after the disk had been slow"
+    );
+    assert!(
+        read.recv_timeout(Duration::from_millis(100)).is_err(),
+        "a GET answered from a write that was not durable"
+    );
+    std::fs::remove_file(&hold).expect("release");
+    assert_eq!(second.recv_timeout(wait).as_deref(), Ok(r#"Str([79, 75])"#));
+    assert_eq!(read.recv_timeout(wait).as_deref(), Ok(r#"Str([51])"#));
+    // Quick again: writes go on being acknowledged.
+    for i in 0..20 {
+        assert_eq!(
+            c.cmd_str(&["SET", &format!("k{i}"), "v"]),
+            Canon::Str(b"OK".to_vec())
+        );
+    }
 }
