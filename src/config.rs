@@ -54,6 +54,12 @@ pub const PARK_SYNC_WAIT_MAX_US: u64 = 2000;
 /// less than this; after a slower one the flusher makes them, so that a disk that stalls holds
 /// the HTTP thread (health checks included) for one sync at most, until syncs are fast again.
 pub const PARK_SYNC_FAST_MAX_US: u64 = 1000;
+/// always: a sync this long is a stall of the disk, after which the flusher makes the
+/// key-value syncs for `PARK_SYNC_STALL_PAUSE_MS`, so that a disk that stalls now and then holds
+/// the HTTP thread once in that time, not at every stall. (A sync between the two bounds sends
+/// the next one to the flusher only: a millisecond now and then is usual on a busy disk.)
+pub const PARK_SYNC_STALL_US: u64 = 50_000;
+pub const PARK_SYNC_STALL_PAUSE_MS: u64 = 10_000;
 
 /// Delivery attempts running at once (the worker pool's bound).
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;

@@ -128,6 +128,18 @@ impl ParkSync {
             .map(|(_, since)| max.saturating_sub(since.elapsed()))
     }
 
+    /// Whether the disk is quick enough for the runtime's thread to wait for it: the last sync
+    /// took under `PARK_SYNC_FAST_MAX_US`, and none stalled (`PARK_SYNC_STALL_US`) in the last
+    /// `PARK_SYNC_STALL_PAUSE_MS`.
+    pub fn quick(&self) -> bool {
+        self.progress.get().is_some_and(|p| {
+            p.last_sync_us.load(Ordering::Relaxed) < config::PARK_SYNC_FAST_MAX_US
+                && crate::clock::wall_unix_ms()
+                    .saturating_sub(p.stalled_at_ms.load(Ordering::Relaxed))
+                    >= config::PARK_SYNC_STALL_PAUSE_MS
+        })
+    }
+
     /// Syncs what was added, if anything, and releases its replies; or hands it to the
     /// flusher when this thread should not wait for the disk now.
     pub fn run(&self) {
@@ -144,29 +156,29 @@ impl ParkSync {
         let Some(progress) = self.progress.get() else {
             return answer(item.replies, Some("ERR the log flusher has stopped"));
         };
+        let tx = self
+            .flusher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(tx) = tx else {
+            // Detached at shutdown, which syncs everything written: this thread waits its turn.
+            let failure = sync(progress, &item.file, item.seq);
+            return answer(item.replies, failure.as_deref());
+        };
         let one = match progress.sync_lock.try_lock() {
             Ok(g) => Some(g),
             Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
             Err(TryLockError::WouldBlock) => None,
         };
-        let quick = progress.last_sync_us.load(Ordering::Relaxed) < config::PARK_SYNC_FAST_MAX_US;
         match one {
-            Some(_one) if quick => {
+            Some(one) if self.quick() => {
                 let failure = sync_locked(progress, &item.file, item.seq);
+                drop(one);
                 answer(item.replies, failure.as_deref());
             }
             _ => {
-                let tx = self
-                    .flusher
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone();
-                let unsent = match tx {
-                    Some(tx) => tx.send(item).err().map(|mpsc::SendError(item)| item),
-                    // Detached (nothing is added after the shutdown's last run).
-                    None => Some(item),
-                };
-                if let Some(item) = unsent {
+                if let Err(mpsc::SendError(item)) = tx.send(item) {
                     answer(item.replies, Some("ERR the log flusher has stopped"));
                 }
             }
@@ -180,8 +192,9 @@ fn answer(replies: Vec<Pending>, failure: Option<&str>) {
     }
 }
 
-/// One sync of the log up to `seq` (none if it is durable already), after any other.
-fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
+/// One sync of the log up to `seq` (none if it is durable already), after any other; the
+/// failure's text, if it failed now or before.
+pub fn sync(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     let _one = shared
         .sync_lock
         .lock()
@@ -200,10 +213,13 @@ fn sync_locked(shared: &Progress, file: &File, seq: u64) -> Option<String> {
     let started = Instant::now();
     let done = sync_data(file);
     let took = started.elapsed();
-    shared.last_sync_us.store(
-        u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-        Ordering::Relaxed,
-    );
+    let took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+    shared.last_sync_us.store(took_us, Ordering::Relaxed);
+    if took_us >= config::PARK_SYNC_STALL_US {
+        shared
+            .stalled_at_ms
+            .store(crate::clock::wall_unix_ms(), Ordering::Relaxed);
+    }
     match done {
         Ok(()) => {
             shared.sync_seconds.observe(took);
@@ -257,8 +273,9 @@ fn always(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
     while let Ok(first) = rx.recv() {
         let mut items = vec![first];
         items.extend(rx.try_iter());
-        let seq = items.iter().map(|i| i.seq).max().unwrap_or(0);
-        let file = items[items.len() - 1].file.clone();
+        let Some((seq, file)) = newest(&items) else {
+            continue;
+        };
         let failure = sync(shared, &file, seq);
         for item in items {
             for r in item.replies {
@@ -266,6 +283,16 @@ fn always(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
             }
         }
     }
+}
+
+/// The last record the items need and its segment. Items may come out of order (one handed
+/// over by the runtime's thread after a later batch's, which may be in a newer segment), and
+/// every older segment was synced when it was closed.
+fn newest(items: &[FlushItem]) -> Option<(u64, Arc<File>)> {
+    items
+        .iter()
+        .max_by_key(|i| i.seq)
+        .map(|i| (i.seq, i.file.clone()))
 }
 
 fn every_second(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
@@ -322,6 +349,33 @@ mod tests {
         })
     }
 
+    /// Guards the flusher against items out of order: an item handed over by the runtime's
+    /// thread after a later batch's must not make it sync the older segment only, and count
+    /// the newer one's records durable.
+    #[test]
+    fn the_flusher_syncs_the_segment_of_the_newest_record_whatever_the_order() {
+        let (old_path, old) = file();
+        let (new_path, new) = file();
+        let items = vec![
+            FlushItem {
+                file: new.clone(),
+                seq: 101,
+                replies: Vec::new(),
+            },
+            FlushItem {
+                file: old.clone(),
+                seq: 100,
+                replies: Vec::new(),
+            },
+        ];
+        let (seq, file) = newest(&items).expect("items");
+        assert_eq!(seq, 101);
+        assert!(Arc::ptr_eq(&file, &new));
+        assert!(newest(&[]).is_none());
+        let _ = std::fs::remove_file(old_path);
+        let _ = std::fs::remove_file(new_path);
+    }
+
     /// A reply that notes the name of the thread that released it.
     fn reply_on(into: &Arc<StdMutex<Vec<String>>>) -> Pending {
         let into = into.clone();
@@ -375,6 +429,8 @@ mod tests {
         progress
             .last_sync_us
             .store(config::PARK_SYNC_FAST_MAX_US, Ordering::Relaxed);
+        progress.stalled_at_ms.store(0, Ordering::Relaxed);
+        assert!(!park.quick());
         park.add(FlushItem {
             file: f.clone(),
             seq: 2,
@@ -382,9 +438,16 @@ mod tests {
         });
         park.run();
         assert_eq!(released(&got), vec!["flusher".to_string()]);
-        // Quick again: on the calling thread.
+        // A quick last sync after a stall a moment ago: still the flusher's.
+        progress.last_sync_us.store(0, Ordering::Relaxed);
+        progress
+            .stalled_at_ms
+            .store(crate::clock::wall_unix_ms(), Ordering::Relaxed);
+        assert!(!park.quick());
+        // Quick again, and no stall for a while: on the calling thread.
         let got = Arc::new(StdMutex::new(Vec::new()));
         progress.last_sync_us.store(0, Ordering::Relaxed);
+        progress.stalled_at_ms.store(0, Ordering::Relaxed);
         park.add(FlushItem {
             file: f.clone(),
             seq: 3,

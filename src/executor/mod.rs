@@ -278,8 +278,8 @@ pub struct Executor {
     /// read waits for it to be durable (it may show what it changed), and not for the
     /// delivery records after it, which no key-value read can show.
     kv_seq: u64,
-    /// The last record written before the batch that runs now (a batch whose records are all
-    /// past it and none past `kv_seq` wrote the delivery service's records alone).
+    /// The last record written before the batch that runs now: a batch that wrote records and
+    /// left `kv_seq` at or before it wrote the delivery service's records alone.
     batch_start_seq: u64,
     /// The last record accounted for in `kv_seq` or as the delivery service's: a record past
     /// it at the start of a batch was written between batches (a snapshot's) and counts as
@@ -516,6 +516,8 @@ pub fn start(
         Some(Point::Seq(_)) => Some(wal.next_timestamp(0)),
         None => None,
     };
+    // The writer's own syncs (a segment closed) take the same lock as the flusher's.
+    wal.share_progress(shared.log.clone());
     let flusher = match fsync {
         // Read-only at a past point: nothing is ever written, so nothing is synced.
         _ if read_only.is_some() => None,
@@ -876,8 +878,10 @@ impl Executor {
             f.stop();
         }
         if self.poisoned().is_none() {
-            if let Err(e) = self.wal.current_file().sync_data() {
-                crate::log::line(&format!("error: final sync of the log failed: {e}"));
+            // After any other sync of the log, as every sync is (`flusher::sync`).
+            let (file, last) = (self.wal.current_file(), self.wal.last_seq());
+            if let Some(why) = flusher::sync(&self.shared.log, &file, last) {
+                crate::log::line(&format!("error: final sync of the log failed: {why}"));
             }
         }
         if let Some(done) = shutdown {
@@ -1569,9 +1573,10 @@ impl Executor {
                 // runtime's thread; a batch that wrote the delivery service's records alone by
                 // the flusher (its sync covers any key-value record before them), so that no
                 // key-value read of durable state waits on this thread for a publish's sync.
+                // A slow disk's syncs are the flusher's too, at once (see `ParkSync::quick`).
                 let delivery_alone = wrote && self.kv_seq <= self.batch_start_seq;
                 match &self.park_sync {
-                    Some(p) if self.kv_seq > durable && !delivery_alone => p.add(item),
+                    Some(p) if self.kv_seq > durable && !delivery_alone && p.quick() => p.add(item),
                     _ => f.send(item),
                 }
             }

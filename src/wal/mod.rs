@@ -43,6 +43,8 @@ pub struct Progress {
     pub sync_lock: std::sync::Mutex<()>,
     /// How long the last sync took, in microseconds.
     pub last_sync_us: AtomicU64,
+    /// When a sync last took `PARK_SYNC_STALL_US` or more (Unix milliseconds; 0: never).
+    pub stalled_at_ms: AtomicU64,
 }
 
 impl Progress {

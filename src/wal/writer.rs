@@ -37,6 +37,9 @@ pub struct WalWriter {
     /// A cluster node's writer: it frames records and numbers them, and the batch's frames
     /// go to the cluster's log instead of a segment (`take_buffered`).
     detached: bool,
+    /// The log's progress, shared with the threads that sync it: the writer's own syncs (a
+    /// segment closed) take its lock, and a failure of one is known to them all.
+    progress: Option<Arc<super::Progress>>,
 }
 
 impl WalWriter {
@@ -75,6 +78,7 @@ impl WalWriter {
             poisoned: None,
             rotate_failed_said: false,
             detached: false,
+            progress: None,
         })
     }
 
@@ -127,6 +131,7 @@ impl WalWriter {
             poisoned: Some(why),
             rotate_failed_said: false,
             detached: false,
+            progress: None,
         })
     }
 
@@ -144,6 +149,37 @@ impl WalWriter {
 
     pub fn poisoned(&self) -> Option<&str> {
         self.poisoned.as_deref()
+    }
+
+    /// Shares the log's progress with this writer (see `progress`).
+    pub fn share_progress(&mut self, progress: Arc<super::Progress>) {
+        self.progress = Some(progress);
+    }
+
+    /// Syncs the current segment before it is closed, after any other sync of the log and
+    /// never after one failed: the kernel reports a write-back error to one `fdatasync` of the
+    /// file only. A failure poisons the log here and for every thread that syncs it.
+    fn sync_segment(&mut self, what: &str) -> io::Result<()> {
+        let progress = self.progress.clone();
+        let _one = progress.as_ref().map(|p| {
+            p.sync_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        });
+        if let Some(why) = progress.as_ref().and_then(|p| p.fsync_failed.get()) {
+            let why = why.clone();
+            self.poison(why.clone());
+            return Err(io::Error::other(why));
+        }
+        if let Err(e) = self.file.sync_data() {
+            let why = format!("{what}: {e}");
+            self.poison(why.clone());
+            if let Some(p) = &progress {
+                let _ = p.fsync_failed.set(why);
+            }
+            return Err(e);
+        }
+        Ok(())
     }
 
     pub fn poison(&mut self, why: String) {
@@ -215,12 +251,7 @@ impl WalWriter {
             // disk) does not: what was written is in the current segment, which goes on
             // taking records past its usual size while it can, and the next write tries the
             // new segment again.
-            if let Err(e) = self.file.sync_data() {
-                self.poison(format!(
-                    "syncing the log segment before the next failed: {e}"
-                ));
-                return Err(e);
-            }
+            self.sync_segment("syncing the log segment before the next failed")?;
             if let Err(e) = self.rotate() {
                 if !self.rotate_failed_said {
                     crate::log::line(&format!(
@@ -256,15 +287,12 @@ impl WalWriter {
         // The current segment is synced first: a failed sync poisons the log as any does. A
         // new segment that cannot be created (a full disk) fails the roll, and the snapshot
         // that asked for it, but the current segment takes writes while it has room.
-        if let Err(e) = self.file.sync_data() {
-            self.poison(format!("syncing the log before a new segment failed: {e}"));
-            return Err(e);
-        }
+        self.sync_segment("syncing the log before a new segment failed")?;
         self.rotate()
     }
 
+    /// Starts the next segment; the current one was synced by the caller.
     fn rotate(&mut self) -> io::Result<()> {
-        self.file.sync_data()?;
         crate::fault::no_space("segment-create")?;
         let (file, len) = create_segment(&self.dir, self.next_seq)?;
         self.file = Arc::new(file);
@@ -306,4 +334,46 @@ fn create_segment(dir: &Path, first_seq: u64) -> io::Result<(File, u64)> {
 /// Makes a directory entry (a created or removed file) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Rec;
+
+    impl super::super::Payload for Rec {
+        fn kind(&self) -> u8 {
+            1
+        }
+        fn encode_payload(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(b"x");
+        }
+    }
+
+    /// Guards the writer's own syncs (a segment closed) against a failure another thread's
+    /// sync saw: the kernel reports a write-back error once, so a later sync of the same file
+    /// may succeed over lost data. After the log failed elsewhere, closing a segment fails and
+    /// poisons the writer; a failure of its own is known to the other threads.
+    #[test]
+    fn a_segment_is_never_closed_by_a_sync_after_the_log_failed_elsewhere() {
+        let dir = std::env::temp_dir().join(format!(
+            "tidepool-writer-sync-{}-{}",
+            std::process::id(),
+            crate::clock::wall_unix_us()
+        ));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut w = WalWriter::open(&dir, None, 1, 0, 1 << 20).expect("writer");
+        let progress = Arc::new(super::super::Progress::default());
+        w.share_progress(progress.clone());
+        w.append(1, &Rec);
+        assert!(w.roll().is_ok(), "a healthy log closes its segment");
+        w.append(2, &Rec);
+        let _ = progress
+            .fsync_failed
+            .set("fdatasync failed: injected".to_string());
+        assert!(w.roll().is_err());
+        assert!(w.poisoned().is_some_and(|why| why.contains("injected")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
