@@ -242,26 +242,43 @@ fn readiness_fails_when_the_log_refuses_writes() {
     assert_eq!(anon.get("/healthz").status, 200);
 }
 
-/// Issue 27: a key-value read waits for the key-value records it may show to be durable, and
-/// not for the delivery service's. While the disk holds a sync, a publish (a delivery record)
-/// waits for it, and a GET of a key written and synced before answers at once; then a SET
-/// waits, and a GET of the key it set waits with it (it would show a write a crash could lose).
-#[test]
-fn a_read_waits_for_the_key_value_records_it_may_show_and_no_others() {
-    use std::sync::mpsc;
-    use std::time::Duration;
-    let dir = TempDir::new("fault-hold");
+/// A server with `--fsync always` whose syncs wait while the file it returns exists (a disk
+/// that stalls for as long as a test needs), and the directory that holds both.
+fn with_held_syncs(name: &str, args: &[&str]) -> (TempDir, std::path::PathBuf, Server) {
+    let dir = TempDir::new(name);
     let data = dir.path().join("data");
     let hold = dir.path().join("hold-syncs");
+    let mut all = vec!["--fsync", "always"];
+    all.extend_from_slice(args);
     let server = Server::try_start_env(
         &data,
-        &["--fsync", "always", "--qstash-token", QSTASH_TOKEN],
+        &all,
         &[(
             "TIDEPOOL_FAULT_FSYNC_HOLD",
             hold.to_str().expect("utf-8 path"),
         )],
     )
     .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    (dir, hold, server)
+}
+
+/// Runs `f` on a thread of its own; its answer comes on the channel.
+fn in_background(f: Box<dyn FnOnce() -> String + Send>) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+/// Issue 27: a key-value read waits for the key-value records it may show to be durable, and
+/// not for the delivery service's. While the disk holds a sync, a publish (a delivery record)
+/// waits for it, and a GET of a key written and synced before answers at once; then a SET
+/// waits, and a GET of the key it set waits with it (it would show a write a crash could lose).
+#[test]
+fn a_read_waits_for_the_key_value_records_it_may_show_and_no_others() {
+    use std::time::Duration;
+    let (_dir, hold, server) = with_held_syncs("fault-hold", &["--qstash-token", QSTASH_TOKEN]);
     let mut c = server.client();
     assert_eq!(
         c.cmd_str(&["SET", "synced", "1"]),
@@ -269,13 +286,7 @@ fn a_read_waits_for_the_key_value_records_it_may_show_and_no_others() {
     );
     std::fs::write(&hold, b"").expect("hold file");
     // In the background, each on its own connection: what waits for the held sync.
-    let run = |f: Box<dyn FnOnce() -> String + Send>| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(f());
-        });
-        rx
-    };
+    let run = in_background;
     let mut q = server.qstash();
     let published = run(Box::new(move || {
         let r = q.request("POST", "/v2/publish/http://127.0.0.1:9/x", &[], b"x");
@@ -328,29 +339,11 @@ fn a_read_waits_for_the_key_value_records_it_may_show_and_no_others() {
 /// second stall holds the writes and the reads that may show them, and not a health check.
 #[test]
 fn after_one_slow_sync_the_flusher_makes_the_key_value_syncs_and_health_checks_answer() {
-    use std::sync::mpsc;
     use std::time::Duration;
-    let dir = TempDir::new("fault-slow");
-    let data = dir.path().join("data");
-    let hold = dir.path().join("hold-syncs");
-    let server = Server::try_start_env(
-        &data,
-        &["--fsync", "always"],
-        &[(
-            "TIDEPOOL_FAULT_FSYNC_HOLD",
-            hold.to_str().expect("utf-8 path"),
-        )],
-    )
-    .unwrap_or_else(|e| panic!("tidepool did not start: {e}"));
+    let (_dir, hold, server) = with_held_syncs("fault-slow", &[]);
     let mut c = server.client();
     assert_eq!(c.cmd_str(&["SET", "a", "1"]), Canon::Str(b"OK".to_vec()));
-    let run = |f: Box<dyn FnOnce() -> String + Send>| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(f());
-        });
-        rx
-    };
+    let run = in_background;
     // The first stall: the HTTP thread's own sync waits for the disk.
     std::fs::write(&hold, b"").expect("hold file");
     let mut w = server.client();
