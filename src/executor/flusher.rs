@@ -1,6 +1,8 @@
-//! The thread that syncs the log. With `always`, replies wait here until one `fdatasync` covers
-//! their batch, and every batch that arrived meanwhile shares that sync (group commit). With
-//! `everysec`, it syncs at most a second after a write. A failed sync is final: the log is
+//! Who syncs the log. With `always`, replies wait until one `fdatasync` covers their batch,
+//! and every batch that arrived meanwhile shares that sync (group commit): key-value writes'
+//! syncs are made by the runtime's own thread when it parks (`ParkSync`) while the disk is
+//! quick, the others by the flusher thread. With `everysec`, the flusher syncs at most a second
+//! after a write. Every sync takes the log's one lock. A failed sync is final: the log is
 //! poisoned, waiting replies get an error, and the executor refuses further writes.
 
 use crate::config::{self, FsyncMode};
@@ -69,10 +71,11 @@ impl Flusher {
 /// `PARK_SYNC_WAIT_MAX_US`, the executor syncs instead.
 ///
 /// While the runtime's thread syncs, nothing else on the runtime runs, health checks
-/// included. So it syncs only while the disk is quick (the last sync took under
-/// `PARK_SYNC_FAST_MAX_US`) and no other sync is under way (the flusher's, for the delivery
-/// service's records, which it keeps so that no key-value read of durable state waits on this
-/// thread for a publish's sync); otherwise the flusher takes the item.
+/// included. So it syncs only while the disk is quick (`quick`: the last sync took under
+/// `PARK_SYNC_FAST_MAX_US`, and none stalled lately) and no other sync is under way (the
+/// flusher's, for the delivery service's records, which it keeps so that no key-value read of
+/// durable state waits on this thread for a publish's sync); otherwise the flusher takes the
+/// item.
 #[derive(Default)]
 pub struct ParkSync {
     waiting: AtomicBool,
@@ -331,10 +334,12 @@ mod tests {
     use std::sync::Mutex as StdMutex;
 
     fn file() -> (std::path::PathBuf, Arc<File>) {
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let path = std::env::temp_dir().join(format!(
-            "tidepool-park-sync-{}-{}",
+            "tidepool-park-sync-{}-{}-{}",
             std::process::id(),
-            crate::clock::wall_unix_us()
+            crate::clock::wall_unix_us(),
+            MADE.fetch_add(1, Ordering::Relaxed)
         ));
         let f = File::create(&path).expect("temp file");
         (path, Arc::new(f))
