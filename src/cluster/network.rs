@@ -742,6 +742,40 @@ fn answer<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
     }
 }
 
+/// A node whose directory was emptied under the same id has forgotten the entries it held for
+/// a majority and the vote it gave. Were it to vote, it could elect a node that lacks an entry
+/// it had helped commit (it and one other held the entry, the third did not), and the new
+/// leader would replace that entry. So a node with no log and no snapshot grants no vote to a
+/// candidate whose log goes past the cluster's first entry (the membership at index 0, which
+/// the nodes of a first formation vote on) until a leader has given it entries: the refusal to
+/// send, or None to let openraft decide.
+fn forgot_its_log(
+    raft: &Raft<TypeConfig>,
+    req: &VoteRequest<NodeId>,
+) -> Option<VoteResponse<NodeId>> {
+    let (empty, vote) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        (m.last_log_index.is_none() && m.snapshot.is_none(), m.vote)
+    };
+    let past_first = req.last_log_id.is_some_and(|l| l.index > 0);
+    if !empty || !past_first {
+        return None;
+    }
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::log::line(&format!(
+            "cluster: this node holds no log; it refuses node {}'s vote request (and any for a log past the first entry) until a leader has given it entries",
+            req.vote.leader_id().voted_for().unwrap_or_default()
+        ));
+    }
+    Some(VoteResponse {
+        vote,
+        vote_granted: false,
+        last_log_id: None,
+    })
+}
+
 /// One message from a peer, for the local node.
 pub async fn handle(
     mut req: Request<hyper::body::Incoming>,
@@ -833,7 +867,10 @@ pub async fn handle(
             Err(r) => r,
         },
         "/raft/vote" => match decode::<VoteRequest<NodeId>>(&body) {
-            Ok(m) => answer(&raft.vote(m).await),
+            Ok(m) => match forgot_its_log(raft, &m) {
+                Some(refusal) => answer(&Ok::<_, RaftError<NodeId>>(refusal)),
+                None => answer(&raft.vote(m).await),
+            },
             Err(r) => r,
         },
         "/raft/snapshot" => match decode::<SnapshotChunk>(&body) {

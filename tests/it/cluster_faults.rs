@@ -1557,3 +1557,47 @@ fn a_leader_restarted_on_an_old_snapshot_answers_nothing_from_it() {
         );
     }
 }
+
+/// A leader restarted on an empty directory must not elect, by its vote, a node that lacks an
+/// entry it had helped commit. The write is committed by the leader and one follower while
+/// the other is stopped; then that follower is stopped, the leader emptied and restarted, and
+/// the lagging node resumes: with the emptied node's vote it would lead and replace the write
+/// (found by the fault schedules on 2026-11-27). It may lead only once the follower that holds
+/// the write is back, and the write survives.
+#[test]
+fn an_emptied_leader_elects_no_node_that_lacks_a_write_it_helped_commit() {
+    let mut c = Cluster::new("emptied", &[]);
+    let leader = c.wait_leader(Duration::from_secs(20)).expect("a leader");
+    let lagging = (leader + 1) % 3;
+    let holding = (leader + 2) % 3;
+    c.pause(lagging, true);
+    let set = command(&c.addrs[leader], &["SET", "kept", "1"]);
+    assert!(
+        matches!(&set, Outcome::Value(v) if v == "OK"),
+        "{}",
+        set.why()
+    );
+    c.pause(holding, true);
+    c.wipe(leader);
+    c.restart(leader);
+    c.pause(lagging, false);
+    // Several election timeouts: the lagging node stands, and must not win.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_ne!(
+            c.leader(),
+            Some(lagging),
+            "the emptied node's vote elected a node without the committed write"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.pause(holding, false);
+    c.heal("emptied-healed").expect("the cluster heals");
+    for i in 0..3 {
+        assert!(
+            matches!(command(&c.addrs[i], &["GET", "kept"]), Outcome::Value(v) if v == "1"),
+            "node {} lost the committed write",
+            i + 1
+        );
+    }
+}
