@@ -657,6 +657,12 @@ pub const CLUSTER_HEARTBEAT_MS: u64 = 100;
 /// minimum. With 1,000 ms as the maximum a leader's `kill -9` took up to 2.0 s to replace.
 pub const CLUSTER_ELECTION_TIMEOUT_MIN_MS: u64 = 500;
 pub const CLUSTER_ELECTION_TIMEOUT_MAX_MS: u64 = 700;
+/// A node with no log and no snapshot (its directory emptied, or a voter that never got an
+/// entry) withholds its vote from candidates past the first entry this long after the first
+/// asks: time for a node that holds what it may have helped commit to stand and win. A
+/// cluster still without a leader after it gets the vote (the node that held the entry is
+/// down as well: two faults), so a permanent loss never leaves it without a leader.
+pub const CLUSTER_EMPTY_VOTE_HOLD_MS: u64 = 10_000;
 /// How long a cluster node holds a request whose `upstash-sync-token` it has not applied yet
 /// before it answers 503.
 pub const CLUSTER_SYNC_WAIT_MS: u64 = 5_000;

@@ -743,12 +743,15 @@ fn answer<T: Serialize>(v: &T) -> Response<Full<Bytes>> {
 }
 
 /// A node whose directory was emptied under the same id has forgotten the entries it held for
-/// a majority and the vote it gave. Were it to vote, it could elect a node that lacks an entry
-/// it had helped commit (it and one other held the entry, the third did not), and the new
-/// leader would replace that entry. So a node with no log and no snapshot grants no vote to a
-/// candidate whose log goes past the cluster's first entry (the membership at index 0, which
-/// the nodes of a first formation vote on) until a leader has given it entries: the refusal to
-/// send, or None to let openraft decide.
+/// a majority and the vote it gave. Were it to vote at once, it could elect a node that lacks
+/// an entry it had helped commit (it and one other held the entry, the third did not), and the
+/// new leader would replace that entry. So a node with no log and no snapshot withholds its
+/// vote from a candidate whose log goes past the cluster's first entry (the membership at
+/// index 0, which the nodes of a first formation vote on) for `CLUSTER_EMPTY_VOTE_HOLD_MS`
+/// after the first such request, or until a leader has given it entries: the node that holds
+/// the entry, if it is up, stands and wins meanwhile. After that it votes as openraft decides,
+/// so that a voter that never got an entry cannot keep a cluster that lost a node for good
+/// from electing a leader. The refusal to send, or None to let openraft decide.
 fn forgot_its_log(
     raft: &Raft<TypeConfig>,
     req: &VoteRequest<NodeId>,
@@ -762,12 +765,21 @@ fn forgot_its_log(
     if !empty || !past_first {
         return None;
     }
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    static FIRST_ASKED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let mut first = false;
+    let asked = FIRST_ASKED.get_or_init(|| {
+        first = true;
+        std::time::Instant::now()
+    });
+    if first {
         crate::log::line(&format!(
-            "cluster: this node holds no log; it refuses node {}'s vote request (and any for a log past the first entry) until a leader has given it entries",
-            req.vote.leader_id().voted_for().unwrap_or_default()
+            "cluster: this node holds no log; it withholds its vote from node {} (and any candidate past the first entry) for {} ms, or until a leader gives it entries",
+            req.vote.leader_id().voted_for().unwrap_or_default(),
+            config::CLUSTER_EMPTY_VOTE_HOLD_MS
         ));
+    }
+    if asked.elapsed() >= std::time::Duration::from_millis(config::CLUSTER_EMPTY_VOTE_HOLD_MS) {
+        return None;
     }
     Some(VoteResponse {
         vote,
