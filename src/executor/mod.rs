@@ -699,11 +699,7 @@ impl Executor {
             // What the executor waits for besides jobs: the next timer of the delivery service
             // or of the tick (true), or key-value writes that the runtime's thread has not
             // synced for too long (false).
-            let park_due = self.park_sync.as_ref().and_then(|p| {
-                p.due_in(std::time::Duration::from_micros(
-                    config::PARK_SYNC_WAIT_MAX_US,
-                ))
-            });
+            let park_due = self.park_sync_due_in();
             let timer = match wake {
                 Some(at) => {
                     let now = clock::wall_unix_ms();
@@ -1499,12 +1495,18 @@ impl Executor {
         }
     }
 
+    /// How long until the key-value writes waiting for the runtime's thread to park have
+    /// waited `PARK_SYNC_WAIT_MAX_US` (zero: they have), or None if none wait.
+    fn park_sync_due_in(&self) -> Option<std::time::Duration> {
+        let max = std::time::Duration::from_micros(config::PARK_SYNC_WAIT_MAX_US);
+        self.park_sync.as_ref().and_then(|p| p.due_in(max))
+    }
+
     /// Syncs the key-value writes that have waited `PARK_SYNC_WAIT_MAX_US` for the runtime's
     /// thread to park (see `ParkSync`).
     fn park_sync_overdue(&self) {
         if let Some(p) = &self.park_sync {
-            let max = std::time::Duration::from_micros(config::PARK_SYNC_WAIT_MAX_US);
-            if p.due_in(max).is_some_and(|d| d.is_zero()) {
+            if self.park_sync_due_in().is_some_and(|d| d.is_zero()) {
                 // A sync here is the executor's time, which `/readyz`'s watch counts.
                 let was = self.shared.in_batch.swap(true, Ordering::Relaxed);
                 p.run();

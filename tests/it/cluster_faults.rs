@@ -724,6 +724,17 @@ impl Cluster {
         })
     }
 
+    /// Asserts that a GET of `key` on every node answers `want` ("node N" and `what` if not).
+    fn each_node_reads(&self, key: &str, want: &str, what: &str) {
+        for i in 0..3 {
+            assert!(
+                matches!(command(&self.addrs[i], &["GET", key]), Outcome::Value(v) if v == want),
+                "node {}{what}",
+                i + 1
+            );
+        }
+    }
+
     /// The leader, waiting for one to be elected.
     fn wait_leader(&self, within: Duration) -> Option<usize> {
         let until = Instant::now() + within;
@@ -1549,13 +1560,7 @@ fn a_leader_restarted_on_an_old_snapshot_answers_nothing_from_it() {
         }
     }
     c.heal("restored-healed").expect("the cluster heals");
-    for i in 0..3 {
-        assert!(
-            matches!(command(&c.addrs[i], &["GET", "k"]), Outcome::Value(v) if v == "39"),
-            "node {}",
-            i + 1
-        );
-    }
+    c.each_node_reads("k", "39", "");
 }
 
 /// A leader restarted on an empty directory must not elect, by its vote, a node that lacks an
@@ -1593,11 +1598,5 @@ fn an_emptied_leader_elects_no_node_that_lacks_a_write_it_helped_commit() {
     }
     c.pause(holding, false);
     c.heal("emptied-healed").expect("the cluster heals");
-    for i in 0..3 {
-        assert!(
-            matches!(command(&c.addrs[i], &["GET", "kept"]), Outcome::Value(v) if v == "1"),
-            "node {} lost the committed write",
-            i + 1
-        );
-    }
+    c.each_node_reads("kept", "1", " lost the committed write");
 }
