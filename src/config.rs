@@ -104,6 +104,10 @@ pub const DELIVERY_REDIRECTS_MAX: usize = 5;
 /// 20,000 deliveries a second, besides the destination's accepts). No more can be open than
 /// attempts in flight; idle ones close after reqwest's idle timeout.
 pub const DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX: usize = DELIVERY_IN_FLIGHT_MAX;
+/// Destinations the delivery thread keeps parsed (a cache that is emptied when full), each at
+/// most this long (a longer one is parsed at every attempt): about 600 KiB at most.
+pub const DELIVERY_PARSED_URLS_MAX: usize = 1_024;
+pub const DELIVERY_PARSED_URL_BYTES_MAX: usize = 256;
 /// Messages a filtered `DELETE /v2/messages` cancels when it names a count of none.
 pub const MESSAGES_CANCEL_ENTRIES_DEFAULT: usize = 100;
 

@@ -815,9 +815,11 @@ impl Delivery {
         };
     }
 
-    /// Messages due at `now_ms`, at most `limit`, marked in flight. Not logged: see module doc.
-    pub fn take_due(&mut self, now_ms: u64, limit: usize) -> Vec<Due> {
-        let mut out = Vec::new();
+    /// Messages due at `now_ms`, at most `limit`, marked in flight, into `out` (emptied first;
+    /// the caller keeps it, so a batch's hand-over allocates no vector). Not logged: see module
+    /// doc.
+    pub fn take_due(&mut self, now_ms: u64, limit: usize, out: &mut Vec<Due>) {
+        out.clear();
         while let Some((t, _)) = self.flow_wake.first() {
             if *t > now_ms {
                 break;
@@ -865,7 +867,7 @@ impl Delivery {
         }
         // A workflow step is delivered with the run's history up to itself (the SDK's eager
         // form of LazyFetch); calls and callbacks carry their own bodies.
-        for d in &mut out {
+        for d in out.iter_mut() {
             let Some(run_id) = d.msg.conf.run_id() else {
                 continue;
             };
@@ -879,7 +881,6 @@ impl Delivery {
                 }
             }
         }
-        out
     }
 
     /// Schedules whose firing time has come.

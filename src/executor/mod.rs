@@ -296,6 +296,8 @@ pub struct Executor {
     commands_processed: u64,
     listen_port: u16,
     workers: Workers,
+    /// Due messages on their way to `workers`, kept between batches (see `dispatch_due`).
+    due: Vec<crate::delivery::Due>,
     backoff_unit_ms: u64,
     scripts: Scripts,
     /// The scratch databases' use of the executor, and which of them cool down.
@@ -562,6 +564,7 @@ pub fn start(
         commands_processed: 0,
         listen_port,
         workers,
+        due: Vec::new(),
         backoff_unit_ms: setup.backoff_unit_ms,
         scripts: Scripts::new(shared.scripts.clone())?,
         shares: shares::Shares::default(),
@@ -1478,7 +1481,9 @@ impl Executor {
             return;
         }
         let now = clock::wall_unix_ms();
-        for d in self.machine.parts().delivery.take_due(now, room) {
+        let mut due = std::mem::take(&mut self.due);
+        self.machine.parts().delivery.take_due(now, room, &mut due);
+        for d in due.drain(..) {
             if d.retried == 0 {
                 let late = now.saturating_sub(d.msg.not_before_ms);
                 self.shared
@@ -1493,6 +1498,7 @@ impl Executor {
                 durable_after: d.seq,
             });
         }
+        self.due = due;
     }
 
     /// How long until the key-value writes waiting for the runtime's thread to park have
