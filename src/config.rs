@@ -64,10 +64,14 @@ pub const PARK_SYNC_STALL_PAUSE_MS: u64 = 10_000;
 /// Delivery attempts running at once (the worker pool's bound).
 pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;
 /// Attempts' results the executor takes into one batch, and due messages it hands to the
-/// delivery workers after one: a key-value request that arrives meanwhile waits for the
-/// batch, so the delivery work in one is kept short.
+/// delivery workers at a time: a key-value request that arrives meanwhile waits for them, so
+/// the delivery work in one go is kept short.
 pub const DELIVERY_RESULTS_PER_BATCH_MAX: usize = 16;
 pub const DELIVERY_DISPATCH_PER_BATCH_MAX: usize = 16;
+/// Hand-overs of `DELIVERY_DISPATCH_PER_BATCH_MAX` due messages after one batch, each only
+/// while no job waits. One a batch left the delivery thread short of work once publishing
+/// stopped (only results then start batches, each freeing no more room than it fills).
+pub const DELIVERY_DISPATCH_ROUNDS_MAX: usize = 4;
 /// The nice value of the delivery thread: when a request and a delivery attempt both want a
 /// core, the request runs first (Linux's nice is per thread).
 pub const DELIVERY_THREAD_NICE: i32 = 10;

@@ -860,7 +860,13 @@ impl Executor {
             }
             self.accounted_seq = self.wal.last_seq();
             self.finish_batch(pending);
-            self.dispatch_due();
+            let mut rounds = 1;
+            while self.dispatch_due()
+                && rounds < config::DELIVERY_DISPATCH_ROUNDS_MAX
+                && rx.is_empty()
+            {
+                rounds += 1;
+            }
             if self.poisoned().is_none() && self.snapshots.due(&self.wal) {
                 // Logged by the snapshot's own lines; nobody waits for an answer.
                 let _ = self.take_snapshot(true);
@@ -1463,26 +1469,29 @@ impl Executor {
         }
     }
 
-    /// Hands due messages to the worker pool, up to the in-flight limit. Runs after the batch
-    /// was written, so each attempt can wait for the record that holds its message.
-    fn dispatch_due(&mut self) {
+    /// Hands due messages to the worker pool, up to `DELIVERY_DISPATCH_PER_BATCH_MAX` and the
+    /// in-flight limit. Runs after the batch was written, so each attempt can wait for the
+    /// record that holds its message. True if it handed over as many as it may at a time
+    /// (more may be due).
+    fn dispatch_due(&mut self) -> bool {
         // Only the leader delivers (each node holds the same due messages), and only while
         // its lease holds.
         if self.poisoned().is_some()
             || self.follower_refusal().is_some()
             || self.lapsed_leader().is_some()
         {
-            return;
+            return false;
         }
         let room = config::DELIVERY_IN_FLIGHT_MAX
             .saturating_sub(self.machine.delivery().in_flight)
             .min(config::DELIVERY_DISPATCH_PER_BATCH_MAX);
         if room == 0 {
-            return;
+            return false;
         }
         let now = clock::wall_unix_ms();
         let mut due = std::mem::take(&mut self.due);
         self.machine.parts().delivery.take_due(now, room, &mut due);
+        let full = due.len() == config::DELIVERY_DISPATCH_PER_BATCH_MAX;
         for d in due.drain(..) {
             if d.retried == 0 {
                 let late = now.saturating_sub(d.msg.not_before_ms);
@@ -1499,6 +1508,7 @@ impl Executor {
             });
         }
         self.due = due;
+        full
     }
 
     /// How long until the key-value writes waiting for the runtime's thread to park have
