@@ -109,7 +109,8 @@ pub const DELIVERY_REDIRECTS_MAX: usize = 5;
 /// attempts in flight; idle ones close after reqwest's idle timeout.
 pub const DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX: usize = DELIVERY_IN_FLIGHT_MAX;
 /// Destinations the delivery thread keeps parsed (a cache that is emptied when full), each at
-/// most this long (a longer one is parsed at every attempt): about 600 KiB at most.
+/// most this long (a longer one is parsed at every attempt): about 1 MiB at most with the
+/// parsed forms (percent-encoding can make one three times its text).
 pub const DELIVERY_PARSED_URLS_MAX: usize = 1_024;
 pub const DELIVERY_PARSED_URL_BYTES_MAX: usize = 256;
 /// Messages a filtered `DELETE /v2/messages` cancels when it names a count of none.

@@ -108,11 +108,20 @@ impl Workers {
         let w = self.clone();
         self.runtime.spawn(async move {
             let mut d = d;
+            // If this task ends without a result (a panic in the HTTP client, say), the guard
+            // sends a failed one, so the message is retried and its slot freed, not held in
+            // flight for good.
+            let mut guard = Unfinished {
+                id: d.msg.id.to_string(),
+                retried: d.retried,
+                results: Some(w.results.clone()),
+            };
             if w.wait_for_sync {
                 w.log.wait_durable(d.durable_after).await;
             }
             let started_ms = clock::wall_unix_ms();
             let response = w.attempt(&mut d).await;
+            guard.results = None;
             let _ = w
                 .results
                 .send(AttemptResult {
@@ -156,9 +165,11 @@ impl Workers {
         // replace any forwarded header of the same name: a workflow step forwards the headers
         // of the request that produced it, its old Upstash-Signature included.
         use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-        // Room for every header up front, reqwest's own included: a map grown one insert at
-        // a time was a tenth of the delivery thread's allocator time.
-        let mut h = HeaderMap::with_capacity(m.conf.forward.len() + OWN_HEADERS_MAX);
+        // A header map holds at most 32,768 entries and panics past that on `append` and
+        // `insert`: a message may forward more (a batch item's headers are bounded by its
+        // size only), so the fallible forms are used and such a message fails its attempt.
+        let mut h = HeaderMap::new();
+        let mut full = false;
         for (k, v) in &m.conf.forward {
             if is_hop_by_hop(k) {
                 continue;
@@ -167,12 +178,12 @@ impl Workers {
                 HeaderName::from_bytes(k.as_bytes()),
                 HeaderValue::from_str(v),
             ) {
-                h.append(name, value);
+                full |= h.try_append(name, value).is_err();
             }
         }
         let mut own = |name: &'static str, value: Result<HeaderValue, _>| {
             if let Ok(value) = value {
-                h.insert(HeaderName::from_static(name), value);
+                full |= h.try_insert(HeaderName::from_static(name), value).is_err();
             }
         };
         own("upstash-message-id", HeaderValue::from_str(&m.id));
@@ -198,6 +209,17 @@ impl Workers {
         }
         if let Some(r) = &self.region {
             own("upstash-region", HeaderValue::from_str(r));
+        }
+        if full {
+            return Response {
+                status: 0,
+                headers: Vec::new(),
+                body: Bin(Vec::new()),
+                error: Some(format!(
+                    "the message forwards more headers than one request can carry ({} given)",
+                    m.conf.forward.len()
+                )),
+            };
         }
         let rb = match parsed_url(&m.url) {
             Some(url) => self.client.request(method, url),
@@ -261,14 +283,39 @@ impl Workers {
     }
 }
 
-/// The delivery's own headers at most (message id, retried, signature, user agent, schedule,
-/// topic, caller IP, workflow run, created-at and URL, region), and reqwest's (accept, user
-/// agent): the header map's room beside the forwarded ones.
-const OWN_HEADERS_MAX: usize = 13;
+/// An attempt under way; dropped before its result was sent, it sends a failed one.
+struct Unfinished {
+    id: String,
+    retried: u32,
+    results: Option<mpsc::Sender<AttemptResult>>,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(results) = self.results.take() else {
+            return;
+        };
+        let r = AttemptResult {
+            id: std::mem::take(&mut self.id),
+            retried: self.retried,
+            started_ms: clock::wall_unix_ms(),
+            response: Response {
+                status: 0,
+                headers: Vec::new(),
+                body: Bin(Vec::new()),
+                error: Some("the attempt ended without an answer (an internal error)".into()),
+            },
+        };
+        // The channel holds a slot for every attempt in flight, so this does not fail while
+        // the executor runs; when it has stopped, nobody needs the result.
+        let _ = results.try_send(r);
+    }
+}
 
 thread_local! {
     /// Destinations parsed before, on the delivery thread (the only one that sends): a burst
-    /// to one URL parses it once, not once an attempt (6 % of the thread's time).
+    /// to one URL parses it once, not once an attempt (6 % of the thread's time). Traffic to
+    /// more distinct destinations than it holds pays a little more than a parse an attempt.
     static PARSED_URLS: std::cell::RefCell<std::collections::HashMap<Box<str>, reqwest::Url>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
@@ -322,6 +369,32 @@ fn describe(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_that_ends_without_its_result_sends_a_failed_one() {
+        let (tx, mut rx) = mpsc::channel(4);
+        drop(Unfinished {
+            id: "msg_a".into(),
+            retried: 2,
+            results: Some(tx.clone()),
+        });
+        let r = rx.try_recv().expect("a result for the unfinished attempt");
+        assert_eq!(
+            (r.id.as_str(), r.retried, r.response.status),
+            ("msg_a", 2, 0)
+        );
+        assert!(r
+            .response
+            .error
+            .is_some_and(|e| e.contains("without an answer")));
+        // Finished: the guard is disarmed and sends nothing.
+        drop(Unfinished {
+            id: "msg_b".into(),
+            retried: 0,
+            results: None,
+        });
+        assert!(rx.try_recv().is_err());
+    }
 
     #[test]
     fn a_destination_parses_the_same_from_the_cache_and_a_bad_one_is_left_to_reqwest() {

@@ -2267,3 +2267,42 @@ fn wait_until(secs: u64, what: &str, mut ok: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Guards a panic on the delivery thread: an HTTP header map holds at most 32,768 entries and
+/// panics past that, and a batch item may forward more (its headers are bounded by the
+/// message's size only). The attempt panicked, no result came back, and the message stayed
+/// in flight for good, holding one of the in-flight slots every delivery shares.
+#[test]
+fn a_message_forwarding_more_headers_than_a_request_holds_fails_and_the_others_go_on() {
+    let dir = TempDir::new("dl-many-headers");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let mut headers: serde_json::Map<String, Value> = (0..33_000)
+        .map(|i| (format!("Upstash-Forward-X-H{i}"), json!("v")))
+        .collect();
+    headers.insert("Upstash-Retries".into(), json!("0"));
+    let body = json!([
+        {"destination": sink.url("/many"), "headers": headers, "body": "x"},
+        {"destination": sink.url("/fine"), "headers": {}, "body": "y"},
+    ]);
+    let r = c.post("/v2/batch", body.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()[0]["messageId"]
+        .as_str()
+        .expect("the first item's id")
+        .to_string();
+    sink.wait_for(10, "the other message", |g| {
+        g.iter().any(|r| r.target == "/fine")
+    });
+    let mut failed = Value::Null;
+    poll(10, "the message to fail", || {
+        failed = c
+            .get(&format!("/v2/events?messageId={id}&state=FAILED"))
+            .json();
+        failed["events"].as_array().is_some_and(|e| e.len() == 1)
+    });
+    let error = failed["events"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("more headers"), "{failed}");
+    assert!(sink.received().iter().all(|r| r.target != "/many"));
+}
