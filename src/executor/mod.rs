@@ -864,6 +864,7 @@ impl Executor {
             while self.dispatch_due()
                 && rounds < config::DELIVERY_DISPATCH_ROUNDS_MAX
                 && rx.is_empty()
+                && deferred.is_empty()
             {
                 rounds += 1;
             }
