@@ -143,7 +143,7 @@ async fn publish(
         .ok_or(format!("publish answered {v}"))
 }
 
-/// Sends one prepared publish on a keep-alive connection and reads its answer (status 201
+/// Sends one prepared publish on a keep-alive connection and reads its answer (status 200
 /// and a body that names the message), into `buf`.
 async fn publish_on(
     s: &mut tokio::net::TcpStream,
