@@ -160,25 +160,13 @@ async fn publish_on(
             return Err("the server closed the connection".into());
         }
         buf.extend_from_slice(&chunk[..n]);
-        let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        let Some((status, body)) = super::whole_response(buf)? else {
             continue;
         };
-        let head = std::str::from_utf8(&buf[..h]).map_err(|e| e.to_string())?;
-        let len: usize = head
-            .split("\r\n")
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse().ok())?
-            })
-            .ok_or("no content-length")?;
-        if buf.len() < h + 4 + len {
-            continue;
-        }
-        let body = &buf[h + 4..h + 4 + len];
-        if !head.starts_with("HTTP/1.1 200") || !body.starts_with(b"{\"messageId\":") {
+        let body = &buf[body];
+        if status != 200 || !body.starts_with(b"{\"messageId\":") {
             return Err(format!(
-                "publish answered {head}: {}",
+                "publish answered {status}: {}",
                 String::from_utf8_lossy(body)
             ));
         }

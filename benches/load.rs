@@ -307,23 +307,30 @@ fn read_response(
             return Err("the server closed the connection".into());
         }
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
-            let status = head
-                .split_whitespace()
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or("no content-length")?;
-            if buf.len() >= h + 4 + len {
-                return Ok((status, buf[h + 4..h + 4 + len].to_vec()));
-            }
+        if let Some((status, body)) = whole_response(buf)? {
+            return Ok((status, buf[body].to_vec()));
         }
     }
+}
+
+/// The status and the body's place in `buf` once it holds a whole response (with a
+/// Content-Length), or None while more is to come.
+fn whole_response(buf: &[u8]) -> Result<Option<(u16, std::ops::Range<usize>)>, String> {
+    let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = String::from_utf8_lossy(&buf[..h]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or("no content-length")?;
+    Ok((buf.len() >= h + 4 + len).then_some((status, h + 4..h + 4 + len)))
 }
 
 /// Median microseconds of `runs` calls of one command.

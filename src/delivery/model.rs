@@ -227,6 +227,16 @@ pub struct Response {
     pub error: Option<String>,
 }
 
+impl Response {
+    /// An attempt that got no answer, and why.
+    pub fn none(error: String) -> Response {
+        Response {
+            error: Some(error),
+            ..Response::default()
+        }
+    }
+}
+
 /// A message whose retries are exhausted.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DlqEntry {

@@ -112,7 +112,7 @@ impl Workers {
             // sends a failed one, so the message is retried and its slot freed, not held in
             // flight for good.
             let mut guard = Unfinished {
-                id: d.msg.id.to_string(),
+                id: d.msg.id.clone(),
                 retried: d.retried,
                 results: Some(w.results.clone()),
             };
@@ -212,15 +212,10 @@ impl Workers {
             own("upstash-region", HeaderValue::from_str(r));
         }
         if full {
-            return Response {
-                status: 0,
-                headers: Vec::new(),
-                body: Bin(Vec::new()),
-                error: Some(format!(
-                    "the message forwards more headers than one request can carry ({} given)",
-                    m.conf.forward.len()
-                )),
-            };
+            return Response::none(format!(
+                "the message forwards more headers than one request can carry ({} given)",
+                m.conf.forward.len()
+            ));
         }
         let rb = match parsed_url(&m.url) {
             Some(url) => self.client.request(method, url),
@@ -233,14 +228,7 @@ impl Workers {
             .body(std::mem::take(&mut m.body.0));
         let resp = match rb.send().await {
             Ok(r) => r,
-            Err(e) => {
-                return Response {
-                    status: 0,
-                    headers: Vec::new(),
-                    body: Bin(Vec::new()),
-                    error: Some(describe(&e)),
-                }
-            }
+            Err(e) => return Response::none(describe(&e)),
         };
         let status = resp.status().as_u16();
         let headers: Vec<(String, String)> = resp
@@ -286,7 +274,7 @@ impl Workers {
 
 /// An attempt under way; dropped before its result was sent, it sends a failed one.
 struct Unfinished {
-    id: String,
+    id: Arc<str>,
     retried: u32,
     results: Option<mpsc::Sender<AttemptResult>>,
 }
@@ -297,15 +285,12 @@ impl Drop for Unfinished {
             return;
         };
         let r = AttemptResult {
-            id: std::mem::take(&mut self.id),
+            id: self.id.to_string(),
             retried: self.retried,
             started_ms: clock::wall_unix_ms(),
-            response: Response {
-                status: 0,
-                headers: Vec::new(),
-                body: Bin(Vec::new()),
-                error: Some("the attempt ended without an answer (an internal error)".into()),
-            },
+            response: Response::none(
+                "the attempt ended without an answer (an internal error)".into(),
+            ),
         };
         // The channel holds a slot for every attempt in flight, so this does not fail while
         // the executor runs; when it has stopped, nobody needs the result.
