@@ -1,5 +1,5 @@
-//! Instructions a request: what the server spends on one `GET /get/k` and one `POST /`
-//! `["SET","k","v"]`, counted by `valgrind --tool=callgrind` (instructions, not seconds: the
+//! Instructions a request: what the server spends on one `GET /get/k`, one `GET /set/k/v` (the
+//! load benchmark's GET and SET) and one `POST /` `["SET","k","v"]`, counted by `valgrind --tool=callgrind` (instructions, not seconds: the
 //! same binary and inputs give the same count whatever else the machine does). Each figure is
 //! the difference between a run of 2N and a run of N keep-alive requests, divided by N, so
 //! start-up and shutdown cancel out. With `--against OTHER`, the other binary is counted in
@@ -16,13 +16,17 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The requests counted: a name, the request's bytes.
-fn requests() -> [(&'static str, String); 2] {
+fn requests() -> [(&'static str, String); 3] {
     let auth = "Authorization: Bearer bench\r\n";
     let set = r#"["SET","k","v"]"#;
     [
         (
             "`GET /get/k`",
             format!("GET /get/k HTTP/1.1\r\nHost: x\r\n{auth}\r\n"),
+        ),
+        (
+            "`GET /set/k/v`",
+            format!("GET /set/k/v HTTP/1.1\r\nHost: x\r\n{auth}\r\n"),
         ),
         (
             "`POST /` `[\"SET\",\"k\",\"v\"]`",

@@ -222,6 +222,9 @@ pub const EXECUTOR_STALL_MS: u64 = 1_000;
 /// pipeline of large values) would otherwise hold its size in memory for good, and a server
 /// past `--max-memory` with no data in it would refuse every write.
 pub const LOG_BUFFER_KEEP_BYTES: usize = 1 << 20;
+/// The most commands a request's vector of logged commands may have had room for and still be
+/// kept for the next request (a pipeline's larger one is freed).
+pub const LOGGED_COMMANDS_KEEP: usize = 64;
 /// The data a scratch database may hold, unless set at its creation (the hosted free plan's
 /// data-size limit is 256 MB).
 pub const SCRATCH_DATA_BYTES_MAX: u64 = 64 * 1024 * 1024;

@@ -6,8 +6,8 @@ pub mod resp3;
 /// Serializable, for a cluster follower that forwards a request to its leader.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
-    /// `+OK`, `+PONG`, TYPE's `+string`.
-    Status(String),
+    /// `+OK`, `+PONG`, TYPE's `+string`: most a constant text, made without an allocation.
+    Status(std::borrow::Cow<'static, str>),
     /// A bulk string.
     Bulk(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The nil bulk string `$-1`.
@@ -40,7 +40,7 @@ pub enum Resp3 {
 
 impl Reply {
     pub fn ok() -> Reply {
-        Reply::Status("OK".into())
+        Reply::Status(std::borrow::Cow::Borrowed("OK"))
     }
     pub fn err(text: impl Into<String>) -> Reply {
         Reply::Error(text.into())
@@ -69,7 +69,8 @@ impl Reply {
     /// framing per element): what the reply size limit counts.
     pub fn wire_bytes(&self) -> usize {
         match self {
-            Reply::Status(s) | Reply::Error(s) => s.len() + 8,
+            Reply::Status(s) => s.len() + 8,
+            Reply::Error(s) => s.len() + 8,
             Reply::Bulk(b) => b.len() + 8,
             Reply::Nil | Reply::NilArray | Reply::Int(_) => 8,
             Reply::Array(items) => items.iter().map(Reply::wire_bytes).sum::<usize>() + 8,

@@ -52,7 +52,7 @@ pub fn value_of(
     items_max: Option<usize>,
 ) -> (String, Reply) {
     let ty = match m.read(db, ts, &[b"TYPE", key]) {
-        Reply::Status(s) => s,
+        Reply::Status(s) => s.into_owned(),
         // No such database then: no such key either.
         _ => return ("none".into(), Reply::Nil),
     };

@@ -946,7 +946,7 @@ fn repair(wal: &Path, yes: bool) -> Result<(), Failure> {
 fn reply_text(r: &tidepool::reply::Reply) -> String {
     use tidepool::reply::Reply;
     match r {
-        Reply::Status(s) => s.clone(),
+        Reply::Status(s) => s.to_string(),
         Reply::Error(e) => format!("(error) {e}"),
         Reply::Bulk(b) => quoted(b),
         Reply::Nil | Reply::NilArray => "(nil)".into(),

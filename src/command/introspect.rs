@@ -40,14 +40,19 @@ fn info_reply(t: &CommandTable, i: &CommandInfo) -> Reply {
     Reply::Array(vec![
         Reply::bulk(i.name.as_str()),
         Reply::Int(i.arity as i64),
-        Reply::Array(i.flags.iter().map(|f| Reply::Status(f.clone())).collect()),
+        Reply::Array(
+            i.flags
+                .iter()
+                .map(|f| Reply::Status(f.clone().into()))
+                .collect(),
+        ),
         Reply::Int(i.first_key as i64),
         Reply::Int(i.last_key as i64),
         Reply::Int(i.step as i64),
         Reply::Array(
             i.categories
                 .iter()
-                .map(|c| Reply::Status(c.clone()))
+                .map(|c| Reply::Status(c.clone().into()))
                 .collect(),
         ),
         Reply::Array(Vec::new()),
@@ -88,7 +93,7 @@ fn json_reply(v: &serde_json::Value) -> Reply {
         serde_json::Value::Number(n) => Reply::Int(n.as_i64().unwrap_or(0)),
         serde_json::Value::Array(items) => Reply::Array(items.iter().map(json_reply).collect()),
         serde_json::Value::Object(o) => match o.get("status").and_then(|s| s.as_str()) {
-            Some(s) => Reply::Status(s.to_string()),
+            Some(s) => Reply::Status(s.to_string().into()),
             None => Reply::Nil,
         },
         serde_json::Value::Bool(b) => Reply::Int(i64::from(*b)),

@@ -471,7 +471,7 @@ pub fn object_help(_ctx: &mut Ctx, _a: &[Vec<u8>]) -> Reply {
             "    Print this help.",
         ]
         .iter()
-        .map(|s| Reply::Status(s.to_string()))
+        .map(|s| Reply::Status(s.to_string().into()))
         .collect(),
     )
 }

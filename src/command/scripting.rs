@@ -262,7 +262,12 @@ pub fn function_list(ctx: &mut Ctx, a: &[Vec<u8>]) -> Reply {
                             .map(|s| Reply::bulk(s.as_str()))
                             .unwrap_or(Reply::Nil),
                         Reply::bulk("flags"),
-                        Reply::Array(d.flags.iter().map(|x| Reply::Status(x.clone())).collect()),
+                        Reply::Array(
+                            d.flags
+                                .iter()
+                                .map(|x| Reply::Status(x.clone().into()))
+                                .collect(),
+                        ),
                     ])
                 })
                 .collect();

@@ -186,7 +186,7 @@ pub fn pubsub(ctx: &mut Ctx, sub: PubSub, a: &[Vec<u8>]) -> Reply {
                 "HELP",
             ]
             .iter()
-            .map(|s| Reply::Status(s.to_string()))
+            .map(|s| Reply::Status(s.to_string().into()))
             .collect(),
         ),
     }

@@ -819,7 +819,7 @@ impl Executor {
         for (needs, p) in pending {
             // What a reply shows is committed: it stands, even on a node deposed since.
             if needs <= durable {
-                p(None);
+                p.answer(None);
             } else {
                 wait.push((needs, p));
             }
@@ -835,9 +835,9 @@ impl Executor {
                 // refusal only for what the cluster has not confirmed.
                 match log.fsync_failed.get() {
                     Some(why) if log.durable_seq.load(Ordering::SeqCst) < needs => {
-                        p(Some(&crate::reply::errors::log_failed(why)))
+                        p.answer(Some(&crate::reply::errors::log_failed(why)))
                     }
-                    _ => p(None),
+                    _ => p.answer(None),
                 }
             }
         });

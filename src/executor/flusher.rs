@@ -14,8 +14,49 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
-/// A reply waiting for durability; called with the failure text if the sync failed.
-pub type Pending = Box<dyn FnOnce(Option<&str>) + Send>;
+/// A call that releases a reply: with the failure text if the sync failed.
+pub type ReplyCall = Box<dyn FnOnce(Option<&str>) + Send>;
+
+/// A reply waiting for durability, answered with the failure text if the sync failed: a
+/// request's answer, which every key-value request waits as (kept as it is: a boxed call
+/// would be an allocation a request), or any other call.
+pub enum Pending {
+    Answer {
+        reply: tokio::sync::oneshot::Sender<super::Answer>,
+        replies: Result<Vec<crate::reply::Reply>, String>,
+        sync_token: u64,
+    },
+    Call(ReplyCall),
+}
+
+impl Pending {
+    pub fn call(f: impl FnOnce(Option<&str>) + Send + 'static) -> Pending {
+        Pending::Call(Box::new(f))
+    }
+
+    /// Releases the reply: as it is, or as the failure's error.
+    pub fn answer(self, failure: Option<&str>) {
+        match self {
+            Pending::Answer {
+                reply,
+                replies,
+                sync_token,
+            } => {
+                let replies = match failure {
+                    None => replies,
+                    Some(e) => Err(e.to_string()),
+                };
+                let _ = reply.send(super::Answer {
+                    replies,
+                    sync_token,
+                    unauthorized: false,
+                    aborted: false,
+                });
+            }
+            Pending::Call(f) => f(failure),
+        }
+    }
+}
 
 pub struct FlushItem {
     /// The segment the records went to (rotation syncs finished segments itself).
@@ -50,7 +91,7 @@ impl Flusher {
     pub fn send(&self, item: FlushItem) {
         if let Err(mpsc::SendError(item)) = self.tx.send(item) {
             for r in item.replies {
-                r(Some("ERR the log flusher has stopped"));
+                r.answer(Some("ERR the log flusher has stopped"));
             }
         }
     }
@@ -191,7 +232,7 @@ impl ParkSync {
 
 fn answer(replies: Vec<Pending>, failure: Option<&str>) {
     for r in replies {
-        r(failure);
+        r.answer(failure);
     }
 }
 
@@ -282,7 +323,7 @@ fn always(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
         let failure = sync(shared, &file, seq);
         for item in items {
             for r in item.replies {
-                r(failure.as_deref());
+                r.answer(failure.as_deref());
             }
         }
     }
@@ -309,7 +350,7 @@ fn every_second(rx: mpsc::Receiver<FlushItem>, shared: &Progress) {
                 let seq = latest.as_ref().map(|l| l.1).unwrap_or(0).max(item.seq);
                 latest = Some((item.file, seq));
                 for r in item.replies {
-                    r(None);
+                    r.answer(None);
                 }
                 false
             }
@@ -347,7 +388,7 @@ mod tests {
 
     fn reply(into: &Arc<StdMutex<Vec<Option<String>>>>) -> Pending {
         let into = into.clone();
-        Box::new(move |failure: Option<&str>| {
+        Pending::call(move |failure: Option<&str>| {
             if let Ok(mut v) = into.lock() {
                 v.push(failure.map(str::to_string));
             }
@@ -384,7 +425,7 @@ mod tests {
     /// A reply that notes the name of the thread that released it.
     fn reply_on(into: &Arc<StdMutex<Vec<String>>>) -> Pending {
         let into = into.clone();
-        Box::new(move |_: Option<&str>| {
+        Pending::call(move |_: Option<&str>| {
             if let Ok(mut v) = into.lock() {
                 v.push(std::thread::current().name().unwrap_or("").to_string());
             }

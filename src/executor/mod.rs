@@ -321,6 +321,8 @@ pub struct Executor {
     memory_bytes_max: Option<u64>,
     /// Jobs taken since start (see `Shared::jobs_taken`).
     jobs_taken: u64,
+    /// An empty vector for the next request's logged commands (see `keep_logged`).
+    logged_spare: Vec<Vec<Vec<u8>>>,
     /// Usage counted since it was last logged, per database, for `usage_day`.
     usage: BTreeMap<DbId, Counting>,
     /// Each command's latency, by table id (`GET /metrics`).
@@ -597,6 +599,7 @@ pub fn start(
         commands_timed_at: 0,
         usage_day: day_of(now),
         usage_logged_ms: now,
+        logged_spare: Vec::new(),
         usage_log_interval_ms: setup.usage_log_interval_ms,
         command_totals: BTreeMap::new(),
     };
@@ -1090,26 +1093,19 @@ impl Executor {
         } else {
             self.kv_seq
         };
-        let answer = move |failure: Option<&str>| {
-            let replies = match failure {
-                None => replies,
-                Some(e) => Err(e.to_string()),
-            };
-            let _ = reply.send(Answer {
-                replies,
-                sync_token: last_seq,
-                unauthorized: false,
-                aborted: false,
-            });
+        let answer = Pending::Answer {
+            reply,
+            replies,
+            sync_token: last_seq,
         };
         // A read of durable state answers now, not after the rest of the batch.
         if needs <= self.shared.log.durable_seq.load(Ordering::SeqCst)
             && self.fsync == FsyncMode::Always
             && self.poisoned().is_none()
         {
-            answer(None);
+            answer.answer(None);
         } else {
-            pending.push((needs, Box::new(answer)));
+            pending.push((needs, answer));
         }
     }
 
@@ -1431,7 +1427,7 @@ impl Executor {
                 let answer = self.admin(op);
                 pending.push((
                     self.wal.last_seq(),
-                    Box::new(move |failure: Option<&str>| {
+                    Pending::call(move |failure: Option<&str>| {
                         let answer = match failure {
                             None => answer,
                             Some(e) => admin::AdminReply::error(500, e),
@@ -1451,7 +1447,7 @@ impl Executor {
                 let answer = self.delivery_op(*op);
                 pending.push((
                     self.wal.last_seq(),
-                    Box::new(move |failure: Option<&str>| {
+                    Pending::call(move |failure: Option<&str>| {
                         let answer = match failure {
                             None => answer,
                             Some(e) => OpReply {
@@ -1557,14 +1553,14 @@ impl Executor {
             let msg = errors::log_failed(&why);
             if wrote {
                 for (_, p) in pending {
-                    p(Some(&msg));
+                    p.answer(Some(&msg));
                 }
             } else {
                 // Nothing will ever be synced again, so nothing is worth waiting for: reads
                 // answer at once (they may show writes that were answered with this error,
                 // whose fate was unknown anyway).
                 for (_, p) in pending {
-                    p(None);
+                    p.answer(None);
                 }
             }
             return;
@@ -1578,7 +1574,7 @@ impl Executor {
                 let mut wait = Vec::with_capacity(pending.len());
                 for (needs, p) in pending {
                     if needs <= durable {
-                        p(None);
+                        p.answer(None);
                     } else {
                         wait.push(p);
                     }
@@ -1601,7 +1597,7 @@ impl Executor {
             }
             (Some(f), _) => {
                 for (_, p) in pending {
-                    p(None);
+                    p.answer(None);
                 }
                 if wrote {
                     f.send(FlushItem {
@@ -1613,7 +1609,7 @@ impl Executor {
             }
             (None, _) => {
                 for (_, p) in pending {
-                    p(None);
+                    p.answer(None);
                 }
             }
         }
@@ -1691,7 +1687,7 @@ impl Executor {
         } else {
             self.commands_left(db_id)
         };
-        let mut logged: Vec<Vec<Vec<u8>>> = Vec::new();
+        let mut logged = std::mem::take(&mut self.logged_spare);
         let refusal = self.write_refusal();
         let Executor {
             machine,
@@ -1778,6 +1774,8 @@ impl Executor {
         // leave before a read sees them) is a view of that moment, not a record.
         if !logged.is_empty() && self.read_only.is_none() {
             self.append_commands(db_id, ts, logged);
+        } else {
+            self.keep_logged(logged);
         }
         // SAVE, BGSAVE, BGREWRITEAOF: taken here, between this request's record and the next.
         if let Some((background, index)) = asked {
@@ -1827,10 +1825,23 @@ impl Executor {
     /// Logs a request's commands of database `db`.
     fn append_commands(&mut self, db: DbId, ts: u64, cmds: Vec<Vec<Vec<u8>>>) {
         self.touched(db, &cmds);
-        if db == DEFAULT_DB {
-            self.append(ts, &Record::KvCommands(cmds));
+        let record = if db == DEFAULT_DB {
+            Record::KvCommands(cmds)
         } else {
-            self.append(ts, &Record::KvCommandsIn { db, cmds });
+            Record::KvCommandsIn { db, cmds }
+        };
+        self.append(ts, &record);
+        if let Record::KvCommands(cmds) | Record::KvCommandsIn { cmds, .. } = record {
+            self.keep_logged(cmds);
+        }
+    }
+
+    /// Keeps a request's emptied vector of logged commands for the next request: most
+    /// requests write, and a new vector is an allocation each. A large one is let go.
+    fn keep_logged(&mut self, mut cmds: Vec<Vec<Vec<u8>>>) {
+        if cmds.capacity() <= crate::config::LOGGED_COMMANDS_KEEP {
+            cmds.clear();
+            self.logged_spare = cmds;
         }
     }
 

@@ -310,7 +310,7 @@ fn reply_json(r: &Reply) -> Value {
 
 fn reply_json_at(r: &Reply, depth: usize) -> Value {
     match r {
-        Reply::Status(s) => Value::String(s.clone()),
+        Reply::Status(s) => Value::String(s.to_string()),
         Reply::Error(e) => json!({ "error": e }),
         Reply::Bulk(b) => text(b),
         Reply::Nil | Reply::NilArray => Value::Null,

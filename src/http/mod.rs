@@ -237,31 +237,69 @@ pub struct StartConfig {
     pub per_hour: u32,
 }
 
-/// A response body: a whole buffer, or an event stream.
+/// A response body: a whole buffer (shared bytes, or a vector of the answer's own), or an
+/// event stream.
 pub enum Body {
     Full(Option<Bytes>),
+    /// A REST answer's encoding as it was made: turning a vector with room to spare into
+    /// `Bytes` would allocate a header of its own for every answer.
+    Owned(Option<Vec<u8>>),
     Sse(Box<sse::SseBody>),
 }
 
+/// The bytes a [`Body`] hands to hyper.
+pub enum Chunk {
+    Shared(Bytes),
+    Owned(std::io::Cursor<Vec<u8>>),
+}
+
+impl bytes::Buf for Chunk {
+    fn remaining(&self) -> usize {
+        match self {
+            Chunk::Shared(b) => b.remaining(),
+            Chunk::Owned(c) => c.remaining(),
+        }
+    }
+    fn chunk(&self) -> &[u8] {
+        match self {
+            Chunk::Shared(b) => b.chunk(),
+            Chunk::Owned(c) => c.chunk(),
+        }
+    }
+    fn advance(&mut self, n: usize) {
+        match self {
+            Chunk::Shared(b) => b.advance(n),
+            Chunk::Owned(c) => c.advance(n),
+        }
+    }
+}
+
 impl hyper::body::Body for Body {
-    type Data = Bytes;
+    type Data = Chunk;
     type Error = Infallible;
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<Frame<Chunk>, Infallible>>> {
         match self.get_mut() {
-            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Sse(s) => s.poll_event(cx),
+            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(Chunk::Shared(b))))),
+            Body::Owned(v) => Poll::Ready(
+                v.take()
+                    .map(|v| Ok(Frame::data(Chunk::Owned(std::io::Cursor::new(v))))),
+            ),
+            Body::Sse(s) => s
+                .poll_event(cx)
+                .map(|f| f.map(|f| f.map(|f| f.map_data(Chunk::Shared)))),
         }
     }
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Full(None))
+        matches!(self, Body::Full(None) | Body::Owned(None))
     }
     fn size_hint(&self) -> hyper::body::SizeHint {
         match self {
             Body::Full(Some(b)) => hyper::body::SizeHint::with_exact(b.len() as u64),
-            Body::Full(None) => hyper::body::SizeHint::with_exact(0),
+            Body::Owned(Some(v)) => hyper::body::SizeHint::with_exact(v.len() as u64),
+            Body::Full(None) | Body::Owned(None) => hyper::body::SizeHint::with_exact(0),
             Body::Sse(_) => hyper::body::SizeHint::default(),
         }
     }
@@ -374,14 +412,68 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream, cap: usize) {
     let _ = tokio::time::timeout(limit, write).await;
 }
 
-/// Header names of every REST request's path, made once. A name given as a string is checked
-/// and lower-cased at each lookup: about 400 instructions each, four of them in every answer
-/// to a GET or SET (which costs about 26,000 and 33,000 in all).
+/// The answer's header of the log position it reflects, made once.
 static UPSTASH_SYNC_TOKEN: HeaderName = HeaderName::from_static("upstash-sync-token");
-static UPSTASH_ENCODING: HeaderName = HeaderName::from_static("upstash-encoding");
-static UPSTASH_RESPONSE_FORMAT: HeaderName = HeaderName::from_static("upstash-response-format");
-/// The spelling of the hosted service's documented curl examples (no "s"), read too.
-static UPSTASH_REPONSE_FORMAT: HeaderName = HeaderName::from_static("upstash-reponse-format");
+
+/// The Upstash headers a REST request may carry, found in one pass over its headers. A lookup
+/// by name hashes the whole name each time, present or not (about 150 instructions for
+/// these), and most requests carry none of them; a pass over the two to six headers a client
+/// sends looks at each name's first bytes.
+#[derive(Default)]
+struct UpstashHeaders<'a> {
+    sync_token: Option<&'a HeaderValue>,
+    encoding: Option<&'a HeaderValue>,
+    response_format: Option<&'a HeaderValue>,
+    /// The spelling of the hosted service's documented curl examples (no "s"), read too;
+    /// `response_format` wins when both come.
+    reponse_format: Option<&'a HeaderValue>,
+}
+
+impl<'a> UpstashHeaders<'a> {
+    /// The first value of each (as `HeaderMap::get` gives it).
+    fn of(headers: &'a HeaderMap) -> Self {
+        let mut u = Self::default();
+        for (name, value) in headers {
+            let Some(rest) = name.as_str().strip_prefix("upstash-") else {
+                continue;
+            };
+            let slot = match rest {
+                "sync-token" => &mut u.sync_token,
+                "encoding" => &mut u.encoding,
+                "response-format" => &mut u.response_format,
+                "reponse-format" => &mut u.reponse_format,
+                _ => continue,
+            };
+            slot.get_or_insert(value);
+        }
+        u
+    }
+}
+
+/// What a REST path's first segment names, in any case; anything else is a command.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Command,
+    Pipeline,
+    MultiExec,
+    Monitor,
+    Subscribe,
+    Psubscribe,
+}
+
+impl Endpoint {
+    fn of(first: &str) -> Self {
+        let is = |name: &str| first.eq_ignore_ascii_case(name);
+        match first.len() {
+            7 if is("monitor") => Self::Monitor,
+            8 if is("pipeline") => Self::Pipeline,
+            9 if is("subscribe") => Self::Subscribe,
+            10 if is("multi-exec") => Self::MultiExec,
+            10 if is("psubscribe") => Self::Psubscribe,
+            _ => Self::Command,
+        }
+    }
+}
 
 fn respond(
     status: StatusCode,
@@ -389,12 +481,29 @@ fn respond(
     body: Vec<u8>,
     sync_token: u64,
 ) -> Response<Body> {
-    let mut r = Response::new(Body::Full(Some(Bytes::from(body))));
+    let mut r = Response::new(Body::Owned(Some(body)));
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(&UPSTASH_SYNC_TOKEN, HeaderValue::from(sync_token));
+    h.insert(&UPSTASH_SYNC_TOKEN, sync_token_value(sync_token));
     r
+}
+
+thread_local! {
+    /// The last sync token's header value on this thread: reads answer the same token until
+    /// the next write, and a value made from a number costs two allocations.
+    static SYNC_TOKEN_VALUE: std::cell::RefCell<(u64, HeaderValue)> =
+        const { std::cell::RefCell::new((0, HeaderValue::from_static("0"))) };
+}
+
+fn sync_token_value(seq: u64) -> HeaderValue {
+    SYNC_TOKEN_VALUE.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != seq {
+            *last = (seq, HeaderValue::from(seq));
+        }
+        last.1.clone()
+    })
 }
 
 fn json(status: StatusCode, body: Vec<u8>, sync_token: u64) -> Response<Body> {
@@ -812,12 +921,12 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             "WRONGPASS invalid or missing auth token",
         );
     };
-    let headers = &parts.headers;
+    let asked = UpstashHeaders::of(&parts.headers);
     // Read your writes across a cluster: a request that shows a sync token this node has not
     // applied yet (a write answered by the leader) waits for it, a bounded while.
     if let Some(c) = &app.cluster {
-        if let Some(token) = headers
-            .get(&UPSTASH_SYNC_TOKEN)
+        if let Some(token) = asked
+            .sync_token
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
         {
@@ -833,24 +942,25 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             }
         }
     }
-    let enc = match headers.get(&UPSTASH_ENCODING).map(|v| v.as_bytes()) {
+    let enc = match asked.encoding.map(|v| v.as_bytes()) {
         Some(v) if v.eq_ignore_ascii_case(b"base64") => Encoding::Base64,
         _ => Encoding::Plain,
     };
-    let fmt_header = headers
-        .get(&UPSTASH_RESPONSE_FORMAT)
-        .or_else(|| headers.get(&UPSTASH_REPONSE_FORMAT));
-    let format = match fmt_header.map(|v| v.as_bytes().to_ascii_lowercase()) {
+    let format = match asked
+        .response_format
+        .or(asked.reponse_format)
+        .map(|v| v.as_bytes())
+    {
         None => Format::Json,
-        Some(v) if v == b"json" => Format::Json,
-        Some(v) if v == b"resp2" => Format::Resp2,
+        Some(v) if v.eq_ignore_ascii_case(b"json") => Format::Json,
+        Some(v) if v.eq_ignore_ascii_case(b"resp2") => Format::Resp2,
         Some(v) => {
             return error(
                 app,
                 StatusCode::BAD_REQUEST,
                 &format!(
                     "ERR invalid Upstash-Response-Format '{}': use json or resp2",
-                    String::from_utf8_lossy(&v)
+                    String::from_utf8_lossy(&v.to_ascii_lowercase())
                 ),
             )
         }
@@ -863,15 +973,18 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
         );
     }
     let path = parts.uri.path().trim_start_matches('/');
-    let segments: Vec<&str> = if path.is_empty() {
-        Vec::new()
+    // The path's segments, walked where they lie: the first names the endpoint (any case), the
+    // others are arguments.
+    let segments = (!path.is_empty()).then(|| path.split('/'));
+    let count = if path.is_empty() {
+        0
     } else {
-        path.split('/').collect()
+        1 + path.bytes().filter(|&b| b == b'/').count()
     };
-    let first = segments.first().map(|s| s.to_ascii_lowercase());
+    let first = path.split('/').next().unwrap_or("");
     let body_allowed = matches!(method, Method::POST | Method::PUT);
-    match first.as_deref() {
-        None => {
+    match Endpoint::of(first) {
+        Endpoint::Command if path.is_empty() => {
             let body = match read_body(app, body).await {
                 Ok(b) => b,
                 Err(r) => return r,
@@ -884,11 +997,11 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
                 Err(e) => error(app, StatusCode::BAD_REQUEST, &e),
             }
         }
-        Some(ep @ ("pipeline" | "multi-exec")) => {
-            if segments.len() != 1 {
+        ep @ (Endpoint::Pipeline | Endpoint::MultiExec) => {
+            if count != 1 {
                 return error(app, StatusCode::NOT_FOUND, "ERR unknown endpoint");
             }
-            let multi = ep == "multi-exec";
+            let multi = ep == Endpoint::MultiExec;
             let body = match read_body(app, body).await {
                 Ok(b) => b,
                 Err(r) => return r,
@@ -899,15 +1012,22 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             };
             batch(app, db, cmds, multi, access, client, enc, format).await
         }
-        Some("monitor") if segments.len() == 1 => {
+        Endpoint::Monitor if count == 1 => {
             if let Err(r) = known_token(app, db, &access).await {
                 return r;
             }
             stream(app, StreamKind::Monitor, db, access).await
         }
-        Some(kind @ ("subscribe" | "psubscribe")) => {
-            let names: Vec<Vec<u8>> = segments[1..]
-                .iter()
+        kind @ (Endpoint::Subscribe | Endpoint::Psubscribe) => {
+            let kind = if kind == Endpoint::Subscribe {
+                "subscribe"
+            } else {
+                "psubscribe"
+            };
+            let names: Vec<Vec<u8>> = segments
+                .into_iter()
+                .flatten()
+                .skip(1)
                 .map(|s| request::percent_decode(s, false))
                 .collect();
             if names.is_empty() || names.iter().any(|n| n.is_empty()) {
@@ -927,11 +1047,15 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             }
             stream(app, k, db, access).await
         }
-        Some(_) => {
-            let mut cmd: Vec<Vec<u8>> = segments
-                .iter()
-                .map(|s| request::percent_decode(s, false))
-                .collect();
+        Endpoint::Command | Endpoint::Monitor => {
+            // Room for the arguments the path gives, and for a body's.
+            let mut cmd: Vec<Vec<u8>> = Vec::with_capacity(count + usize::from(body_allowed));
+            cmd.extend(
+                segments
+                    .into_iter()
+                    .flatten()
+                    .map(|s| request::percent_decode(s, false)),
+            );
             if body_allowed {
                 let body = match read_body(app, body).await {
                     Ok(b) => b,
@@ -1215,4 +1339,105 @@ async fn stream(app: &App, kind: StreamKind, db: DbId, access: Access) -> Respon
         HeaderValue::from(app.shared.log.last_seq.load(Ordering::SeqCst)),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::body::Body as _;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (n, v) in pairs {
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    /// Guards the one-pass read of the Upstash headers against `HeaderMap::get`'s answers: the
+    /// first value of a repeated header, the correctly spelt format header over the misspelt
+    /// one whatever their order, and nothing from other headers.
+    #[test]
+    fn the_upstash_headers_read_in_one_pass_are_those_a_lookup_by_name_gives() {
+        let h = headers(&[
+            ("upstash-reponse-format", "resp2"),
+            ("authorization", "Bearer x"),
+            ("upstash-encoding", "base64"),
+            ("upstash-encoding", "plain"),
+            ("upstash-response-format", "json"),
+            ("upstash-sync-token", "7"),
+            ("upstash-other", "1"),
+        ]);
+        let u = UpstashHeaders::of(&h);
+        assert_eq!(u.encoding, h.get("upstash-encoding"));
+        assert_eq!(u.encoding.map(HeaderValue::as_bytes), Some(&b"base64"[..]));
+        assert_eq!(
+            u.response_format.or(u.reponse_format),
+            h.get("upstash-response-format")
+        );
+        assert_eq!(u.sync_token.map(HeaderValue::as_bytes), Some(&b"7"[..]));
+        let h = headers(&[("upstash-reponse-format", "resp2"), ("host", "x")]);
+        let u = UpstashHeaders::of(&h);
+        assert_eq!(
+            u.response_format.or(u.reponse_format),
+            h.get("upstash-reponse-format")
+        );
+        let none = HeaderMap::new();
+        let u = UpstashHeaders::of(&none);
+        assert!(u.encoding.is_none() && u.response_format.is_none() && u.sync_token.is_none());
+    }
+
+    /// Guards the path's first segment: each endpoint in any case, and anything else (a
+    /// longer or shorter name, the empty path) a command.
+    #[test]
+    fn a_paths_first_segment_names_its_endpoint_in_any_case() {
+        for (first, want) in [
+            ("pipeline", Endpoint::Pipeline),
+            ("PIPELINE", Endpoint::Pipeline),
+            ("Multi-Exec", Endpoint::MultiExec),
+            ("monitor", Endpoint::Monitor),
+            ("SUBSCRIBE", Endpoint::Subscribe),
+            ("pSubscribe", Endpoint::Psubscribe),
+            ("pipelines", Endpoint::Command),
+            ("multi", Endpoint::Command),
+            ("monito", Endpoint::Command),
+            ("set", Endpoint::Command),
+            ("", Endpoint::Command),
+        ] {
+            assert!(Endpoint::of(first) == want, "{first}");
+        }
+    }
+
+    /// Guards the sync token's header value kept between answers: a new position gives its
+    /// own value at once.
+    #[test]
+    fn the_sync_token_header_follows_the_position_it_is_given() {
+        for seq in [5u64, 5, 6, 0, u64::MAX, 6] {
+            assert_eq!(sync_token_value(seq), HeaderValue::from(seq));
+        }
+    }
+
+    /// Guards an answer's own vector as a body: its bytes, once, with their exact length.
+    #[test]
+    fn an_owned_body_gives_its_bytes_once() {
+        use bytes::Buf as _;
+        let mut body = Body::Owned(Some(b"{\"result\":\"OK\"}".to_vec()));
+        assert_eq!(body.size_hint().exact(), Some(15));
+        assert!(!body.is_end_stream());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut body).poll_frame(&mut cx) else {
+            panic!("no frame");
+        };
+        let mut data = frame.into_data().unwrap_or_else(|_| panic!("not data"));
+        assert_eq!(
+            data.copy_to_bytes(data.remaining()),
+            &b"{\"result\":\"OK\"}"[..]
+        );
+        assert!(body.is_end_stream());
+        assert!(matches!(
+            Pin::new(&mut body).poll_frame(&mut cx),
+            Poll::Ready(None)
+        ));
+    }
 }

@@ -845,7 +845,11 @@ impl Conv {
             return Reply::Error(String::from_utf8_lossy(&one_line(&e.as_bytes())).into_owned());
         }
         if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-            return Reply::Status(String::from_utf8_lossy(&one_line(&s.as_bytes())).into_owned());
+            return Reply::Status(
+                String::from_utf8_lossy(&one_line(&s.as_bytes()))
+                    .into_owned()
+                    .into(),
+            );
         }
         // The RESP3 types a script may return, tried in Redis's order; a field of the wrong
         // Lua type is passed over, as Redis passes it over.

@@ -1811,7 +1811,7 @@ impl Conn {
         self.l.tx.send(job).await.ok()?;
         match rx.await.ok()?.replies.ok()?.pop()? {
             Reply::Bulk(t) => String::from_utf8(t).ok(),
-            Reply::Status(t) => Some(t),
+            Reply::Status(t) => Some(t.into_owned()),
             _ => None,
         }
     }
