@@ -321,6 +321,8 @@ pub struct Executor {
     memory_bytes_max: Option<u64>,
     /// Jobs taken since start (see `Shared::jobs_taken`).
     jobs_taken: u64,
+    /// When the tick last looked at the allocator's free memory (see `alloc::give_back`).
+    heap_looked: std::time::Instant,
     /// An empty vector for the next request's logged commands (see `keep_logged`).
     logged_spare: Vec<Vec<Vec<u8>>>,
     /// Usage counted since it was last logged, per database, for `usage_day`.
@@ -600,6 +602,7 @@ pub fn start(
         usage_day: day_of(now),
         usage_logged_ms: now,
         logged_spare: Vec::new(),
+        heap_looked: std::time::Instant::now(),
         usage_log_interval_ms: setup.usage_log_interval_ms,
         command_totals: BTreeMap::new(),
     };
@@ -1876,6 +1879,11 @@ impl Executor {
     fn tick(&mut self) {
         if self.memory_bytes_max.is_some() {
             crate::alloc::sample();
+        }
+        let trim_every = std::time::Duration::from_millis(crate::config::HEAP_TRIM_INTERVAL_MS);
+        if self.heap_looked.elapsed() >= trim_every {
+            self.heap_looked = std::time::Instant::now();
+            crate::alloc::give_back();
         }
         if self.poisoned().is_some()
             || self.read_only.is_some()
