@@ -8,7 +8,7 @@
 //!     target/release/tidepool-bench --memory [--only NAME]
 //!
 //! Needs redis-server (`apt-get install -y redis-server`). Resident memory is `VmRSS` from
-//! `/proc/PID/status`, read once the server has been quiet for a moment.
+//! `/proc/PID/status`, read once it has not moved for two seconds.
 
 use super::{free_port, tidepool_with, wait_port, Proc};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -113,18 +113,26 @@ fn sets() -> Vec<DataSet> {
 /// Arguments sent per round trip while loading.
 const BATCH_ARGS: usize = 30_000;
 
-/// RSS once it stops moving (a restart's replay, or the allocator settling).
+/// RSS once it has not moved for two seconds (a restart's replay, the allocator settling, and
+/// tidepool giving its allocator's free memory back, which it looks at every second), or
+/// after ten seconds whatever it does. The same wait for both servers.
 fn settled_rss(pid: u32) -> Result<u64, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = super::rss_kib(pid)?;
-    for _ in 0..20 {
+    let mut still_since = Instant::now();
+    loop {
         std::thread::sleep(Duration::from_millis(250));
         let now = super::rss_kib(pid)?;
-        if now == last {
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+        } else if still_since.elapsed() >= Duration::from_secs(2) {
             return Ok(now);
         }
-        last = now;
+        if Instant::now() > deadline {
+            return Ok(last);
+        }
     }
-    Ok(last)
 }
 
 /// A keep-alive HTTP client for tidepool.
