@@ -20,20 +20,37 @@ pub fn sample() -> u64 {
     bytes
 }
 
-/// Gives the allocator's free memory back to the system when it holds much of it, and says
-/// whether it did. glibc returns only the top of its main heap by itself: after a burst of
-/// large requests (a bulk load's pipelines, a large reply) the memory they used stayed
-/// resident among the data for good, 2-3 MB over 2 MB of data for the memory benchmark's
-/// hashes. The executor asks every `HEAP_TRIM_INTERVAL_MS`; it gives back when the free
-/// memory is at least `HEAP_TRIM_FREE_BYTES_MIN` and a quarter of what is in use, so that a
-/// steady load, which reuses its free memory, is not made to fault it in again.
-pub fn give_back() -> bool {
-    let free = crate::sys::heap_free();
-    if free < crate::config::HEAP_TRIM_FREE_BYTES_MIN || free < sample() / 4 {
-        return false;
+/// When to give the allocator's free memory back to the system. glibc returns only the top of
+/// its main heap by itself: after a burst of large requests (a bulk load's pipelines) or of
+/// deletions, the memory freed among live data stayed resident for good (2-3 MB over 2 MB of
+/// data for the memory benchmark's 1,000 hashes). A look at the allocator (`mallinfo2`) or a
+/// trim (`malloc_trim`) walks every free chunk, 10-20 ms on a heap of a million keys with half
+/// of them deleted, so neither is made on a schedule: the executor tells this watch, every
+/// `HEAP_TRIM_INTERVAL_MS`, the bytes the log has taken and the data's size, and the heap is
+/// trimmed once after a burst that wrote or freed at least `HEAP_TRIM_MOVED_BYTES_MIN`, at the
+/// first look that finds the log still. A steady load, which reuses its free memory, is never
+/// trimmed. Redis's jemalloc gives dirty pages back on its own (they decay).
+#[derive(Default)]
+pub struct TrimWatch {
+    log_bytes: u64,
+    data_bytes: u64,
+    moved: u64,
+}
+
+impl TrimWatch {
+    /// Counts what moved since the last look; says whether to trim now.
+    pub fn look(&mut self, log_bytes: u64, data_bytes: u64) -> bool {
+        let wrote = log_bytes.saturating_sub(self.log_bytes);
+        let freed = self.data_bytes.saturating_sub(data_bytes);
+        self.moved = self.moved.saturating_add(wrote).saturating_add(freed);
+        self.log_bytes = log_bytes;
+        self.data_bytes = data_bytes;
+        if wrote == 0 && self.moved >= crate::config::HEAP_TRIM_MOVED_BYTES_MIN {
+            self.moved = 0;
+            return true;
+        }
+        false
     }
-    crate::sys::trim_heap();
-    true
 }
 
 /// The bytes the allocator takes for a request of `n` bytes: glibc's chunk, `n` and an 8-byte
@@ -44,5 +61,31 @@ pub fn chunk(n: usize) -> usize {
         0
     } else {
         ((n + 8 + 15) & !15).max(32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TrimWatch;
+    use crate::config::HEAP_TRIM_MOVED_BYTES_MIN as MIN;
+
+    /// Guards when the heap is trimmed: once after a burst that wrote or freed enough, at the
+    /// first quiet look; never during a steady load, however long; never for a small burst.
+    #[test]
+    fn the_heap_is_trimmed_once_after_a_burst_and_never_under_a_steady_load() {
+        let mut w = TrimWatch::default();
+        // A steady load: the log grows at every look.
+        let looks: Vec<bool> = (1..=100).map(|i| w.look(i * MIN, 0)).collect();
+        assert!(looks.iter().all(|t| !t));
+        // It stops: one trim, then none while nothing moves.
+        assert!(w.look(100 * MIN, 0));
+        assert!(!w.look(100 * MIN, 0));
+        // A small burst is not worth a trim.
+        assert!(!w.look(100 * MIN + MIN / 2, 0));
+        assert!(!w.look(100 * MIN + MIN / 2, 0));
+        // Data freed (deletions write little to the log) counts, data added does not.
+        assert!(!w.look(100 * MIN + MIN / 2, 10 * MIN));
+        assert!(!w.look(100 * MIN + MIN / 2 + 10, 2 * MIN));
+        assert!(w.look(100 * MIN + MIN / 2 + 10, 2 * MIN));
     }
 }

@@ -39,12 +39,11 @@ pub const SUBSCRIBER_BUFFER_BYTES_MAX: usize = 1024 * 1024;
 pub const SSE_PING_INTERVAL_MS: u64 = 15_000;
 /// How often the executor removes expired keys (through a logged record).
 pub const EXPIRE_CYCLE_INTERVAL_MS: u64 = 100;
-/// How often the executor looks at the allocator's free memory, and gives it back to the
-/// system when it is much (`alloc::give_back`).
+/// How often the executor tells `alloc::TrimWatch` what the log took and the data's size.
 pub const HEAP_TRIM_INTERVAL_MS: u64 = 1_000;
-/// The least free memory the allocator keeps without giving it back (and a quarter of what is
-/// in use): below it, a trim's cost (the pages faulted in again) is more than it frees.
-pub const HEAP_TRIM_FREE_BYTES_MIN: u64 = 1 << 20;
+/// The bytes a burst must write to the log or free of data before the allocator's free memory
+/// is given back after it (a trim walks every free chunk: 10-20 ms on a large, holed heap).
+pub const HEAP_TRIM_MOVED_BYTES_MIN: u64 = 1 << 20;
 /// Keys removed by one expiry cycle at most.
 pub const EXPIRE_CYCLE_KEYS_MAX: usize = 2048;
 /// How often a delivery attempt waiting for its record to be durable looks again, should a

@@ -5,7 +5,7 @@
 //! | function | what for |
 //! |---|---|
 //! | [`open_files_limit`] | the connection cap leaves descriptors for the log and snapshots |
-//! | [`heap_in_use`], [`heap_free`], [`trim_heap`] | `--max-memory` and `used_memory`; free memory given back (`alloc::give_back`); a test's resident size |
+//! | [`heap_in_use`], [`trim_heap`] | `--max-memory` and `used_memory`; free memory given back after a burst (`alloc::TrimWatch`); a test's resident size |
 //! | [`map_file`] | start-up and the log tool read segments through a memory map |
 //! | [`fork`], [`die_with_parent`], [`exit_now`], [`wait_for`], [`kill_now`], [`kill_self`] | background snapshots, as Redis's BGSAVE; the crash points of the fault-injection tests |
 //! | [`ignore_sigpipe`] | a cluster node whose restart in place failed goes on (`executor::cluster`) |
@@ -33,19 +33,6 @@ pub fn heap_in_use() -> u64 {
         // SAFETY: mallinfo2 takes nothing and returns a plain struct of counters.
         let m = unsafe { libc::mallinfo2() };
         (m.uordblks + m.hblkhd) as u64
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    0
-}
-
-/// Bytes the allocator holds free in its arenas (glibc's `mallinfo2`: `fordblks`), memory that
-/// stays resident until it is given back; 0 where the allocator cannot say.
-pub fn heap_free() -> u64 {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallinfo2 takes nothing and returns a plain struct of counters.
-        let m = unsafe { libc::mallinfo2() };
-        m.fordblks as u64
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     0

@@ -321,8 +321,9 @@ pub struct Executor {
     memory_bytes_max: Option<u64>,
     /// Jobs taken since start (see `Shared::jobs_taken`).
     jobs_taken: u64,
-    /// When the tick last looked at the allocator's free memory (see `alloc::give_back`).
+    /// When the tick last told `trim_watch` what moved (see `alloc::TrimWatch`).
     heap_looked: std::time::Instant,
+    trim_watch: crate::alloc::TrimWatch,
     /// An empty vector for the next request's logged commands (see `keep_logged`).
     logged_spare: Vec<Vec<Vec<u8>>>,
     /// Usage counted since it was last logged, per database, for `usage_day`.
@@ -603,6 +604,7 @@ pub fn start(
         usage_logged_ms: now,
         logged_spare: Vec::new(),
         heap_looked: std::time::Instant::now(),
+        trim_watch: crate::alloc::TrimWatch::default(),
         usage_log_interval_ms: setup.usage_log_interval_ms,
         command_totals: BTreeMap::new(),
     };
@@ -1883,7 +1885,10 @@ impl Executor {
         let trim_every = std::time::Duration::from_millis(crate::config::HEAP_TRIM_INTERVAL_MS);
         if self.heap_looked.elapsed() >= trim_every {
             self.heap_looked = std::time::Instant::now();
-            crate::alloc::give_back();
+            let data: u64 = self.machine.dbs().iter().map(|(_, d)| d.data_bytes()).sum();
+            if self.trim_watch.look(self.wal.written_bytes(), data) {
+                crate::sys::trim_heap();
+            }
         }
         if self.poisoned().is_some()
             || self.read_only.is_some()
