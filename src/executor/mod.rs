@@ -323,6 +323,7 @@ pub struct Executor {
     jobs_taken: u64,
     /// When the tick last told `trim_watch` what moved (see `alloc::TrimWatch`).
     heap_looked: std::time::Instant,
+    /// What the log took and the data freed since the heap was last trimmed.
     trim_watch: crate::alloc::TrimWatch,
     /// An empty vector for the next request's logged commands (see `keep_logged`).
     logged_spare: Vec<Vec<Vec<u8>>>,
