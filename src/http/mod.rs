@@ -974,13 +974,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
     }
     let path = parts.uri.path().trim_start_matches('/');
     // The path's segments, walked where they lie: the first names the endpoint (any case), the
-    // others are arguments.
-    let segments = (!path.is_empty()).then(|| path.split('/'));
-    let count = if path.is_empty() {
-        0
-    } else {
-        1 + path.bytes().filter(|&b| b == b'/').count()
-    };
+    // others are arguments. Past the first arm the path is not empty.
     let first = path.split('/').next().unwrap_or("");
     let body_allowed = matches!(method, Method::POST | Method::PUT);
     match Endpoint::of(first) {
@@ -998,7 +992,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             }
         }
         ep @ (Endpoint::Pipeline | Endpoint::MultiExec) => {
-            if count != 1 {
+            if path.contains('/') {
                 return error(app, StatusCode::NOT_FOUND, "ERR unknown endpoint");
             }
             let multi = ep == Endpoint::MultiExec;
@@ -1012,7 +1006,7 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             };
             batch(app, db, cmds, multi, access, client, enc, format).await
         }
-        Endpoint::Monitor if count == 1 => {
+        Endpoint::Monitor if !path.contains('/') => {
             if let Err(r) = known_token(app, db, &access).await {
                 return r;
             }
@@ -1024,9 +1018,8 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
             } else {
                 "psubscribe"
             };
-            let names: Vec<Vec<u8>> = segments
-                .into_iter()
-                .flatten()
+            let names: Vec<Vec<u8>> = path
+                .split('/')
                 .skip(1)
                 .map(|s| request::percent_decode(s, false))
                 .collect();
@@ -1049,13 +1042,9 @@ async fn handle_rest(req: Request<Incoming>, app: &App, client: Arc<str>) -> Res
         }
         Endpoint::Command | Endpoint::Monitor => {
             // Room for the arguments the path gives, and for a body's.
+            let count = 1 + path.bytes().filter(|&b| b == b'/').count();
             let mut cmd: Vec<Vec<u8>> = Vec::with_capacity(count + usize::from(body_allowed));
-            cmd.extend(
-                segments
-                    .into_iter()
-                    .flatten()
-                    .map(|s| request::percent_decode(s, false)),
-            );
+            cmd.extend(path.split('/').map(|s| request::percent_decode(s, false)));
             if body_allowed {
                 let body = match read_body(app, body).await {
                     Ok(b) => b,
