@@ -42,7 +42,30 @@ def _start(data, flags, env, module):
     return proc, m.group(1)
 
 
+_NEXT_PORT = [0]
+
+
 def _free_port():
+    """A loopback port nobody listens on, from below the kernel's ephemeral range: a port
+    from bind(0) may be handed to the next outgoing connection before the node binds it."""
+    low, high = 20000, 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = min(high, int(f.read().split()[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    span = high - low
+    if span >= 1000:
+        base = (os.getpid() * 7919) % span
+        for _ in range(span):
+            port = low + (base + _NEXT_PORT[0]) % span
+            _NEXT_PORT[0] += 1
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

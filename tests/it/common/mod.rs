@@ -927,7 +927,34 @@ impl Drop for RedisServer {
     }
 }
 
+/// A loopback port nobody listens on, for a server that is told its port in advance (the
+/// peers of a cluster must know each other's before any starts).
+///
+/// It is taken from below the kernel's ephemeral range: a port from `bind(0)` is free only
+/// until the next outgoing connection or `bind(0)` of any concurrent test, which the kernel
+/// may give that very port, and a node then failed to start with "Address already in use".
+/// Below the range only another call of this function hands ports out, and a counter shared
+/// by the whole test binary never hands out the same one twice; the process id spreads
+/// concurrent test binaries apart.
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 20_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .min(32_768);
+    let span = high.saturating_sub(LOW);
+    if span >= 1_000 {
+        let base = std::process::id().wrapping_mul(7_919) % span;
+        for _ in 0..span {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = (LOW + (base + n) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
