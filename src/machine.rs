@@ -22,7 +22,7 @@
 use crate::command::CommandInfo;
 use crate::delivery::Delivery;
 use crate::point::Point;
-use crate::record::Record;
+use crate::record::{self, KvScratch, Record};
 use crate::rng::Rng;
 use crate::snapshot::{self, format::SnapshotHeader};
 use crate::state::databases::Databases;
@@ -55,6 +55,10 @@ pub struct Machine {
     at: Position,
     /// Draws of the random source by replay (see the module's note).
     replay_draws: u64,
+    /// Buffers kept between records: the last key-value record's commands as
+    /// [`Machine::apply_logged`] decoded them, and their table entries.
+    scratch: KvScratch,
+    infos: Vec<&'static CommandInfo>,
 }
 
 /// The state's sizes (see [`Machine::census`]).
@@ -94,6 +98,8 @@ impl Machine {
             rng: Rng::new(REPLAY_SEED),
             at: Position::default(),
             replay_draws: 0,
+            scratch: KvScratch::default(),
+            infos: Vec::new(),
         }
     }
 
@@ -108,6 +114,8 @@ impl Machine {
                 unix_ms: loaded.header.record_unix_ms,
             },
             replay_draws: 0,
+            scratch: KvScratch::default(),
+            infos: Vec::new(),
         }
     }
 
@@ -157,25 +165,99 @@ impl Machine {
     /// Applies one record at its position: after the last one, checked as the live path checks
     /// a request (`check_record`). An error changes nothing.
     pub fn apply(&mut self, at: Position, record: &Record) -> Result<Applied, String> {
+        self.in_order(at)?;
+        let (db, cmds) = match record {
+            Record::KvCommands(cmds) => (None, cmds),
+            Record::KvCommandsIn { db, cmds } => (Some(*db), cmds),
+            Record::Delivery(events) => {
+                for e in events {
+                    self.delivery.apply(at.seq, at.unix_ms, e);
+                }
+                self.at = at;
+                return Ok(Applied {
+                    changes: events.len() as u64,
+                    errors: 0,
+                });
+            }
+            Record::Databases(events) => {
+                for e in events {
+                    self.dbs.apply(at.unix_ms, e);
+                }
+                self.at = at;
+                return Ok(Applied {
+                    changes: events.len() as u64,
+                    errors: 0,
+                });
+            }
+        };
+        self.apply_kv(at, db, cmds.iter().map(Vec::as_slice))
+    }
+
+    /// [`Machine::apply_frame`] for a caller that does not look at the record (recovery
+    /// without an observer, a follower applying entries): a key-value record is decoded into
+    /// buffers the machine keeps ([`KvScratch`]) instead of a `Record` of its own; the same
+    /// checks, the same apply.
+    pub fn apply_logged(
+        &mut self,
+        at: Position,
+        kind: u8,
+        payload: &[u8],
+    ) -> Result<Applied, String> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let applied = match record::decode_kv_into(kind, payload, &mut scratch) {
+            Some(db) => self.in_order(at).and_then(|()| {
+                let target = (kind == record::KIND_KV_COMMANDS_IN).then_some(db);
+                self.apply_kv(at, target, scratch.commands())
+            }),
+            None => self.apply_frame(at, kind, payload).map(|(_, a)| a),
+        };
+        scratch.done();
+        self.scratch = scratch;
+        applied
+    }
+
+    /// Refuses a record that does not come after the last one.
+    fn in_order(&self, at: Position) -> Result<(), String> {
         if at.seq <= self.at.seq {
             return Err(format!(
                 "record #{} comes after record #{}: records apply in order",
                 at.seq, self.at.seq
             ));
         }
-        let infos = checked_commands(record)?;
-        let drawn = self.rng.draws();
-        let applied = apply_record(
-            &mut self.dbs,
-            &mut self.delivery,
-            &mut self.rng,
-            at,
-            record,
-            &infos,
-        );
-        self.replay_draws += self.rng.draws() - drawn;
-        self.at = at;
-        Ok(applied)
+        Ok(())
+    }
+
+    /// Applies a record's key-value commands, checked whole first (`check_commands`), to
+    /// database `db` (None: the default database, kind 1's).
+    fn apply_kv<'c>(
+        &mut self,
+        at: Position,
+        db: Option<crate::state::databases::DbId>,
+        cmds: impl Iterator<Item = &'c [Vec<u8>]> + Clone,
+    ) -> Result<Applied, String> {
+        let mut infos = std::mem::take(&mut self.infos);
+        let checked = check_commands(cmds.clone(), &mut infos);
+        let applied = checked.map(|()| {
+            let drawn = self.rng.draws();
+            let target = match db {
+                None => Some(self.dbs.default_db_mut()),
+                Some(id) => self.dbs.get_mut(id),
+            };
+            let applied = match target {
+                Some(d) => apply_commands(d, &mut self.rng, at.unix_ms, cmds, &infos),
+                // A record of a database that is not there changes nothing (a correct log
+                // never holds one).
+                None => Applied {
+                    changes: infos.len() as u64,
+                    errors: infos.len() as u64,
+                },
+            };
+            self.replay_draws += self.rng.draws() - drawn;
+            self.at = at;
+            applied
+        });
+        self.infos = infos;
+        applied
     }
 
     /// [`Machine::apply`] for a record as the log frames it (kind and payload).
@@ -301,89 +383,51 @@ impl Machine {
 /// have run (`pipeline::replayable`). Start-up refuses a record that does not, with its file,
 /// offset and sequence number, and `tidepool-log verify` reports it.
 pub fn check_record(record: &Record) -> Result<(), String> {
-    checked_commands(record).map(|_| ())
-}
-
-/// [`check_record`], with the table entry of each key-value command, in order, so that
-/// applying the record looks none up again.
-fn checked_commands(record: &Record) -> Result<Vec<&'static CommandInfo>, String> {
-    let Some((_, cmds)) = record.kv_commands() else {
-        return Ok(Vec::new());
-    };
-    cmds.iter()
-        .enumerate()
-        .map(|(i, args)| {
-            crate::command::pipeline::replayable(args)
-                .map_err(|why| format!("command {} of the record: {why}", i + 1))
-        })
-        .collect()
-}
-
-/// Applies one checked record at its position.
-fn apply_record(
-    dbs: &mut Databases,
-    delivery: &mut Delivery,
-    rng: &mut Rng,
-    at: Position,
-    record: &Record,
-    infos: &[&'static CommandInfo],
-) -> Applied {
-    let ts = at.unix_ms;
-    match record {
-        Record::Delivery(events) => {
-            for e in events {
-                delivery.apply(at.seq, ts, e);
-            }
-            Applied {
-                changes: events.len() as u64,
-                errors: 0,
-            }
-        }
-        Record::Databases(events) => {
-            for e in events {
-                dbs.apply(ts, e);
-            }
-            Applied {
-                changes: events.len() as u64,
-                errors: 0,
-            }
-        }
-        Record::KvCommandsIn { db, cmds } => match dbs.get_mut(*db) {
-            Some(db) => apply_commands(db, rng, ts, cmds, infos),
-            None => Applied {
-                changes: cmds.len() as u64,
-                errors: cmds.len() as u64,
-            },
-        },
-        Record::KvCommands(cmds) => apply_commands(dbs.default_db_mut(), rng, ts, cmds, infos),
+    match record.kv_commands() {
+        Some((_, cmds)) => check_commands(cmds.iter().map(Vec::as_slice), &mut Vec::new()),
+        None => Ok(()),
     }
+}
+
+/// [`check_record`] of a record's key-value commands: the table entry of each, in order, into
+/// `infos` (emptied first), so that applying the record looks none up again.
+fn check_commands<'c>(
+    cmds: impl Iterator<Item = &'c [Vec<u8>]>,
+    infos: &mut Vec<&'static CommandInfo>,
+) -> Result<(), String> {
+    infos.clear();
+    for (i, args) in cmds.enumerate() {
+        let info = crate::command::pipeline::replayable(args)
+            .map_err(|why| format!("command {} of the record: {why}", i + 1))?;
+        infos.push(info);
+    }
+    Ok(())
 }
 
 /// Applies one record's key-value commands to `db`, each with its table entry (`infos`, as
-/// [`checked_commands`] found them).
-fn apply_commands(
+/// [`check_commands`] found them).
+fn apply_commands<'c>(
     db: &mut Db,
     rng: &mut Rng,
     ts: u64,
-    cmds: &[Vec<Vec<u8>>],
+    cmds: impl Iterator<Item = &'c [Vec<u8>]> + Clone,
     infos: &[&'static CommandInfo],
 ) -> Applied {
-    // Look up every command's first key before running any: the lookups of a record's
-    // commands are independent, so their cache misses overlap instead of coming one after
+    // Bring every command's first key into the cache before running any: the lookups of a
+    // record's commands are independent, so their misses overlap instead of coming one after
     // another (a record of a pipeline holds up to hundreds of keys).
-    for args in cmds {
-        if let Some(key) = args.get(1) {
-            db.warm(key);
-        }
-    }
+    db.prefetch(
+        cmds.clone()
+            .filter_map(|args| args.get(1).map(Vec::as_slice)),
+    );
     let mut errors = 0;
-    for (args, info) in cmds.iter().zip(infos) {
+    for (args, info) in cmds.zip(infos) {
         if crate::command::pipeline::replay_checked(db, rng, ts, info, args).is_error() {
             errors += 1;
         }
     }
     Applied {
-        changes: cmds.len() as u64,
+        changes: infos.len() as u64,
         errors,
     }
 }
@@ -582,18 +626,27 @@ pub fn recover(data_dir: &Path, mut how: Recover<'_>) -> Result<Recovered, Strin
             seq: f.seq,
             unix_ms: f.timestamp_unix_ms,
         };
-        let (record, applied) = machine.apply_frame(at, f.kind, f.payload).map_err(|why| {
+        let refused = |why: String| {
             format!(
                 "record #{}: {why} (no server logs that: a damaged disk or a bad copy). \
                      `tidepool-log repair` cuts the log at this record",
                 f.seq
             )
-        })?;
+        };
+        let applied = match observe.as_mut() {
+            Some(o) => {
+                let (record, applied) = machine
+                    .apply_frame(at, f.kind, f.payload)
+                    .map_err(refused)?;
+                o(&mut machine, at, &record);
+                applied
+            }
+            None => machine
+                .apply_logged(at, f.kind, f.payload)
+                .map_err(refused)?,
+        };
         errors += applied.errors;
         changes += applied.changes;
-        if let Some(o) = observe.as_mut() {
-            o(&mut machine, at, &record);
-        }
         Ok(())
     };
     let (writer, report, damage) = match &how.access {

@@ -111,6 +111,20 @@ pub fn die_with_parent(parent: i32) {
     let _ = parent;
 }
 
+/// Asks the processor to bring the cache line at `p` in, without waiting for it: a hint that
+/// changes no state and no result (replay's lookups of a record's keys overlap their misses).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch loads nothing into the program and never faults, whatever the
+    // address (SSE is part of x86-64's baseline).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Ignores SIGPIPE again (as the Rust runtime set it at start), so a write to a closed socket
 /// or pipe is an error and not the process's end. `Command::exec` sets it back to the default
 /// before it replaces the process, and leaves it so when the replacement fails.

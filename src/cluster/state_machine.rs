@@ -1,5 +1,5 @@
 //! openraft's state machine, on the state machine's own door ([`Machine`]), through an
-//! [`Applier`]: an entry's batch is applied record by record with [`Machine::apply_frame`]
+//! [`Applier`]: an entry's batch is applied record by record with [`Machine::apply_logged`]
 //! (checked as replay checks a record), a snapshot is the single node's snapshot image
 //! ([`Machine::write_snapshot`]) and installing one is [`Machine::from_snapshot`]. The
 //! snapshot a node holds is kept in `cluster/raft-snapshot` (its Raft metadata, then the
@@ -128,7 +128,7 @@ pub fn apply_batch(m: &mut Machine, batch: &Batch) -> Result<(), String> {
                         seq: f.seq,
                         unix_ms: f.timestamp_unix_ms,
                     };
-                    m.apply_frame(pos, f.kind, f.payload)
+                    m.apply_logged(pos, f.kind, f.payload)
                         .map_err(|e| format!("record #{}: {e}", f.seq))?;
                 }
                 at += f.encoded_len();

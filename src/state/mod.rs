@@ -503,9 +503,9 @@ impl Db {
             .collect()
     }
 
-    /// Looks `key` up only to bring it into the cache (see `executor::apply_record`).
-    pub fn warm(&self, key: &[u8]) {
-        std::hint::black_box(self.keys.get(key));
+    /// Brings the lookups of `keys` into the cache, without waiting (`Keyspace::prefetch`).
+    pub fn prefetch<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) {
+        self.keys.prefetch(keys);
     }
 
     /// All entries, including expired ones (callers filter).

@@ -31,6 +31,8 @@ use super::key::{stable_hash, Key};
 /// What a table holds in a slot: something with a key.
 pub trait Element {
     fn key(&self) -> &[u8];
+    /// Brings what the element points to into the cache (`SortedTable::prefetch_element`).
+    fn prefetch(&self) {}
 }
 
 type Slot<T> = Option<(u64, T)>;
@@ -132,6 +134,34 @@ impl<T: Element> SortedTable<T> {
             i += 1;
         }
         None
+    }
+
+    /// Brings the first slot a lookup of `key` reads into the cache, without waiting for it.
+    pub fn prefetch_home(&self, key: &[u8]) {
+        if self.homes > 0 {
+            let home = self.home(self.order_of(stable_hash(key)));
+            crate::sys::prefetch(self.slots.as_ptr().wrapping_add(home));
+        }
+    }
+
+    /// Brings what the element of `key`'s hash points to into the cache, without waiting for
+    /// it: the slots are read up to it (after `prefetch_home`, they are there), the key is not
+    /// compared (that would wait for the element).
+    pub fn prefetch_element(&self, key: &[u8]) {
+        if self.homes == 0 {
+            return;
+        }
+        let h = self.order_of(stable_hash(key));
+        let mut i = self.home(h);
+        while let Some(Some((sh, e))) = self.slots.get(i) {
+            if *sh >= h {
+                if *sh == h {
+                    e.prefetch();
+                }
+                return;
+            }
+            i += 1;
+        }
     }
 
     pub fn get(&self, key: &[u8]) -> Option<&T> {
@@ -389,6 +419,9 @@ impl<V> Element for Box<Node<V>> {
     fn key(&self) -> &[u8] {
         self.key.bytes()
     }
+    fn prefetch(&self) {
+        crate::sys::prefetch(&**self as *const Node<V>);
+    }
 }
 
 /// The keyspace: keys to their entries, in hash order.
@@ -432,6 +465,17 @@ impl<V> Keyspace<V> {
     }
     pub fn contains_key(&self, key: &[u8]) -> bool {
         self.table.get(key).is_some()
+    }
+    /// Brings the lookups of `keys` into the cache without waiting for them: every key's
+    /// first slot, then every key's node, so that the misses of independent lookups overlap
+    /// instead of coming one after another (a record of a pipeline has up to hundreds).
+    pub fn prefetch<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) {
+        for k in keys.clone() {
+            self.table.prefetch_home(k);
+        }
+        for k in keys {
+            self.table.prefetch_element(k);
+        }
     }
     /// Inserts or replaces; returns the previous value.
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {

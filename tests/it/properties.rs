@@ -636,6 +636,26 @@ proptest! {
         if let Ok(r) = &recovered {
             prop_assert_eq!(r.machine.replay_draws(), 0);
         }
+        // Recovery with an observer decodes each record whole (`Machine::apply_frame`), and
+        // without one into kept buffers (`Machine::apply_logged`): the same records applied,
+        // the same state, the same refusal.
+        let mut seen = 0u64;
+        let mut observe = |_: &mut tidepool::machine::Machine,
+                           _: tidepool::machine::Position,
+                           _: &tidepool::record::Record| seen += 1;
+        let mut how = tidepool::machine::Recover::read(tidepool::machine::Start::Newest);
+        how.observe = Some(&mut observe);
+        let observed = tidepool::machine::recover(&data, how);
+        match (&recovered, &observed) {
+            (Ok(a), Ok(b)) => {
+                prop_assert_eq!(a.changes, b.changes);
+                prop_assert_eq!(a.errors, b.errors);
+                prop_assert_eq!(a.machine.position(), b.machine.position());
+                prop_assert_eq!(a.machine.dbs().difference(b.machine.dbs()), None);
+            }
+            (Err(a), Err(b)) => prop_assert_eq!(a, b),
+            (a, b) => prop_assert!(false, "{:?} against {:?}", a.as_ref().err(), b.as_ref().err()),
+        }
         let tools = TOOL_CASES
             .fetch_update(
                 std::sync::atomic::Ordering::Relaxed,
