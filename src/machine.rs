@@ -313,6 +313,20 @@ impl Machine {
         )
     }
 
+    /// [`Machine::write_snapshot_tmp`] without the sync (`snapshot::write_tmp_unsynced`).
+    pub fn write_snapshot_tmp_unsynced(
+        &self,
+        data_dir: &Path,
+        created_unix_ms: u64,
+    ) -> std::io::Result<(PathBuf, snapshot::Written)> {
+        snapshot::write_tmp_unsynced(
+            data_dir,
+            &self.dbs,
+            &self.delivery,
+            self.snapshot_header(created_unix_ms),
+        )
+    }
+
     /// Writes, syncs and publishes the snapshot file of the state now in `data_dir`.
     pub fn write_snapshot_file(
         &self,

@@ -4,11 +4,12 @@
 //! A snapshot is always taken between two records: the log is rolled to a new segment (every
 //! record so far synced in closed segments), then the state is written as it is at that
 //! record. In the background this is Redis's way: `fork()` gives the child a copy-on-write
-//! image of the state as of the roll, the child writes and syncs `<seq>.snap.tmp` and exits,
-//! and the executor goes on serving; the only pause is the fork itself (the page tables are
-//! copied) and the copies made when a page is first written afterwards. A thread of our own
-//! waits for the child, then publishes the snapshot (rename, directory sync) and compacts
-//! the log behind it. The child touches nothing but the state and its own file: no lock, no
+//! image of the state as of the roll, the child writes `<seq>.snap.tmp` and exits, and the
+//! executor goes on serving; the only pause is the fork itself (the page tables are copied)
+//! and the copies made when a page is first written while the child lives. A thread of our
+//! own waits for the child, then syncs the file (after the child, so that the copies stop a
+//! sync's time sooner), publishes the snapshot (rename, directory sync) and compacts the log
+//! behind it. The child touches nothing but the state and its own file: no lock, no
 //! runtime, no logging (only what is async-signal-tolerant with glibc's fork handlers: memory
 //! allocation and plain system calls), and it leaves with `_exit`.
 
@@ -236,7 +237,7 @@ impl Snapshots {
                 crate::fault::in_child();
                 drop(reader);
                 let mut w = writer;
-                let code = match machine.write_snapshot_tmp(&self.data_dir, now_ms) {
+                let code = match machine.write_snapshot_tmp_unsynced(&self.data_dir, now_ms) {
                     Ok((_, written)) => {
                         let _ = write!(w, "ok {} {}", written.bytes, written.keys);
                         0
@@ -272,11 +273,11 @@ impl Snapshots {
                             bytes: it.next().unwrap_or(0),
                             keys: it.next().unwrap_or(0),
                         };
-                        let tmp = snapshot::snapshot_dir(&data_dir).join(format!(
-                            "{}.tmp",
-                            snapshot::format::snapshot_file_name(header.seq)
-                        ));
-                        snapshot::publish(&data_dir, &(tmp, written), header.seq)
+                        let tmp = snapshot::tmp_path(&data_dir, header.seq);
+                        snapshot::sync_tmp(&tmp)
+                            .and_then(|()| {
+                                snapshot::publish(&data_dir, &(tmp, written), header.seq)
+                            })
                             .map(|_| written)
                             .map_err(|e| e.to_string())
                     }

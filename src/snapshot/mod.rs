@@ -494,7 +494,8 @@ pub fn list(dir: &Path) -> io::Result<Vec<SnapshotFile>> {
 }
 
 /// Writes a snapshot file for `seq` through a temporary name: written, synced, renamed, and the
-/// directory synced. Used by SAVE, by the offline tool, and by the child a background save forks.
+/// directory synced. Used by the offline tool; SAVE and BGSAVE write through `write_tmp` and
+/// `write_tmp_unsynced`.
 pub fn write_file(
     data_dir: &Path,
     dbs: &Databases,
@@ -515,9 +516,51 @@ pub fn write_tmp(
     header: SnapshotHeader,
     progress: impl FnMut(u64),
 ) -> io::Result<(PathBuf, Written)> {
+    write_tmp_then(data_dir, dbs, delivery, header, progress, true)
+}
+
+/// [`write_tmp`] without the sync, for a background snapshot's child: the server syncs the
+/// file once the child has exited ([`sync_tmp`]), so that the child, and with it every page the
+/// server copies on its first write, lives the sync's time less.
+pub fn write_tmp_unsynced(
+    data_dir: &Path,
+    dbs: &Databases,
+    delivery: &Delivery,
+    header: SnapshotHeader,
+) -> io::Result<(PathBuf, Written)> {
+    write_tmp_then(data_dir, dbs, delivery, header, |_| {}, false)
+}
+
+/// The temporary file of the snapshot at record `seq`.
+pub fn tmp_path(data_dir: &Path, seq: u64) -> PathBuf {
+    snapshot_dir(data_dir).join(format!("{}.tmp", snapshot_file_name(seq)))
+}
+
+/// Syncs a temporary snapshot file another process wrote ([`write_tmp_unsynced`]); on failure
+/// the file is removed, as a failed [`write_tmp`] removes it.
+pub fn sync_tmp(tmp: &Path) -> io::Result<()> {
+    let synced = std::fs::OpenOptions::new()
+        .write(true)
+        .open(tmp)
+        .and_then(|f| f.sync_all());
+    if synced.is_err() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    crate::fault::point("snapshot-synced");
+    synced
+}
+
+fn write_tmp_then(
+    data_dir: &Path,
+    dbs: &Databases,
+    delivery: &Delivery,
+    header: SnapshotHeader,
+    progress: impl FnMut(u64),
+    sync: bool,
+) -> io::Result<(PathBuf, Written)> {
     let dir = snapshot_dir(data_dir);
     std::fs::create_dir_all(&dir)?;
-    let tmp = dir.join(format!("{}.tmp", snapshot_file_name(header.seq)));
+    let tmp = tmp_path(data_dir, header.seq);
     let file = std::fs::File::create(&tmp)?;
     let written = (|| {
         let mut out = io::BufWriter::with_capacity(1 << 20, file);
@@ -525,8 +568,10 @@ pub fn write_tmp(
         crate::fault::no_space("snapshot-write")?;
         let file = out.into_inner().map_err(|e| e.into_error())?;
         crate::fault::point("snapshot-written");
-        file.sync_all()?;
-        crate::fault::point("snapshot-synced");
+        if sync {
+            file.sync_all()?;
+            crate::fault::point("snapshot-synced");
+        }
         Ok(written)
     })();
     match written {
