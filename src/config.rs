@@ -230,9 +230,9 @@ pub const LOG_BUFFER_KEEP_BYTES: usize = 1 << 20;
 /// The most commands a request's vector of logged commands may have had room for and still be
 /// kept for the next request (a pipeline's larger one is freed).
 pub const LOGGED_COMMANDS_KEEP: usize = 64;
-/// The largest argument buffer replay keeps for the next record's arguments (a larger value
-/// in the log is copied into a buffer that is freed once its record is applied).
-pub const REPLAY_ARG_BUFFER_KEEP_BYTES: usize = 4096;
+/// The most heap replay's decoding buffers may hold and be kept for the next record (after a
+/// record with a larger value or more commands, they are freed once it is applied).
+pub const REPLAY_SCRATCH_KEEP_BYTES: usize = 1 << 20;
 /// The data a scratch database may hold, unless set at its creation (the hosted free plan's
 /// data-size limit is 256 MB).
 pub const SCRATCH_DATA_BYTES_MAX: u64 = 64 * 1024 * 1024;

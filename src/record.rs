@@ -157,8 +157,8 @@ pub struct KvScratch {
     cmds: Vec<(usize, Vec<Vec<u8>>)>,
     /// The commands of the record decoded last.
     len: usize,
-    /// Whether an argument larger than a buffer is kept at went in (see `done`).
-    big: bool,
+    /// The heap bytes the buffers hold (their capacities, and the vectors' own slots).
+    held: usize,
 }
 
 impl KvScratch {
@@ -175,29 +175,32 @@ impl KvScratch {
         self.len == 0
     }
 
-    /// Lets go of the buffers a large argument grew, so that one large value in the log does
-    /// not stay allocated for the rest of the replay.
+    /// Once the record decoded last is applied: lets every buffer go when they hold more than
+    /// `REPLAY_SCRATCH_KEEP_BYTES` (a large value or a long pipeline in the log), so that what
+    /// one record grew does not stay allocated for the rest of the replay, or of the server.
     pub fn done(&mut self) {
-        if std::mem::take(&mut self.big) {
-            for (_, args) in &mut self.cmds {
-                for a in args.iter_mut() {
-                    if a.capacity() > crate::config::REPLAY_ARG_BUFFER_KEEP_BYTES {
-                        *a = Vec::new();
-                    }
-                }
-            }
+        if self.held > crate::config::REPLAY_SCRATCH_KEEP_BYTES {
+            *self = KvScratch::default();
         }
+    }
+
+    /// The heap bytes the buffers hold.
+    pub fn held_bytes(&self) -> usize {
+        self.held
     }
 
     /// The next command's argument buffers, with room for `argc`.
     fn command(&mut self, argc: usize) -> &mut Vec<Vec<u8>> {
+        const SLOT: usize = std::mem::size_of::<Vec<u8>>();
         if self.len == self.cmds.len() {
             self.cmds.push((0, Vec::new()));
+            self.held += std::mem::size_of::<(usize, Vec<Vec<u8>>)>();
         }
         let (n, args) = &mut self.cmds[self.len];
         self.len += 1;
         *n = argc;
         if args.len() < argc {
+            self.held += (argc - args.len()) * SLOT;
             args.resize_with(argc, Vec::new);
         }
         args
@@ -290,23 +293,23 @@ pub fn decode_kv_into(kind: u8, payload: &[u8], into: &mut KvScratch) -> Option<
         _ => return None,
     };
     into.len = 0;
-    let mut big = false;
     let n = c.array()?;
-    let decoded = (|| {
-        for _ in 0..n {
-            let argc = c.array()?;
-            let args = into.command(argc);
-            for a in &mut args[..argc] {
-                let b = c.bytes()?;
-                a.clear();
-                a.extend_from_slice(b);
-                big |= b.len() > crate::config::REPLAY_ARG_BUFFER_KEEP_BYTES;
-            }
+    for _ in 0..n {
+        let argc = c.array()?;
+        let mut grew = 0;
+        let args = into.command(argc);
+        for a in &mut args[..argc] {
+            let Some(b) = c.bytes() else {
+                into.held += grew;
+                return None;
+            };
+            let before = a.capacity();
+            a.clear();
+            a.extend_from_slice(b);
+            grew += a.capacity() - before;
         }
-        Some(())
-    })();
-    into.big |= big;
-    decoded?;
+        into.held += grew;
+    }
     c.bytes.is_empty().then_some(db)
 }
 
@@ -471,11 +474,12 @@ mod tests {
         .is_some());
     }
 
-    /// Guards the kept buffers' size: a large argument's buffer is let go once its record is
-    /// applied, and a smaller record after a larger one holds only its own commands.
+    /// Guards the kept buffers' size: past `REPLAY_SCRATCH_KEEP_BYTES` they are all let go
+    /// once their record is applied, and a smaller record after a larger one holds only its
+    /// own commands.
     #[test]
     fn kv_scratch_lets_large_buffers_go() {
-        let big = vec![b'v'; crate::config::REPLAY_ARG_BUFFER_KEEP_BYTES + 1];
+        let big = vec![b'v'; crate::config::REPLAY_SCRATCH_KEEP_BYTES + 1];
         let rec = Record::KvCommands(vec![
             vec![b"SET".to_vec(), b"a".to_vec(), big],
             vec![b"DEL".to_vec(), b"b".to_vec()],
@@ -488,17 +492,20 @@ mod tests {
             Some(0)
         );
         assert_eq!(scratch_record(KIND_KV_COMMANDS, 0, &scratch), rec);
+        assert!(scratch.held_bytes() > crate::config::REPLAY_SCRATCH_KEEP_BYTES);
         scratch.done();
-        let kept: usize = scratch
-            .cmds
-            .iter()
-            .flat_map(|(_, args)| args.iter().map(Vec::capacity))
-            .max()
-            .unwrap_or(0);
-        assert!(
-            kept <= crate::config::REPLAY_ARG_BUFFER_KEEP_BYTES,
-            "{kept}"
+        assert_eq!((scratch.cmds.len(), scratch.held_bytes()), (0, 0));
+        // Many small commands past the budget are let go the same way.
+        let many = Record::KvCommands(vec![vec![b"DEL".to_vec(), b"k".to_vec()]; 20_000]);
+        let mut out = Vec::new();
+        many.encode_payload(&mut out);
+        assert_eq!(
+            decode_kv_into(KIND_KV_COMMANDS, &out, &mut scratch),
+            Some(0)
         );
+        assert!(scratch.held_bytes() > crate::config::REPLAY_SCRATCH_KEEP_BYTES);
+        scratch.done();
+        assert_eq!(scratch.held_bytes(), 0);
         let small = Record::KvCommands(vec![vec![b"GET".to_vec()]]);
         let mut out = Vec::new();
         small.encode_payload(&mut out);
@@ -507,5 +514,12 @@ mod tests {
             Some(0)
         );
         assert_eq!(scratch_record(KIND_KV_COMMANDS, 0, &scratch), small);
+        let held = scratch.held_bytes();
+        scratch.done();
+        assert_eq!(
+            scratch.held_bytes(),
+            held,
+            "a small record's buffers are kept"
+        );
     }
 }
