@@ -697,6 +697,8 @@ pub fn recover(data_dir: &Path, mut how: Recover<'_>) -> Result<Recovered, Strin
     if bulk {
         machine.bulk(false);
     }
+    // Replay's decoding buffers are not the live server's to keep.
+    machine.scratch = KvScratch::default();
     let mut report = report;
     report.snapshot = snapshot.map(|(seq, _)| seq);
     Ok(Recovered {
