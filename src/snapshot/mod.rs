@@ -543,10 +543,12 @@ pub fn sync_tmp(tmp: &Path) -> io::Result<()> {
         .write(true)
         .open(tmp)
         .and_then(|f| f.sync_all());
-    if synced.is_err() {
-        let _ = std::fs::remove_file(tmp);
+    match synced {
+        Ok(()) => crate::fault::point("snapshot-synced"),
+        Err(_) => {
+            let _ = std::fs::remove_file(tmp);
+        }
     }
-    crate::fault::point("snapshot-synced");
     synced
 }
 
