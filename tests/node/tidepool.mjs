@@ -36,7 +36,37 @@ function serveOne(data, args, env) {
   });
 }
 
+// A loopback port nobody listens on, for a cluster node told its peers' ports in advance. It
+// is taken from below the kernel's ephemeral range, each port once: a port from listen(0) may
+// be the very one the next listen(0) answers again once closed, or the kernel's pick for an
+// outgoing connection, and a node then failed with "Address already in use".
+let nextPort = 0;
+function ephemeralLow() {
+  try {
+    return Math.min(32768, Number(fs.readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").split(/\s+/)[0]) || 32768);
+  } catch {
+    return 32768;
+  }
+}
+
+function listens(port) {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.once("error", () => resolve(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => resolve(true)));
+  });
+}
+
 async function freePort() {
+  const low = 20000;
+  const span = ephemeralLow() - low;
+  if (span >= 1000) {
+    const base = (process.pid * 7919) % span;
+    for (let tries = 0; tries < span; tries++) {
+      const port = low + ((base + nextPort++) % span);
+      if (await listens(port)) return port;
+    }
+  }
   return await new Promise((resolve) => {
     const s = net.createServer().listen(0, "127.0.0.1", () => {
       const { port } = s.address();
