@@ -166,31 +166,31 @@ impl Machine {
     /// a request (`check_record`). An error changes nothing.
     pub fn apply(&mut self, at: Position, record: &Record) -> Result<Applied, String> {
         self.in_order(at)?;
-        let (db, cmds) = match record {
-            Record::KvCommands(cmds) => (None, cmds),
-            Record::KvCommandsIn { db, cmds } => (Some(*db), cmds),
+        let changes = match record {
+            Record::KvCommands(cmds) => {
+                return self.apply_kv(at, None, cmds.iter().map(Vec::as_slice))
+            }
+            Record::KvCommandsIn { db, cmds } => {
+                return self.apply_kv(at, Some(*db), cmds.iter().map(Vec::as_slice))
+            }
             Record::Delivery(events) => {
                 for e in events {
                     self.delivery.apply(at.seq, at.unix_ms, e);
                 }
-                self.at = at;
-                return Ok(Applied {
-                    changes: events.len() as u64,
-                    errors: 0,
-                });
+                events.len()
             }
             Record::Databases(events) => {
                 for e in events {
                     self.dbs.apply(at.unix_ms, e);
                 }
-                self.at = at;
-                return Ok(Applied {
-                    changes: events.len() as u64,
-                    errors: 0,
-                });
+                events.len()
             }
         };
-        self.apply_kv(at, db, cmds.iter().map(Vec::as_slice))
+        self.at = at;
+        Ok(Applied {
+            changes: changes as u64,
+            errors: 0,
+        })
     }
 
     /// [`Machine::apply_frame`] for a caller that does not look at the record (recovery
@@ -297,12 +297,13 @@ impl Machine {
         )
     }
 
-    /// Writes and syncs the snapshot file of the state now in `data_dir` (not yet published):
-    /// its path and what it holds.
+    /// Writes the snapshot file of the state now in `data_dir` (not yet published), synced when
+    /// `sync` (`snapshot::write_tmp`): its path and what it holds.
     pub fn write_snapshot_tmp(
         &self,
         data_dir: &Path,
         created_unix_ms: u64,
+        sync: bool,
     ) -> std::io::Result<(PathBuf, snapshot::Written)> {
         snapshot::write_tmp(
             data_dir,
@@ -310,20 +311,7 @@ impl Machine {
             &self.delivery,
             self.snapshot_header(created_unix_ms),
             |_| {},
-        )
-    }
-
-    /// [`Machine::write_snapshot_tmp`] without the sync (`snapshot::write_tmp_unsynced`).
-    pub fn write_snapshot_tmp_unsynced(
-        &self,
-        data_dir: &Path,
-        created_unix_ms: u64,
-    ) -> std::io::Result<(PathBuf, snapshot::Written)> {
-        snapshot::write_tmp_unsynced(
-            data_dir,
-            &self.dbs,
-            &self.delivery,
-            self.snapshot_header(created_unix_ms),
+            sync,
         )
     }
 

@@ -167,14 +167,6 @@ impl KvScratch {
         self.cmds[..self.len].iter().map(|(n, args)| &args[..*n])
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Once the record decoded last is applied: lets every buffer go when they hold more than
     /// `REPLAY_SCRATCH_KEEP_BYTES` (a large value or a long pipeline in the log), so that what
     /// one record grew does not stay allocated for the rest of the replay, or of the server.
@@ -228,10 +220,15 @@ impl<'a> Cursor<'a> {
         Some(head)
     }
 
-    fn big_endian(&mut self, n: usize) -> Option<usize> {
+    /// An `n`-byte big-endian unsigned integer.
+    fn be_u64(&mut self, n: usize) -> Option<u64> {
         let b = self.take(n)?;
-        let v = b.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b));
-        usize::try_from(v).ok()
+        Some(b.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b)))
+    }
+
+    /// An `n`-byte big-endian length.
+    fn big_endian(&mut self, n: usize) -> Option<usize> {
+        usize::try_from(self.be_u64(n)?).ok()
     }
 
     /// An array's length; None for any other marker, or a length the bytes left cannot hold
@@ -263,13 +260,10 @@ impl<'a> Cursor<'a> {
     fn uint(&mut self) -> Option<u64> {
         match self.byte()? {
             m @ 0x00..=0x7f => Some(u64::from(m)),
-            0xcc => self.big_endian(1).map(|v| v as u64),
-            0xcd => self.big_endian(2).map(|v| v as u64),
-            0xce => self.big_endian(4).map(|v| v as u64),
-            0xcf => {
-                let b = self.take(8)?;
-                Some(b.iter().fold(0u64, |v, &b| (v << 8) | u64::from(b)))
-            }
+            0xcc => self.be_u64(1),
+            0xcd => self.be_u64(2),
+            0xce => self.be_u64(4),
+            0xcf => self.be_u64(8),
             _ => None,
         }
     }

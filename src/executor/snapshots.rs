@@ -207,7 +207,7 @@ impl Snapshots {
         }
         if !background {
             let result = machine
-                .write_snapshot_tmp(&self.data_dir, now_ms)
+                .write_snapshot_tmp(&self.data_dir, now_ms, true)
                 .and_then(|tmp| {
                     snapshot::publish(&self.data_dir, &tmp, header.seq)?;
                     Ok(tmp.1)
@@ -237,7 +237,8 @@ impl Snapshots {
                 crate::fault::in_child();
                 drop(reader);
                 let mut w = writer;
-                let code = match machine.write_snapshot_tmp_unsynced(&self.data_dir, now_ms) {
+                // Unsynced: the snapshot thread syncs the file once this child has exited.
+                let code = match machine.write_snapshot_tmp(&self.data_dir, now_ms, false) {
                     Ok((_, written)) => {
                         let _ = write!(w, "ok {} {}", written.bytes, written.keys);
                         0

@@ -494,8 +494,7 @@ pub fn list(dir: &Path) -> io::Result<Vec<SnapshotFile>> {
 }
 
 /// Writes a snapshot file for `seq` through a temporary name: written, synced, renamed, and the
-/// directory synced. Used by the offline tool; SAVE and BGSAVE write through `write_tmp` and
-/// `write_tmp_unsynced`.
+/// directory synced. Used by the offline tool; SAVE and BGSAVE write through `write_tmp`.
 pub fn write_file(
     data_dir: &Path,
     dbs: &Databases,
@@ -503,32 +502,9 @@ pub fn write_file(
     header: SnapshotHeader,
     progress: impl FnMut(u64),
 ) -> io::Result<Written> {
-    let tmp = write_tmp(data_dir, dbs, delivery, header, progress)?;
+    let tmp = write_tmp(data_dir, dbs, delivery, header, progress, true)?;
     publish(data_dir, &tmp, header.seq)?;
     Ok(tmp.1)
-}
-
-/// Writes and syncs `<seq>.snap.tmp`; returns its path and what it holds.
-pub fn write_tmp(
-    data_dir: &Path,
-    dbs: &Databases,
-    delivery: &Delivery,
-    header: SnapshotHeader,
-    progress: impl FnMut(u64),
-) -> io::Result<(PathBuf, Written)> {
-    write_tmp_then(data_dir, dbs, delivery, header, progress, true)
-}
-
-/// [`write_tmp`] without the sync, for a background snapshot's child: the server syncs the
-/// file once the child has exited ([`sync_tmp`]), so that the child, and with it every page the
-/// server copies on its first write, lives the sync's time less.
-pub fn write_tmp_unsynced(
-    data_dir: &Path,
-    dbs: &Databases,
-    delivery: &Delivery,
-    header: SnapshotHeader,
-) -> io::Result<(PathBuf, Written)> {
-    write_tmp_then(data_dir, dbs, delivery, header, |_| {}, false)
 }
 
 /// The temporary file of the snapshot at record `seq`.
@@ -536,7 +512,7 @@ pub fn tmp_path(data_dir: &Path, seq: u64) -> PathBuf {
     snapshot_dir(data_dir).join(format!("{}.tmp", snapshot_file_name(seq)))
 }
 
-/// Syncs a temporary snapshot file another process wrote ([`write_tmp_unsynced`]); on failure
+/// Syncs a temporary snapshot file another process wrote ([`write_tmp`] without `sync`); on failure
 /// the file is removed, as a failed [`write_tmp`] removes it.
 pub fn sync_tmp(tmp: &Path) -> io::Result<()> {
     let synced = std::fs::OpenOptions::new()
@@ -552,7 +528,11 @@ pub fn sync_tmp(tmp: &Path) -> io::Result<()> {
     synced
 }
 
-fn write_tmp_then(
+/// Writes `<seq>.snap.tmp`, and syncs it when `sync` (a background snapshot's child does not:
+/// the server syncs the file once the child has exited, [`sync_tmp`], so that the child, and
+/// with it every page the server copies on its first write, lives the sync's time less);
+/// returns its path and what it holds.
+pub fn write_tmp(
     data_dir: &Path,
     dbs: &Databases,
     delivery: &Delivery,
