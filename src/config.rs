@@ -111,8 +111,13 @@ pub const DELIVERY_REDIRECTS_MAX: usize = 5;
 /// attempts may be in flight, so that a burst's connections are reused and not closed and
 /// opened again (at 64, connect and shutdown took a sixth of the delivery thread's time at
 /// 20,000 deliveries a second, besides the destination's accepts). No more can be open than
-/// attempts in flight; idle ones close after reqwest's idle timeout.
+/// attempts in flight; idle ones close after `DELIVERY_IDLE_CONNECTION_MS`.
 pub const DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX: usize = DELIVERY_IN_FLIGHT_MAX;
+/// Idle connections the delivery client keeps open in all (one file descriptor each): past
+/// it, a connection whose attempt ended is closed.
+pub const DELIVERY_IDLE_CONNECTIONS_MAX: usize = 1_024;
+/// How long an idle delivery connection is kept (reqwest's default, which it had before).
+pub const DELIVERY_IDLE_CONNECTION_MS: u64 = 90_000;
 /// Destinations the delivery thread keeps parsed (a cache that is emptied when full), each at
 /// most this long (a longer one is parsed at every attempt): about 1 MiB at most with the
 /// parsed forms (percent-encoding can make one three times its text).

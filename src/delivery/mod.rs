@@ -8,8 +8,9 @@
 //! - `ops`: API requests, turned into events plus a JSON answer, against the state.
 //! - `conf`, `retry`, `sign`, `cron`: configuration headers, backoff, signing keys and JWT,
 //!   schedules.
-//! - `worker`: outbound HTTP (reqwest) outside the executor; results come back on the pool's
-//!   own channel and become `Attempt` events.
+//! - `worker`: outbound HTTP outside the executor, through `client` (hyper's HTTP/1.1
+//!   connections for `http://`, reqwest for `https://` and proxies); results come back on the
+//!   pool's own channel and become `Attempt` events.
 //!
 //! The `/v2/...` routes and request parsing are the HTTP side's (`http::qstash`).
 //!
@@ -17,6 +18,7 @@
 //! every pending message is due again at its logged time, so an attempt that was running during
 //! a crash is simply made again (at-least-once, as the hosted service promises).
 
+pub mod client;
 pub mod conf;
 pub mod cron;
 pub mod flow;

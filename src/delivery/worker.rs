@@ -8,14 +8,14 @@
 //! at ten times its idle value there, each request waiting behind the signing, sending and
 //! reading of attempts.
 
+use super::client::Client;
 use super::model::{Message, Response};
 use super::ops::AttemptResult;
 use super::sign::{self, SigningKeys};
 use crate::clock;
 
 use crate::config::{
-    DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX, DELIVERY_PARSED_URLS_MAX,
-    DELIVERY_PARSED_URL_BYTES_MAX, DELIVERY_REDIRECTS_MAX,
+    DELIVERY_IDLE_CONNECTION_MS, DELIVERY_PARSED_URLS_MAX, DELIVERY_PARSED_URL_BYTES_MAX,
 };
 use crate::msgpack::Bin;
 use crate::wal::Progress;
@@ -40,7 +40,7 @@ pub struct Workers {
     /// The delivery thread's runtime; the thread ends when the last `Workers` is dropped.
     runtime: tokio::runtime::Handle,
     _running: Arc<tokio::sync::oneshot::Sender<()>>,
-    client: reqwest::Client,
+    client: Arc<Client>,
     keys: Arc<RwLock<SigningKeys>>,
     log: Arc<Progress>,
     wait_for_sync: bool,
@@ -60,27 +60,21 @@ impl Workers {
         region: Option<String>,
         results: mpsc::Sender<AttemptResult>,
     ) -> Result<Workers, String> {
-        // Follow 307/308 (method and body kept) a few times; any other 3xx is a failed attempt.
-        let policy = reqwest::redirect::Policy::custom(|a| {
-            if a.previous().len() < DELIVERY_REDIRECTS_MAX
-                && matches!(a.status().as_u16(), 307 | 308)
-            {
-                a.follow()
-            } else {
-                a.stop()
-            }
-        });
-        let client = reqwest::Client::builder()
-            .redirect(policy)
-            .user_agent("Upstash-QStash")
-            .pool_max_idle_per_host(DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX)
-            .build()
-            .map_err(|e| format!("cannot build the delivery HTTP client: {e}"))?;
+        let client = Arc::new(Client::new()?);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("cannot build the delivery runtime: {e}"))?;
         let runtime = rt.handle().clone();
+        // Connections idle past their time are closed even when no attempt comes to find them.
+        let sweeping = client.clone();
+        runtime.spawn(async move {
+            let every = Duration::from_millis(DELIVERY_IDLE_CONNECTION_MS / 4);
+            loop {
+                tokio::time::sleep(every).await;
+                sweeping.close_stale();
+            }
+        });
         let (running, stopped) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("delivery".into())
@@ -139,8 +133,8 @@ impl Workers {
         let retried = d.retried;
         let run_created_ms = d.run_created_ms;
         let m = &mut d.msg;
-        let method = reqwest::Method::from_bytes(m.method.as_str().as_bytes())
-            .unwrap_or(reqwest::Method::POST);
+        let method =
+            hyper::Method::from_bytes(m.method.as_str().as_bytes()).unwrap_or(hyper::Method::POST);
         let timeout = m
             .conf
             .timeout_ms
@@ -161,15 +155,62 @@ impl Workers {
         };
         let jti = format!("jwt_{}", &m.id[m.id.len().saturating_sub(20)..]);
         let signature = sign::sign(&key, &m.url, &m.body.0, now_s, &format!("{jti}{retried}"));
-        // Forwarded headers first (repeated names kept), then the delivery's own headers, which
-        // replace any forwarded header of the same name: a workflow step forwards the headers
-        // of the request that produced it, its old Upstash-Signature included.
-        use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+        let Some(url) = parsed_url(&m.url) else {
+            let why = reqwest::Url::parse(&m.url).err();
+            return Response::none(format!(
+                "the destination {} is not a URL: {}",
+                m.url,
+                why.map_or_else(|| "it does not parse".to_string(), |e| e.to_string())
+            ));
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout);
+        let body = bytes::Bytes::from(std::mem::take(&mut m.body.0));
+        let answer = match self
+            .client
+            .send(
+                method,
+                url,
+                || self.headers(m, retried, run_created_ms, &signature),
+                body,
+                self.response_bytes_max,
+                deadline,
+            )
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => return Response::none(e),
+        };
+        let status = answer.status;
+        let mut error = answer.error;
+        if error.is_none() && !(200..300).contains(&status) {
+            error = Some(format!("destination answered {status}"));
+        }
+        Response {
+            status,
+            headers: answer.headers,
+            body: Bin(answer.body),
+            error,
+        }
+    }
+
+    /// The headers of an attempt of `m`: the forwarded ones first (repeated names kept), then
+    /// the delivery's own, which replace any forwarded header of the same name (a workflow
+    /// step forwards the headers of the request that produced it, its old Upstash-Signature
+    /// included).
+    fn headers(
+        &self,
+        m: &Message,
+        retried: u32,
+        run_created_ms: Option<u64>,
+        signature: &str,
+    ) -> Result<hyper::HeaderMap, String> {
+        use hyper::header::{HeaderMap, HeaderName, HeaderValue};
         // A header map holds about 24,500 entries (a table of 32,768, three quarters full) and
         // panics past that on `append` and `insert`: a message may forward more (a batch
         // item's headers are bounded by its size only), so the fallible forms are used and
-        // such a message fails its attempt.
-        let mut h = HeaderMap::new();
+        // such a message fails its attempt. The map is sized once for the forwarded headers
+        // and the delivery's own; a size no map can take starts empty and fails below.
+        let mut h = HeaderMap::try_with_capacity(m.conf.forward.len() + 16).unwrap_or_default();
         let mut full = false;
         for (k, v) in &m.conf.forward {
             if is_hop_by_hop(k) {
@@ -189,7 +230,7 @@ impl Workers {
         };
         own("upstash-message-id", HeaderValue::from_str(&m.id));
         own("upstash-retried", Ok(HeaderValue::from(retried)));
-        own("upstash-signature", HeaderValue::try_from(signature));
+        own("upstash-signature", HeaderValue::from_str(signature));
         own("user-agent", Ok(HeaderValue::from_static("Upstash-QStash")));
         if let Some(s) = &m.schedule_id {
             own("upstash-schedule-id", HeaderValue::from_str(s));
@@ -212,63 +253,12 @@ impl Workers {
             own("upstash-region", HeaderValue::from_str(r));
         }
         if full {
-            return Response::none(format!(
+            return Err(format!(
                 "the message forwards more headers than one request can carry ({} given)",
                 m.conf.forward.len()
             ));
         }
-        let rb = match parsed_url(&m.url) {
-            Some(url) => self.client.request(method, url),
-            // reqwest parses it again and answers its own error, as it always has.
-            None => self.client.request(method, &m.url),
-        };
-        let rb = rb
-            .timeout(Duration::from_millis(timeout))
-            .headers(h)
-            .body(std::mem::take(&mut m.body.0));
-        let resp = match rb.send().await {
-            Ok(r) => r,
-            Err(e) => return Response::none(describe(&e)),
-        };
-        let status = resp.status().as_u16();
-        let headers: Vec<(String, String)> = resp
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    super::conf::canonical(k.as_str()),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let mut body = Vec::new();
-        let mut resp = resp;
-        let mut error = None;
-        loop {
-            match resp.chunk().await {
-                Ok(Some(c)) => {
-                    let room = self.response_bytes_max.saturating_sub(body.len());
-                    body.extend_from_slice(&c[..c.len().min(room)]);
-                    if room <= c.len() {
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    error = Some(describe(&e));
-                    break;
-                }
-            }
-        }
-        if error.is_none() && !(200..300).contains(&status) {
-            error = Some(format!("destination answered {status}"));
-        }
-        Response {
-            status,
-            headers,
-            body: Bin(body),
-            error,
-        }
+        Ok(h)
     }
 }
 
@@ -342,16 +332,6 @@ fn is_hop_by_hop(name: &str) -> bool {
     )
 }
 
-fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        "attempt timed out".to_string()
-    } else if e.is_connect() {
-        format!("cannot connect: {e}")
-    } else {
-        e.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn a_destination_parses_the_same_from_the_cache_and_a_bad_one_is_left_to_reqwest() {
+    fn a_destination_parses_the_same_from_the_cache_and_a_bad_one_is_not_kept() {
         let url = "http://127.0.0.1:9/a?b=c";
         let first = parsed_url(url).map(|u| u.to_string());
         assert_eq!(first.as_deref(), Some("http://127.0.0.1:9/a?b=c"));

@@ -2306,3 +2306,217 @@ fn a_message_forwarding_more_headers_than_a_request_holds_fails_and_the_others_g
     assert!(error.contains("more headers"), "{failed}");
     assert!(sink.received().iter().all(|r| r.target != "/many"));
 }
+
+/// The error of message `id`'s failed attempt, once its FAILED event is there.
+fn failure_of(c: &mut Http, id: &str) -> String {
+    let mut failed = Value::Null;
+    poll(15, "the message to fail", || {
+        failed = c
+            .get(&format!("/v2/events?messageId={id}&state=FAILED"))
+            .json();
+        failed["events"].as_array().is_some_and(|e| !e.is_empty())
+    });
+    failed["events"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Waits for message `id`'s DELIVERED event.
+fn delivered(c: &mut Http, id: &str) {
+    poll(15, "the message's delivery", || {
+        let v = c
+            .get(&format!("/v2/events?messageId={id}&state=DELIVERED"))
+            .json();
+        v["events"].as_array().is_some_and(|e| !e.is_empty())
+    });
+}
+
+fn message_id(r: &Resp) -> String {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["messageId"]
+        .as_str()
+        .expect("a message id")
+        .to_string()
+}
+
+/// Guards the delivery client's redirects: 307 and 308 are followed with the method and the
+/// body kept (and a Referer, as reqwest sent), credentials only within their origin, at most
+/// `DELIVERY_REDIRECTS_MAX` times; any other 3xx is the destination's answer, a failed
+/// attempt.
+#[test]
+fn a_307_or_308_is_followed_with_its_method_and_body_and_other_redirects_fail() {
+    let dir = TempDir::new("dl-redirects");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let once = [("Upstash-Retries", "0"), ("Upstash-Method", "PUT")];
+    message_id(&publish(
+        &mut c,
+        &sink.url("/status/307?location=/after307"),
+        &once,
+        b"b307",
+    ));
+    message_id(&publish(
+        &mut c,
+        &sink.url("/status/308?location=/after308"),
+        &once,
+        b"b308",
+    ));
+    let got = sink.wait_for(10, "both redirects followed", |g| {
+        ["/after307", "/after308"]
+            .iter()
+            .all(|p| g.iter().any(|r| r.target == *p))
+    });
+    for (path, body, from) in [
+        ("/after307", "b307", "/status/307?location=/after307"),
+        ("/after308", "b308", "/status/308?location=/after308"),
+    ] {
+        let r = got.iter().find(|r| r.target == path).expect("followed");
+        assert_eq!(r.method, "PUT");
+        assert_eq!(r.body, body.as_bytes());
+        assert_eq!(r.header("referer"), Some(sink.url(from).as_str()));
+        assert!(r.header("upstash-signature").is_some());
+    }
+
+    // Credentials stay with their origin: kept on a redirect to the same host and port,
+    // dropped on one to another.
+    let other = Sink::start();
+    let secret = [
+        ("Upstash-Retries", "0"),
+        ("Upstash-Forward-Authorization", "Bearer secret"),
+    ];
+    let away = format!("/status/307?location={}", other.url("/away"));
+    message_id(&publish(&mut c, &sink.url(&away), &secret, b"x"));
+    let home = "/status/307?location=/home";
+    message_id(&publish(&mut c, &sink.url(home), &secret, b"x"));
+    let away = other.wait_for(10, "the cross-origin redirect", |g| !g.is_empty());
+    assert_eq!(away[0].header("authorization"), None);
+    let got = sink.wait_for(10, "the same-origin redirect", |g| {
+        g.iter().any(|r| r.target == "/home")
+    });
+    let home = got.iter().find(|r| r.target == "/home").expect("followed");
+    assert_eq!(home.header("authorization"), Some("Bearer secret"));
+
+    let id = message_id(&publish(
+        &mut c,
+        &sink.url("/status/302?location=/after302"),
+        &once,
+        b"x",
+    ));
+    assert!(failure_of(&mut c, &id).contains("302"));
+    assert!(sink.at("/after302").is_empty(), "a 302 is not followed");
+
+    // A destination that redirects to itself for good: the first request and five more.
+    let id = message_id(&publish(
+        &mut c,
+        &sink.url("/status/308/loop?location=self"),
+        &once,
+        b"x",
+    ));
+    assert!(failure_of(&mut c, &id).contains("308"));
+    assert_eq!(sink.at("/status/308/loop").len(), 6);
+}
+
+/// Guards the delivery client's pool: one connection carries a series of deliveries to the
+/// same destination; a destination that closes its connections, with `Connection: close` or
+/// without a word between two requests, still gets each message once, at its first attempt.
+#[test]
+fn delivery_connections_are_reused_and_a_closed_one_is_replaced() {
+    let dir = TempDir::new("dl-pool");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    // Each message's delivery is logged after its connection went back to the pool, so the
+    // next message finds it there.
+    let deliver = |c: &mut Http, path: &str, n: usize| {
+        let id = message_id(&publish(
+            c,
+            &sink.url(path),
+            &[("Upstash-Retries", "0")],
+            b"x",
+        ));
+        delivered(c, &id);
+        assert_eq!(sink.at(path).len(), n);
+    };
+    for i in 0..10 {
+        deliver(&mut c, "/kept", i + 1);
+    }
+    assert_eq!(
+        sink.connections(),
+        1,
+        "ten deliveries in a row, one connection"
+    );
+
+    for i in 0..3 {
+        deliver(&mut c, "/close/a", i + 1);
+    }
+    // The first goes on the kept connection; each closes the one it came on.
+    assert_eq!(
+        sink.connections(),
+        3,
+        "after each Connection: close, a new connection"
+    );
+
+    for i in 0..3 {
+        deliver(&mut c, "/hangup/a", i + 1);
+        // The close reaches the pooled connection before the next message is due.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    deliver(&mut c, "/kept", 11);
+    assert_eq!(
+        sink.connections(),
+        7,
+        "after each hang-up, a new connection"
+    );
+    for r in sink.received() {
+        assert_eq!(r.header("upstash-retried"), Some("0"), "{}", r.target);
+    }
+}
+
+/// Guards the delivery client's errors: a destination that answers after the message's
+/// `Upstash-Timeout` is a timed-out attempt, one that refuses the connection says so, and a
+/// body past the maximum is cut and the connection not reused (the next delivery opens one).
+#[test]
+fn a_slow_or_refusing_destination_fails_its_attempt_with_the_reason() {
+    let dir = TempDir::new("dl-errors");
+    let sink = Sink::start();
+    let s = Server::start_delivery_with(dir.path(), &["--max-message-bytes", "100000"]);
+    let mut c = s.qstash();
+    let id = message_id(&publish(
+        &mut c,
+        &sink.url("/sleep/3000/slow"),
+        &[("Upstash-Retries", "0"), ("Upstash-Timeout", "1s")],
+        b"x",
+    ));
+    let t = Instant::now();
+    assert!(failure_of(&mut c, &id).contains("timed out"));
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "failed before the answer came"
+    );
+
+    let refused = format!("http://127.0.0.1:{}/x", free_port());
+    let id = message_id(&publish(
+        &mut c,
+        &refused,
+        &[("Upstash-Retries", "0")],
+        b"x",
+    ));
+    let error = failure_of(&mut c, &id);
+    assert!(error.starts_with("cannot connect"), "{error}");
+
+    let id = message_id(&publish(
+        &mut c,
+        &sink.url("/big/500000"),
+        &[("Upstash-Retries", "0")],
+        b"x",
+    ));
+    delivered(&mut c, &id);
+    let before = sink.connections();
+    message_id(&publish(&mut c, &sink.url("/after-big"), &[], b"x"));
+    sink.wait_for(10, "the next delivery", |g| {
+        g.iter().any(|r| r.target == "/after-big")
+    });
+    assert_eq!(sink.connections(), before + 1);
+}

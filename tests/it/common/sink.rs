@@ -6,7 +6,11 @@
 //! - `/flaky/<n>/...`: the first n requests to that exact path answer 500, then 200.
 //! - `/sleep/<ms>/...`: answers 200 after that long.
 //! - `/big/<n>`: answers 200 with a body of n bytes.
+//! - `/close/...`: 200 with `Connection: close`, then closes the connection.
+//! - `/hangup/...`: 200 as if the connection stayed open, then closes it without a word.
 //! - anything else: 200 `ok`.
+//!
+//! `?location=<path>` adds a `Location` header (`self`: the request's own target).
 
 #![allow(dead_code)]
 
@@ -47,6 +51,7 @@ struct State {
 pub struct Sink {
     pub base: String,
     state: Arc<Mutex<State>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Sink {
@@ -60,13 +65,25 @@ impl Sink {
         let base = format!("http://{}", l.local_addr().expect("addr"));
         let state = Arc::new(Mutex::new(State::default()));
         let st = state.clone();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         std::thread::spawn(move || {
             for conn in l.incoming().flatten() {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let st = st.clone();
                 std::thread::spawn(move || serve(conn, st));
             }
         });
-        Sink { base, state }
+        Sink {
+            base,
+            state,
+            connections,
+        }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -191,6 +208,10 @@ fn serve(conn: TcpStream, st: Arc<Mutex<State>>) {
                         200
                     }
                 }
+                ["close", ..] => {
+                    extra.push_str("Connection: close\r\n");
+                    200
+                }
                 _ => 200,
             }
         };
@@ -200,6 +221,10 @@ fn serve(conn: TcpStream, st: Arc<Mutex<State>>) {
         for kv in query.split('&') {
             if let Some(v) = kv.strip_prefix("retry_after=") {
                 extra.push_str(&format!("Retry-After: {v}\r\n"));
+            }
+            if let Some(v) = kv.strip_prefix("location=") {
+                let v = if v == "self" { target.as_str() } else { v };
+                extra.push_str(&format!("Location: {v}\r\n"));
             }
         }
         let text = if let ["big", n, ..] = segs.as_slice() {
@@ -215,6 +240,10 @@ fn serve(conn: TcpStream, st: Arc<Mutex<State>>) {
             text.len()
         );
         if w.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+        if matches!(segs.as_slice(), ["close", ..] | ["hangup", ..]) {
+            let _ = w.shutdown(std::net::Shutdown::Both);
             return;
         }
     }
