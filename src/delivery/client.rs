@@ -439,9 +439,7 @@ impl Pending {
                         }
                         Ok(Some(Ok(frame))) => {
                             let Ok(c) = frame.into_data() else { continue };
-                            let room = max.saturating_sub(body.len());
-                            body.extend_from_slice(&c[..c.len().min(room)]);
-                            if room <= c.len() {
+                            if keep(&mut body, &c, max) {
                                 // Cut: the rest stays unread, so the connection is not reused.
                                 break;
                             }
@@ -459,9 +457,7 @@ impl Pending {
                         break;
                     }
                     Ok(Ok(Some(c))) => {
-                        let room = max.saturating_sub(body.len());
-                        body.extend_from_slice(&c[..c.len().min(room)]);
-                        if room <= c.len() {
+                        if keep(&mut body, &c, max) {
                             break;
                         }
                     }
@@ -480,6 +476,14 @@ impl Pending {
             error,
         }
     }
+}
+
+/// Adds `chunk` to `body`, up to `max` bytes in all; true when the body is full (the answer
+/// is cut there).
+fn keep(body: &mut Vec<u8>, chunk: &[u8], max: usize) -> bool {
+    let room = max.saturating_sub(body.len());
+    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    room <= chunk.len()
 }
 
 fn describe(e: &reqwest::Error) -> String {

@@ -2398,23 +2398,16 @@ fn a_307_or_308_is_followed_with_its_method_and_body_and_other_redirects_fail() 
     let home = got.iter().find(|r| r.target == "/home").expect("followed");
     assert_eq!(home.header("authorization"), Some("Bearer secret"));
 
-    let id = message_id(&publish(
-        &mut c,
-        &sink.url("/status/302?location=/after302"),
-        &once,
-        b"x",
-    ));
-    assert!(failure_of(&mut c, &id).contains("302"));
+    // The error of a message sent once to `path`.
+    let failing = |c: &mut Http, path: &str| {
+        let id = message_id(&publish(c, &sink.url(path), &once, b"x"));
+        failure_of(c, &id)
+    };
+    assert!(failing(&mut c, "/status/302?location=/after302").contains("302"));
     assert!(sink.at("/after302").is_empty(), "a 302 is not followed");
 
     // A destination that redirects to itself for good: the first request and five more.
-    let id = message_id(&publish(
-        &mut c,
-        &sink.url("/status/308/loop?location=self"),
-        &once,
-        b"x",
-    ));
-    assert!(failure_of(&mut c, &id).contains("308"));
+    assert!(failing(&mut c, "/status/308/loop?location=self").contains("308"));
     assert_eq!(sink.at("/status/308/loop").len(), 6);
 }
 
