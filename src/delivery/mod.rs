@@ -913,6 +913,11 @@ impl Delivery {
                 .is_some_and(|(t, _)| *t <= now_ms)
     }
 
+    /// When the first due message is due (flow-controlled messages once their flow has room).
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.due.first().map(|d| d.0)
+    }
+
     /// Messages count only when `messages` is set (not while the in-flight limit is reached).
     pub fn next_wake_ms(&self, messages: bool) -> Option<u64> {
         [

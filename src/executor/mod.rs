@@ -227,6 +227,11 @@ pub struct Shared {
     /// for `/readyz`, without a clock read per job here.
     pub jobs_taken: std::sync::atomic::AtomicU64,
     pub in_batch: std::sync::atomic::AtomicBool,
+    /// Delivery API jobs (`Job::Delivery`) sent to the executor's queue and not yet taken:
+    /// with the queue's length, whether a job of another kind (a key-value request) waits,
+    /// which ends the executor's rounds of handing due messages over. Counted before the
+    /// send, so it never undercounts what the queue holds.
+    pub delivery_jobs_queued: std::sync::atomic::AtomicUsize,
     /// How long the executor has been on one job, as the watchdog last saw (ms).
     pub stalled_ms: std::sync::atomic::AtomicU64,
     /// Ids of event streams and RESP connections, from 1.
@@ -757,6 +762,9 @@ impl Executor {
             let Some(first) = first else {
                 break;
             };
+            if !from_deferred {
+                self.taken(&first);
+            }
             // A cluster's batch is one Raft entry: past CLUSTER_BATCH_REQUEST_BYTES_MAX of
             // requests it takes no more, so that no entry outgrows what the log holds.
             let bytes_max = if self.cluster.is_some() {
@@ -772,6 +780,7 @@ impl Executor {
             while batch.len() < config::EXECUTOR_BATCH_JOBS_MAX && bytes < bytes_max {
                 match rx.try_recv() {
                     Ok(j) => {
+                        self.taken(&j);
                         bytes = bytes.saturating_add(j.request_bytes());
                         batch.push(j);
                     }
@@ -850,14 +859,34 @@ impl Executor {
             } else {
                 Vec::new()
             };
-            for job in batch.drain(..).chain(later) {
+            // With delivery work after them (attempts' results, publishes, due messages), the
+            // other jobs are answered first and the connection tasks run before that work
+            // starts: a request then waits for at most one slice of delivery work, the one in
+            // progress when it came, not also for the slice of its own batch.
+            let split = self.cluster.is_none()
+                && !batch.is_empty()
+                && (!later.is_empty() || self.messages_due());
+            for job in batch.drain(..) {
                 let before = self.wal.last_seq();
-                let delivery = is_delivery(&job);
                 self.handle_job(job, &mut pending, &mut shutdown);
                 let after = self.wal.last_seq();
-                if !delivery && after != before {
+                if after != before {
                     self.kv_seq = after;
                 }
+            }
+            if split {
+                self.accounted_seq = self.wal.last_seq();
+                self.finish_batch(std::mem::take(&mut pending));
+                self.shared.in_batch.store(false, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+                self.shared.in_batch.store(true, Ordering::Relaxed);
+                if self.wal.last_seq() > self.accounted_seq {
+                    self.kv_seq = self.wal.last_seq();
+                }
+                self.batch_start_seq = self.wal.last_seq();
+            }
+            for job in later {
+                self.handle_job(job, &mut pending, &mut shutdown);
             }
             // Schedules and waiter deadlines: only when one is due, so a key-value batch pays
             // two B-tree peeks here and nothing more.
@@ -869,12 +898,20 @@ impl Executor {
             }
             self.accounted_seq = self.wal.last_seq();
             self.finish_batch(pending);
+            // Between rounds the connection tasks run, so that a request that came meanwhile
+            // is in the queue: unless it is the delivery service's (a publish waits for the
+            // rounds, which is what keeps the delivery thread in work while publishes keep
+            // coming), it ends the rounds and starts the next batch.
             let mut rounds = 1;
-            while self.dispatch_due()
-                && rounds < config::DELIVERY_DISPATCH_ROUNDS_MAX
-                && rx.is_empty()
-                && deferred.is_empty()
-            {
+            while self.dispatch_due() && rounds < config::DELIVERY_DISPATCH_ROUNDS_MAX {
+                self.shared.in_batch.store(false, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+                self.shared.in_batch.store(true, Ordering::Relaxed);
+                if rx.len() > self.shared.delivery_jobs_queued.load(Ordering::Relaxed)
+                    || !deferred.is_empty()
+                {
+                    break;
+                }
                 rounds += 1;
             }
             if self.poisoned().is_none() && self.snapshots.due(&self.wal) {
@@ -1476,6 +1513,22 @@ impl Executor {
     /// in-flight limit. Runs after the batch was written, so each attempt can wait for the
     /// record that holds its message. True if it handed over as many as it may at a time
     /// (more may be due).
+    /// Counts a job taken from the queue (see `Shared::delivery_jobs_queued`).
+    fn taken(&self, job: &Job) {
+        if matches!(job, Job::Delivery { .. }) {
+            self.shared
+                .delivery_jobs_queued
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether due messages wait for the delivery workers and there is room for them.
+    fn messages_due(&self) -> bool {
+        let d = self.machine.delivery();
+        d.in_flight < config::DELIVERY_IN_FLIGHT_MAX
+            && d.next_due_ms().is_some_and(|t| t <= clock::wall_unix_ms())
+    }
+
     fn dispatch_due(&mut self) -> bool {
         // Only the leader delivers (each node holds the same due messages), and only while
         // its lease holds.

@@ -2513,3 +2513,112 @@ fn a_slow_or_refusing_destination_fails_its_attempt_with_the_reason() {
     });
     assert_eq!(sink.connections(), before + 1);
 }
+
+/// Guards the executor's batches that hold both key-value requests and delivery work (attempts'
+/// results, publishes, due messages): the key-value requests are answered first and the
+/// delivery work runs after them, as a second part of the batch with its own log write. Across
+/// a `kill -9`, every acknowledged write and every acknowledged publish survives, a read on
+/// the writer's own connection always shows the write just acknowledged, and no message is
+/// lost.
+#[test]
+fn kill_9_while_key_value_requests_and_deliveries_share_batches_loses_nothing_acknowledged() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let dir = TempDir::new("dl-mixed");
+    let sink = Sink::start();
+    let data = dir.path().join("d");
+    let s = Server::start_delivery(&data);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writes: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let published: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut threads = Vec::new();
+    for w in 0..3 {
+        let (addr, stop, writes) = (s.addr.clone(), stop.clone(), writes.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut c = Http::connect(&addr, TOKEN);
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let (k, v) = (format!("w{w}k{i}"), format!("v{w}-{i}"));
+                // A killed server shows up as a panic inside the client: stop quietly.
+                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let set = c.cmd_str(&["SET", &k, &v]);
+                    if set != Canon::Str(b"OK".to_vec()) {
+                        return Err(format!("SET answered {set:?}"));
+                    }
+                    let got = c.cmd_str(&["GET", &k]);
+                    if got != Canon::Str(v.as_bytes().to_vec()) {
+                        return Err(format!("GET {k} after SET {v} answered {got:?}"));
+                    }
+                    Ok(())
+                }));
+                match ok {
+                    Ok(Ok(())) => writes.lock().unwrap().push((k, v)),
+                    Ok(Err(e)) => panic!("{e}"),
+                    Err(_) => return,
+                }
+                i += 1;
+            }
+        }));
+    }
+    for p in 0..2 {
+        let (addr, stop, published, dest) = (
+            s.addr.clone(),
+            stop.clone(),
+            published.clone(),
+            sink.url(&format!("/m{p}")),
+        );
+        threads.push(std::thread::spawn(move || {
+            let mut c = Http::connect(&addr, QSTASH_TOKEN);
+            while !stop.load(Ordering::SeqCst) {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    publish(&mut c, &dest, &[], b"m")
+                }));
+                match r {
+                    Ok(r) if r.status == 200 => {
+                        let id = r.json()["messageId"].as_str().map(str::to_string);
+                        published.lock().unwrap().push(id.expect("a message id"));
+                    }
+                    Ok(r) => panic!("publish answered {}: {}", r.status, r.text()),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    // Until deliveries and key-value requests have both gone on for a while.
+    let t0 = Instant::now();
+    while (sink.received().len() < 300 || writes.lock().unwrap().len() < 300)
+        && t0.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.kill9();
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().expect("a client thread failed");
+    }
+    let (writes, published) = (
+        writes.lock().unwrap().clone(),
+        published.lock().unwrap().clone(),
+    );
+    assert!(
+        writes.len() >= 300 && published.len() >= 300,
+        "both loads ran"
+    );
+    let s = Server::start_delivery(&data);
+    let mut c = s.client();
+    for (k, v) in &writes {
+        assert_eq!(
+            c.cmd_str(&["GET", k]),
+            Canon::Str(v.as_bytes().to_vec()),
+            "acknowledged write of {k} lost"
+        );
+    }
+    sink.wait_for(60, "every acknowledged message delivered", |g| {
+        let seen: std::collections::HashSet<&str> = g
+            .iter()
+            .filter_map(|r| r.header("upstash-message-id"))
+            .collect();
+        published.iter().all(|i| seen.contains(i.as_str()))
+    });
+    drop(s);
+}

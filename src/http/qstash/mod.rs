@@ -22,6 +22,7 @@ use request::percent_decode;
 use routes::Refusal;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use tokio::sync::oneshot;
 
@@ -133,9 +134,25 @@ async fn ask(app: &App, op: Op) -> Result<OpReply, Response<Body>> {
         op: Box::new(op),
         reply: tx,
     };
+    // Counted while it is on its way to the queue; taken back if it never gets there (the
+    // executor gone, or this request dropped while the queue was full).
+    struct Queued<'a>(&'a AtomicUsize, bool);
+    impl Drop for Queued<'_> {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+    app.shared
+        .delivery_jobs_queued
+        .fetch_add(1, Ordering::Relaxed);
+    let mut queued = Queued(&app.shared.delivery_jobs_queued, false);
     if app.tx.send(job).await.is_err() {
         return Err(gone());
     }
+    queued.1 = true;
+    drop(queued);
     rx.await.map_err(|_| gone())
 }
 
