@@ -73,9 +73,11 @@ pub const DELIVERY_IN_FLIGHT_MAX: usize = 512;
 /// the delivery work in one go is kept short.
 pub const DELIVERY_RESULTS_PER_BATCH_MAX: usize = 16;
 pub const DELIVERY_DISPATCH_PER_BATCH_MAX: usize = 16;
-/// Hand-overs of `DELIVERY_DISPATCH_PER_BATCH_MAX` due messages after one batch, each only
-/// while no job waits. One a batch left the delivery thread short of work once publishing
-/// stopped (only results then start batches, each freeing no more room than it fills).
+/// Hand-overs of `DELIVERY_DISPATCH_PER_BATCH_MAX` due messages after one batch. The executor
+/// lets the connection tasks run between them, and a waiting request other than a publish
+/// ends them. One a batch left the delivery thread short of work once publishing stopped
+/// (only results then start batches, each freeing no more room than it fills); halving the
+/// messages a round and doubling the rounds cost deliveries a second.
 pub const DELIVERY_DISPATCH_ROUNDS_MAX: usize = 4;
 /// The nice value of the delivery thread: when a request and a delivery attempt both want a
 /// core, the request runs first (Linux's nice is per thread).
