@@ -913,7 +913,7 @@ impl Delivery {
                 .is_some_and(|(t, _)| *t <= now_ms)
     }
 
-    /// When the first due message is due (flow-controlled messages once their flow has room).
+    /// When the first message of the due order is due (None: none waits).
     pub fn next_due_ms(&self) -> Option<u64> {
         self.due.first().map(|d| d.0)
     }

@@ -1509,10 +1509,6 @@ impl Executor {
         }
     }
 
-    /// Hands due messages to the worker pool, up to `DELIVERY_DISPATCH_PER_BATCH_MAX` and the
-    /// in-flight limit. Runs after the batch was written, so each attempt can wait for the
-    /// record that holds its message. True if it handed over as many as it may at a time
-    /// (more may be due).
     /// Counts a job taken from the queue (see `Shared::delivery_jobs_queued`).
     fn taken(&self, job: &Job) {
         if matches!(job, Job::Delivery { .. }) {
@@ -1529,6 +1525,10 @@ impl Executor {
             && d.next_due_ms().is_some_and(|t| t <= clock::wall_unix_ms())
     }
 
+    /// Hands due messages to the worker pool, up to `DELIVERY_DISPATCH_PER_BATCH_MAX` and the
+    /// in-flight limit. Runs after the batch was written, so each attempt can wait for the
+    /// record that holds its message. True if it handed over as many as it may at a time
+    /// (more may be due).
     fn dispatch_due(&mut self) -> bool {
         // Only the leader delivers (each node holds the same due messages), and only while
         // its lease holds.

@@ -2586,7 +2586,9 @@ fn kill_9_while_key_value_requests_and_deliveries_share_batches_loses_nothing_ac
     }
     // Until deliveries and key-value requests have both gone on for a while.
     let t0 = Instant::now();
-    while (sink.received().len() < 300 || writes.lock().unwrap().len() < 300)
+    while (sink.received().len() < 100
+        || published.lock().unwrap().len() < 300
+        || writes.lock().unwrap().len() < 300)
         && t0.elapsed() < Duration::from_secs(30)
     {
         std::thread::sleep(Duration::from_millis(20));
