@@ -412,6 +412,14 @@ pub async fn watch_executor(shared: Arc<Shared>, period: std::time::Duration) {
     }
 }
 
+/// Lets the connection tasks run inside a batch (answers written, requests queued); the time
+/// is not the executor's, for `/readyz`'s watch.
+async fn let_connections_run(shared: &Shared) {
+    shared.in_batch.store(false, Ordering::Relaxed);
+    tokio::task::yield_now().await;
+    shared.in_batch.store(true, Ordering::Relaxed);
+}
+
 /// A started executor: its queue, its counters, and the task to await.
 pub struct ExecutorHandle {
     pub tx: mpsc::Sender<Job>,
@@ -877,9 +885,7 @@ impl Executor {
             if split {
                 self.accounted_seq = self.wal.last_seq();
                 self.finish_batch(std::mem::take(&mut pending));
-                self.shared.in_batch.store(false, Ordering::Relaxed);
-                tokio::task::yield_now().await;
-                self.shared.in_batch.store(true, Ordering::Relaxed);
+                let_connections_run(&self.shared).await;
                 if self.wal.last_seq() > self.accounted_seq {
                     self.kv_seq = self.wal.last_seq();
                 }
@@ -904,9 +910,7 @@ impl Executor {
             // coming), it ends the rounds and starts the next batch.
             let mut rounds = 1;
             while self.dispatch_due() && rounds < config::DELIVERY_DISPATCH_ROUNDS_MAX {
-                self.shared.in_batch.store(false, Ordering::Relaxed);
-                tokio::task::yield_now().await;
-                self.shared.in_batch.store(true, Ordering::Relaxed);
+                let_connections_run(&self.shared).await;
                 if rx.len() > self.shared.delivery_jobs_queued.load(Ordering::Relaxed)
                     || !deferred.is_empty()
                 {

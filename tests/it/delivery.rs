@@ -876,6 +876,17 @@ fn state_replays_after_restart_and_keys_rotate() {
     assert_eq!(c.get("/v2/keys").json(), k2);
 }
 
+/// Waits (up to 60 s) until the sink has received every message of `ids`; what it received.
+fn all_delivered(sink: &Sink, ids: &[String], what: &str) -> Vec<Received> {
+    sink.wait_for(60, what, |g| {
+        let seen: std::collections::HashSet<&str> = g
+            .iter()
+            .filter_map(|r| r.header("upstash-message-id"))
+            .collect();
+        ids.iter().all(|i| seen.contains(i.as_str()))
+    })
+}
+
 #[test]
 fn kill_9_loses_no_message() {
     let dir = TempDir::new("dl-crash");
@@ -899,13 +910,7 @@ fn kill_9_loses_no_message() {
     s.kill9();
     let before = sink.received().len();
     let s = Server::start_delivery(&data);
-    let got = sink.wait_for(60, "every message delivered", |g| {
-        let seen: std::collections::HashSet<&str> = g
-            .iter()
-            .filter_map(|r| r.header("upstash-message-id"))
-            .collect();
-        ids.iter().all(|i| seen.contains(i.as_str()))
-    });
+    let got = all_delivered(&sink, &ids, "every message delivered");
     assert!(
         before < 1000,
         "the kill came before everything was delivered ({before})"
@@ -2615,12 +2620,6 @@ fn kill_9_while_key_value_requests_and_deliveries_share_batches_loses_nothing_ac
             "acknowledged write of {k} lost"
         );
     }
-    sink.wait_for(60, "every acknowledged message delivered", |g| {
-        let seen: std::collections::HashSet<&str> = g
-            .iter()
-            .filter_map(|r| r.header("upstash-message-id"))
-            .collect();
-        published.iter().all(|i| seen.contains(i.as_str()))
-    });
+    all_delivered(&sink, &published, "every acknowledged message delivered");
     drop(s);
 }
