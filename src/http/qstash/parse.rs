@@ -99,13 +99,7 @@ pub(super) fn publish_req(
     // case the URL group it goes to asks for them in its default headers.
     let mut unforwarded = Vec::new();
     for (k, v) in all_headers {
-        let lk = k.to_ascii_lowercase();
-        if lk.starts_with("upstash-")
-            || matches!(
-                lk.as_str(),
-                "authorization" | "host" | "content-length" | "content-type" | "connection"
-            )
-        {
+        if is_publish_own(&k) {
             continue;
         }
         if extra.header_forward {
@@ -144,9 +138,29 @@ pub(super) fn publish_req(
     ))
 }
 
+/// A request header that belongs to the publish itself (its configuration, credentials and
+/// framing), never forwarded nor kept for a URL group's defaults; any case.
+fn is_publish_own(name: &str) -> bool {
+    let prefix = "upstash-";
+    (name.len() >= prefix.len()
+        && name.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes()))
+        || [
+            "authorization",
+            "host",
+            "content-length",
+            "content-type",
+            "connection",
+        ]
+        .iter()
+        .any(|own| name.eq_ignore_ascii_case(own))
+}
+
+/// A publish request's headers that are not its own (`is_publish_own`), copied: those a
+/// message may forward. Most publishes carry none, and copy nothing.
 pub(super) fn header_list(headers: &HeaderMap) -> Vec<(String, String)> {
     headers
         .iter()
+        .filter(|(k, _)| !is_publish_own(k.as_str()))
         .map(|(k, v)| {
             (
                 k.as_str().to_string(),
@@ -553,6 +567,53 @@ pub(super) fn wait_req(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards the publish path's header filter, which copies only the headers a message may
+    /// forward: the publish's own are left out in any case, every other one is kept as sent.
+    #[test]
+    fn a_publish_copies_only_the_headers_it_may_forward() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer t"),
+            ("host", "x"),
+            ("content-length", "1"),
+            ("content-type", "text/plain"),
+            ("connection", "keep-alive"),
+            ("upstash-retries", "2"),
+            ("upstash-forward-a", "1"),
+            ("x-kept", "yes"),
+            ("upstash", "not a prefix"),
+        ] {
+            h.append(
+                hyper::header::HeaderName::from_static(k),
+                hyper::header::HeaderValue::from_static(v),
+            );
+        }
+        assert_eq!(
+            header_list(&h),
+            vec![
+                ("x-kept".to_string(), "yes".to_string()),
+                ("upstash".to_string(), "not a prefix".to_string())
+            ]
+        );
+        // A batch item's headers keep the case they were given in.
+        for own in [
+            "Upstash-Retries",
+            "UPSTASH-DELAY",
+            "Authorization",
+            "Content-Type",
+        ] {
+            assert!(is_publish_own(own), "{own}");
+        }
+        for other in [
+            "Upstash",
+            "X-Upstash-Retries",
+            "Hostname",
+            "Ümlaut-Upstash-",
+        ] {
+            assert!(!is_publish_own(other), "{other}");
+        }
+    }
 
     #[test]
     fn destinations() {
