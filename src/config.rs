@@ -120,9 +120,10 @@ pub const DELIVERY_IDLE_CONNECTIONS_PER_HOST_MAX: usize = DELIVERY_IN_FLIGHT_MAX
 pub const DELIVERY_IDLE_CONNECTIONS_MAX: usize = 1_024;
 /// How long an idle delivery connection is kept (reqwest's default, which it had before).
 pub const DELIVERY_IDLE_CONNECTION_MS: u64 = 90_000;
-/// Destinations the delivery thread keeps parsed (a cache that is emptied when full), each at
-/// most this long (a longer one is parsed at every attempt): about 1 MiB at most with the
-/// parsed forms (percent-encoding can make one three times its text).
+/// Destinations the delivery thread keeps parsed, and each HTTP thread keeps as accepted at
+/// publish (caches that are emptied when full), each at most this long (a longer one is parsed
+/// every time): about 1 MiB at most with the parsed forms (percent-encoding can make one three
+/// times its text).
 pub const DELIVERY_PARSED_URLS_MAX: usize = 1_024;
 pub const DELIVERY_PARSED_URL_BYTES_MAX: usize = 256;
 /// Messages a filtered `DELETE /v2/messages` cancels when it names a count of none.
