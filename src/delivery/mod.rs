@@ -325,6 +325,12 @@ impl Delivery {
 
     /// Applies one event of record `seq`, at the record's timestamp.
     pub fn apply(&mut self, seq: u64, ts: u64, event: &Event) {
+        self.apply_decoded(seq, ts, event, None)
+    }
+
+    /// `apply`, given for an `Attempt` its pending message already decoded (what
+    /// `Pending::message` gives for it now), so that it is not decoded again.
+    pub fn apply_decoded(&mut self, seq: u64, ts: u64, event: &Event, decoded: Option<Message>) {
         match event {
             Event::Put(m) => self.put(seq, ts, m),
             Event::Attempt {
@@ -333,7 +339,7 @@ impl Delivery {
                 started_ms,
                 response,
                 outcome,
-            } => self.attempted(ts, id, *retried, *started_ms, response, outcome),
+            } => self.attempted(ts, id, *retried, *started_ms, response, outcome, decoded),
             Event::Cancel { ids } => {
                 for id in ids {
                     if let Some(p) = self.msgs.remove(id) {
@@ -714,6 +720,7 @@ impl Delivery {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn attempted(
         &mut self,
         ts: u64,
@@ -722,13 +729,15 @@ impl Delivery {
         started_ms: u64,
         response: &Response,
         outcome: &Outcome,
+        decoded: Option<Message>,
     ) {
         let Some(mut p) = self.msgs.remove(id) else {
             return;
         };
         let key = p.id.clone();
         self.due.remove(&(p.due_ms, p.order, key.clone()));
-        let Some(m) = p.message() else {
+        debug_assert!(decoded.is_none() || decoded == p.message());
+        let Some(m) = decoded.or_else(|| p.message()) else {
             self.forget(&key, p, None);
             return;
         };

@@ -224,7 +224,8 @@ pub fn attempt_done(tx: &mut Tx, r: AttemptResult, backoff_unit_ms: u64) {
         }
         tx.emit(Event::Put(Box::new(cm)));
     }
-    tx.emit(attempt);
+    // The pending message is decoded once for its outcome and its record's apply.
+    tx.emit_decoded(attempt, m);
     if let (Some(run), Some(body)) = (failed_run, failed_body) {
         super::workflow::invoke_result(tx, &run, Some(&body), true, false);
     }

@@ -186,6 +186,12 @@ impl<'a> Tx<'a> {
         self.events.push(e);
     }
 
+    /// `emit` of an `Attempt` whose pending message the caller has decoded already.
+    pub(super) fn emit_decoded(&mut self, e: Event, m: Message) {
+        self.d.apply_decoded(self.seq, self.now_ms, &e, Some(m));
+        self.events.push(e);
+    }
+
     pub(super) fn random_id(&mut self, prefix: &str, len: usize) -> String {
         let mut s = String::with_capacity(prefix.len() + len);
         s.push_str(prefix);
