@@ -156,7 +156,7 @@ fn is_publish_own(name: &str) -> bool {
 }
 
 /// A publish request's headers that are not its own (`is_publish_own`), copied: those a
-/// message may forward. Most publishes carry none, and copy nothing.
+/// message may forward. A publish that carries only its own copies nothing.
 pub(super) fn header_list(headers: &HeaderMap) -> Vec<(String, String)> {
     headers
         .iter()
