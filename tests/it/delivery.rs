@@ -2623,3 +2623,70 @@ fn kill_9_while_key_value_requests_and_deliveries_share_batches_loses_nothing_ac
     all_delivered(&sink, &published, "every acknowledged message delivered");
     drop(s);
 }
+
+/// Guards the publish path's header filter (which copies only the headers a message may
+/// forward) through the path form and a batch item, whose names keep the case they were given
+/// in: with `Upstash-Header-Forward` the caller's other headers reach the destination, never
+/// its credentials, its framing or its `Upstash-*` configuration; without it none do.
+#[test]
+fn header_forward_passes_the_callers_headers_and_never_its_own() {
+    let dir = TempDir::new("dl-header-forward");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let r = publish(
+        &mut c,
+        &sink.url("/path"),
+        &[
+            ("Upstash-Header-Forward", "true"),
+            ("X-Custom", "c"),
+            ("Content-Type", "text/plain"),
+        ],
+        b"by path",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = publish(
+        &mut c,
+        &sink.url("/plain"),
+        &[("X-Custom", "c")],
+        b"not forwarded",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let batch = json!([{
+        "destination": sink.url("/batch"),
+        "headers": {
+            "Upstash-Header-Forward": "true",
+            "X-Mixed-Case": "m",
+            "AUTHORIZATION": "Bearer leak",
+            "HOST": "elsewhere",
+            "CONTENT-LENGTH": "999",
+            "UPSTASH-RETRIES": "0",
+        },
+        "body": "by batch",
+    }]);
+    let r = c.post("/v2/batch", batch.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let got = sink.wait_for(10, "three deliveries", |g| g.len() == 3);
+    let by_body = |b: &[u8]| got.iter().find(|r| r.body == b).expect("delivery");
+    let path = by_body(b"by path");
+    assert_eq!(path.header("x-custom"), Some("c"));
+    assert_eq!(path.header("content-type"), Some("text/plain"));
+    assert_eq!(
+        path.header("authorization"),
+        None,
+        "the publish's credentials"
+    );
+    assert_eq!(path.header("upstash-header-forward"), None);
+    assert_eq!(by_body(b"not forwarded").header("x-custom"), None);
+    let batch = by_body(b"by batch");
+    assert_eq!(batch.header("x-mixed-case"), Some("m"));
+    assert_eq!(
+        batch.header("authorization"),
+        None,
+        "the item's credentials"
+    );
+    assert_ne!(batch.header("host"), Some("elsewhere"));
+    assert_eq!(batch.header("content-length"), Some("8"));
+    assert_eq!(batch.header("upstash-retries"), None);
+    drop(s);
+}
