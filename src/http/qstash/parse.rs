@@ -131,11 +131,33 @@ pub(super) fn publish_req(
             queue,
             conf: c,
             body,
-            caller_ip: Some(caller.ip().to_string()),
+            caller_ip: Some(ip_text(caller.ip())),
             unforwarded,
         },
         extra,
     ))
+}
+
+/// `ip` as `to_string` writes it, an IPv4 address without the formatting machinery (about
+/// 1,100 instructions of every publish, callgrind).
+fn ip_text(ip: std::net::IpAddr) -> String {
+    let std::net::IpAddr::V4(v4) = ip else {
+        return ip.to_string();
+    };
+    let mut s = String::with_capacity(15);
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        if octet >= 100 {
+            s.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            s.push(char::from(b'0' + octet / 10 % 10));
+        }
+        s.push(char::from(b'0' + octet % 10));
+    }
+    s
 }
 
 /// A request header that belongs to the publish itself (its configuration, credentials and
@@ -612,6 +634,23 @@ mod tests {
             "Ümlaut-Upstash-",
         ] {
             assert!(!is_publish_own(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn a_callers_address_reads_as_to_string_writes_it() {
+        let mut ips: Vec<std::net::IpAddr> = ["::1", "::ffff:127.0.0.1", "2001:db8::7"]
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        for o in [
+            0u8, 1, 9, 10, 11, 99, 100, 101, 109, 110, 199, 200, 249, 250, 255,
+        ] {
+            ips.push(std::net::Ipv4Addr::new(o, 255 - o, o / 2, 7).into());
+        }
+        assert_eq!(ips.len(), 18);
+        for ip in ips {
+            assert_eq!(ip_text(ip), ip.to_string());
         }
     }
 
