@@ -97,7 +97,7 @@ pub async fn catalog(tx: &tokio::sync::mpsc::Sender<Job>) -> serde_json::Value {
 }
 
 pub(crate) fn json_response(status: u16, body: &serde_json::Value) -> Response<Body> {
-    let mut r = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
+    let mut r = Response::new(Body::Full(Some(Bytes::from(crate::http::json_bytes(body)))));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -506,6 +506,14 @@ fn sync_token_value(seq: u64) -> HeaderValue {
     })
 }
 
+/// `v` as JSON text, written straight into bytes: `Value`'s `to_string` goes through the
+/// formatting machinery, and a publish's answer took 3,600 instructions with it, 1,500
+/// without (callgrind).
+pub(crate) fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
+    // A `Value` always serializes (its map keys are strings); the fallback is never taken.
+    serde_json::to_vec(v).unwrap_or_else(|_| v.to_string().into_bytes())
+}
+
 fn json(status: StatusCode, body: Vec<u8>, sync_token: u64) -> Response<Body> {
     respond(status, "application/json", body, sync_token)
 }

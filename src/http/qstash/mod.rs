@@ -70,7 +70,7 @@ impl Req<'_> {
 }
 
 fn reply(status: u16, body: &Value) -> Response<Body> {
-    let mut r = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
+    let mut r = Response::new(Body::Full(Some(Bytes::from(crate::http::json_bytes(body)))));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
