@@ -273,38 +273,52 @@ pub fn check_url(url: &str) -> Result<(), String> {
     if host.is_empty() {
         return Err(format!("invalid destination url '{url}': no host"));
     }
-    let cacheable = url.len() <= DELIVERY_PARSED_URL_BYTES_MAX;
-    if cacheable && ACCEPTED_URLS.with(|c| c.try_borrow().is_ok_and(|c| c.contains(url))) {
-        return Ok(());
-    }
     // The whole URL as the outbound client will read it: a bracket left open, a port past
     // 65535 or a character no URL may hold is refused now, not at delivery time.
-    match reqwest::Url::parse(url) {
-        Ok(u) if u.host().is_some() => {
-            if cacheable {
-                ACCEPTED_URLS.with(|c| {
-                    if let Ok(mut c) = c.try_borrow_mut() {
-                        if c.len() >= DELIVERY_PARSED_URLS_MAX {
-                            c.clear();
-                        }
-                        c.insert(url.into());
-                    }
-                });
-            }
-            Ok(())
-        }
+    remembered(&ACCEPTED_URLS, url, || match reqwest::Url::parse(url) {
+        Ok(u) if u.host().is_some() => Ok(()),
         Ok(_) => Err(format!("invalid destination url '{url}': no host")),
         Err(e) => Err(format!("invalid destination url '{url}': {e}")),
+    })
+}
+
+/// A thread's cache of what URLs gave: keyed by the URL's text, emptied when it holds
+/// `DELIVERY_PARSED_URLS_MAX`.
+pub(crate) type UrlCache<V> =
+    std::thread::LocalKey<std::cell::RefCell<std::collections::HashMap<Box<str>, V>>>;
+
+/// What `make` gives for `url`, from `cache` when an earlier call kept it. Only answers that
+/// are `Ok` are kept, and none for a URL longer than `DELIVERY_PARSED_URL_BYTES_MAX`: a bad or
+/// a very long URL is worked out every time. Used by the HTTP threads (`check_url`) and the
+/// delivery thread (its parsed destinations), each with a cache of its own.
+pub(crate) fn remembered<V: Clone, E>(
+    cache: &'static UrlCache<V>,
+    url: &str,
+    make: impl FnOnce() -> Result<V, E>,
+) -> Result<V, E> {
+    if url.len() > DELIVERY_PARSED_URL_BYTES_MAX {
+        return make();
     }
+    if let Some(v) = cache.with(|c| c.try_borrow().ok()?.get(url).cloned()) {
+        return Ok(v);
+    }
+    let v = make()?;
+    cache.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            if c.len() >= DELIVERY_PARSED_URLS_MAX {
+                c.clear();
+            }
+            c.insert(url.into(), v.clone());
+        }
+    });
+    Ok(v)
 }
 
 thread_local! {
     /// Destinations `check_url` accepted before on this thread: a burst of publishes to one
     /// URL parses it once, not once a publish (2 % of the HTTP thread in such a burst).
-    /// Emptied when it holds `DELIVERY_PARSED_URLS_MAX`; a URL longer than
-    /// `DELIVERY_PARSED_URL_BYTES_MAX` is parsed every time.
-    static ACCEPTED_URLS: std::cell::RefCell<std::collections::HashSet<Box<str>>> =
-        std::cell::RefCell::new(std::collections::HashSet::new());
+    static ACCEPTED_URLS: std::cell::RefCell<std::collections::HashMap<Box<str>, ()>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 /// The `Upstash-*` pairs of an HTTP request: headers, then lowercase query parameters (which

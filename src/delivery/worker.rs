@@ -14,9 +14,7 @@ use super::ops::AttemptResult;
 use super::sign::{self, SigningKeys};
 use crate::clock;
 
-use crate::config::{
-    DELIVERY_IDLE_CONNECTION_MS, DELIVERY_PARSED_URLS_MAX, DELIVERY_PARSED_URL_BYTES_MAX,
-};
+use crate::config::DELIVERY_IDLE_CONNECTION_MS;
 use crate::msgpack::Bin;
 use crate::wal::Progress;
 use std::sync::{Arc, RwLock};
@@ -296,25 +294,10 @@ thread_local! {
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
-/// `url` parsed, from the delivery thread's cache of recent destinations (cleared when it
-/// holds `DELIVERY_PARSED_URLS_MAX`; a URL longer than `DELIVERY_PARSED_URL_BYTES_MAX` is
-/// parsed each time, not kept); None if it does not parse.
+/// `url` parsed, from the delivery thread's cache of recent destinations (`conf::remembered`);
+/// None if it does not parse.
 fn parsed_url(url: &str) -> Option<reqwest::Url> {
-    if url.len() > DELIVERY_PARSED_URL_BYTES_MAX {
-        return reqwest::Url::parse(url).ok();
-    }
-    PARSED_URLS.with(|cache| {
-        let mut cache = cache.try_borrow_mut().ok()?;
-        if let Some(u) = cache.get(url) {
-            return Some(u.clone());
-        }
-        let u = reqwest::Url::parse(url).ok()?;
-        if cache.len() >= DELIVERY_PARSED_URLS_MAX {
-            cache.clear();
-        }
-        cache.insert(url.into(), u.clone());
-        Some(u)
-    })
+    super::conf::remembered(&PARSED_URLS, url, || reqwest::Url::parse(url)).ok()
 }
 
 fn is_hop_by_hop(name: &str) -> bool {
@@ -335,6 +318,7 @@ fn is_hop_by_hop(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{DELIVERY_PARSED_URLS_MAX, DELIVERY_PARSED_URL_BYTES_MAX};
 
     #[test]
     fn an_attempt_that_ends_without_its_result_sends_a_failed_one() {

@@ -654,7 +654,7 @@ async fn execute(
 /// read-only.
 fn health(app: &App, path: &str) -> Response<Body> {
     let json = |status: StatusCode, v: serde_json::Value| {
-        let mut r = Response::new(Body::Full(Some(Bytes::from(v.to_string()))));
+        let mut r = Response::new(Body::Full(Some(Bytes::from(json_bytes(&v)))));
         *r.status_mut() = status;
         r.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
