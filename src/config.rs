@@ -180,6 +180,14 @@ pub const DELIVERY_MESSAGE_BYTES_MAX_DEFAULT: usize = 10 * 1024 * 1024;
 /// and the runs, logs and DLQ are filtered by them: longer is refused with 400.
 pub const DELIVERY_ID_BYTES_MAX: usize = 256;
 
+/// Deepest nesting of callbacks a publish may configure: `Upstash-Callback-X` configures the
+/// callback as `Upstash-X` configures the message, so `Upstash-Callback-Callback` is the
+/// callback's own callback, one level down (the workflow SDK sends two levels,
+/// `Upstash-Callback-Failure-Callback-*`). Deeper is refused with 400: the configuration is
+/// recursive in memory and in the log, and a log record nested past what its reader decodes
+/// would stop the server's restart.
+pub const DELIVERY_CALLBACK_NESTING_MAX: usize = 8;
+
 /// Deepest nesting (parentheses, signs, function calls) an `Upstash-Retry-Delay` expression
 /// may have; deeper ones are refused with 400.
 pub const RETRY_DELAY_EXPRESSION_DEPTH_MAX: usize = 64;

@@ -3,12 +3,13 @@
 //!
 //! The prefixes nest: `Upstash-Callback-X` configures the callback message exactly as
 //! `Upstash-X` configures the message itself (the workflow SDK sends
-//! `Upstash-Callback-Failure-Callback-*`), so `parse` calls itself on the stripped names.
+//! `Upstash-Callback-Failure-Callback-*`), so `parse` calls itself on the stripped names, at most
+//! `DELIVERY_CALLBACK_NESTING_MAX` levels down.
 
 use super::model::{Conf, Hook};
 use crate::config::{
-    DELIVERY_DELAY_MS_MAX, DELIVERY_NOT_BEFORE_S_MAX, DELIVERY_PARSED_URLS_MAX,
-    DELIVERY_PARSED_URL_BYTES_MAX,
+    DELIVERY_CALLBACK_NESTING_MAX, DELIVERY_DELAY_MS_MAX, DELIVERY_NOT_BEFORE_S_MAX,
+    DELIVERY_PARSED_URLS_MAX, DELIVERY_PARSED_URL_BYTES_MAX,
 };
 
 /// What a publish request says besides the per-message configuration.
@@ -89,6 +90,15 @@ fn is_true(v: &str) -> bool {
 /// Parses configuration pairs whose names are already lower-case and stripped of `upstash-`.
 /// Names that are not configuration (telemetry, unknown) are ignored, never forwarded.
 pub fn parse(pairs: &[(String, String)], extra: &mut Extra) -> Result<Conf, String> {
+    parse_nested(pairs, extra, 0)
+}
+
+/// `parse` for a configuration `depth` callbacks down from the message's own.
+fn parse_nested(
+    pairs: &[(String, String)],
+    extra: &mut Extra,
+    depth: usize,
+) -> Result<Conf, String> {
     let mut c = Conf::default();
     let mut cb: Vec<(String, String)> = Vec::new();
     let mut fcb: Vec<(String, String)> = Vec::new();
@@ -218,14 +228,19 @@ pub fn parse(pairs: &[(String, String)], extra: &mut Extra) -> Result<Conf, Stri
             _ => {}
         }
     }
+    if (cb_url.is_some() || fcb_url.is_some()) && depth >= DELIVERY_CALLBACK_NESTING_MAX {
+        return Err(format!(
+            "invalid callback configuration: callbacks nest at most {DELIVERY_CALLBACK_NESTING_MAX} levels deep (Upstash-Callback-Callback-...)"
+        ));
+    }
     if let Some(url) = cb_url {
         check_url(&url)?;
-        let conf = parse(&cb, &mut Extra::default())?;
+        let conf = parse_nested(&cb, &mut Extra::default(), depth + 1)?;
         c.callback = Some(Box::new(Hook { url, conf }));
     }
     if let Some(url) = fcb_url {
         check_url(&url)?;
-        let conf = parse(&fcb, &mut Extra::default())?;
+        let conf = parse_nested(&fcb, &mut Extra::default(), depth + 1)?;
         c.failure_callback = Some(Box::new(Hook { url, conf }));
     }
     if c.flow_key.is_some() && c.period_s.is_none() && (c.rate.is_some() || c.parallelism.is_some())
@@ -505,5 +520,44 @@ mod tests {
             (c.parallelism, c.rate, c.period_s),
             (Some(2), Some(10), Some(1))
         );
+    }
+
+    /// Guards the callback nesting bound: a publish with callbacks nested deeper than
+    /// `DELIVERY_CALLBACK_NESTING_MAX` once got into the log, and its record then stopped the
+    /// restart (past the log reader's decoding depth); now it is refused, through either prefix.
+    #[test]
+    fn callbacks_nest_only_to_the_bound() {
+        let chain = |levels: usize, prefix: &str| -> Vec<(String, String)> {
+            (1..=levels)
+                .map(|d| (prefix.repeat(d - 1) + "callback", format!("http://cb{d}")))
+                .collect()
+        };
+        let max = crate::config::DELIVERY_CALLBACK_NESTING_MAX;
+        let mut c = parse(&chain(max, "callback-"), &mut Extra::default()).expect("at the bound");
+        for d in 1..=max {
+            let hook = c.callback.take().expect("a level");
+            assert_eq!(hook.url, format!("http://cb{d}"));
+            c = hook.conf;
+        }
+        assert!(c.callback.is_none());
+        let err = parse(&chain(max + 1, "callback-"), &mut Extra::default()).expect_err("deeper");
+        assert!(err.contains("nest at most"), "{err}");
+        // A failure callback's callbacks count the same.
+        let mut deep = chain(max, "callback-");
+        deep.push((
+            "callback-".repeat(max) + "failure-callback",
+            "http://f".into(),
+        ));
+        assert!(parse(&deep, &mut Extra::default()).is_err());
+        let fcb: Vec<_> = (1..=max + 1)
+            .map(|d| {
+                (
+                    "failure-callback-".repeat(d - 1) + "failure-callback",
+                    "http://f".into(),
+                )
+            })
+            .collect();
+        assert!(parse(&fcb, &mut Extra::default()).is_err());
+        assert!(parse(&fcb[..max], &mut Extra::default()).is_ok());
     }
 }

@@ -2690,3 +2690,115 @@ fn header_forward_passes_the_callers_headers_and_never_its_own() {
     assert_eq!(batch.header("upstash-retries"), None);
     drop(s);
 }
+
+/// Guards the callback nesting bound (`DELIVERY_CALLBACK_NESTING_MAX`, 8). A batch item's
+/// headers could nest callbacks a thousand deep (`Upstash-Callback-Callback-...`, a few MB);
+/// it was accepted, and its log record then stopped the restart: the log's reader refused it as
+/// damaged, past its decoding depth. Now every door that takes a message's configuration
+/// refuses it with 400, and a message at the bound is kept across a restart.
+#[test]
+fn callbacks_nested_past_the_bound_are_refused_at_every_door() {
+    let dir = TempDir::new("dl-nesting");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let max = 8;
+    let r = c.post(
+        "/v2/topics/g/endpoints",
+        json!({"endpoints": [{"url": sink.url("/g")}]})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // `Upstash-Callback`, `Upstash-Callback-Callback`, ... `levels` deep.
+    let chain = |levels: usize| -> Vec<(String, String)> {
+        (1..=levels)
+            .map(|d| {
+                (
+                    format!("Upstash-{}Callback", "Callback-".repeat(d - 1)),
+                    sink.url(&format!("/cb{d}")),
+                )
+            })
+            .collect()
+    };
+    let check = |r: &Resp, door: &str, levels: usize| {
+        if levels <= max {
+            assert_eq!(r.status, 200, "{door} at {levels}: {}", r.text());
+        } else {
+            assert_eq!(r.status, 400, "{door} at {levels}: {}", r.text());
+            let why = r.json()["error"].as_str().unwrap_or_default().to_string();
+            assert!(why.contains("nest at most 8"), "{door}: {why}");
+        }
+    };
+    // Headers: one past the bound (200 deep would pass hyper's limit on a request's head).
+    for levels in [max, max + 1] {
+        let h = chain(levels);
+        let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let delayed = [hs.clone(), vec![("Upstash-Delay", "1h")]].concat();
+        let r = publish(&mut c, &sink.url("/m"), &delayed, b"x");
+        check(&r, "publish", levels);
+        let r = c.request(
+            "POST",
+            &format!("/v2/enqueue/q/{}", sink.url("/m")),
+            &hs,
+            b"x",
+        );
+        check(&r, "enqueue", levels);
+        let cron = [hs.clone(), vec![("Upstash-Cron", "0 0 1 1 *")]].concat();
+        let r = c.request(
+            "POST",
+            &format!("/v2/schedules/{}", sink.url("/s")),
+            &cron,
+            b"",
+        );
+        check(&r, "schedule", levels);
+        let wait = json!({"url": sink.url("/w")}).to_string();
+        let r = c.request("POST", "/v2/wait/ev", &hs, wait.as_bytes());
+        check(&r, "wait", levels);
+    }
+    // JSON: one past the bound and far past it (the thousand-deep case, smaller).
+    for levels in [max, max + 1, 200] {
+        let headers: serde_json::Map<String, Value> = chain(levels)
+            .into_iter()
+            .map(|(k, v)| (k, json!(v)))
+            .chain([("Upstash-Delay".to_string(), json!("1h"))])
+            .collect();
+        let r = c.post(
+            "/v2/batch",
+            json!([{"destination": sink.url("/m"), "headers": headers}])
+                .to_string()
+                .as_bytes(),
+        );
+        assert_eq!(r.status, 200, "batch: {}", r.text());
+        let item = &r.json()[0];
+        if levels <= max {
+            assert!(item["messageId"].is_string(), "batch: {item}");
+        } else {
+            let why = item["error"].as_str().unwrap_or_default();
+            assert!(why.contains("nest at most 8"), "batch at {levels}: {item}");
+        }
+        let r = c.request(
+            "PATCH",
+            "/v2/topics/g",
+            &[],
+            json!({ "headers": headers }).to_string().as_bytes(),
+        );
+        check(&r, "URL group defaults", levels);
+        let wait =
+            json!({"url": sink.url("/w"), "timeoutUrl": sink.url("/t"), "timeoutHeaders": headers});
+        let r = c.post("/v2/wait/ev2", wait.to_string().as_bytes());
+        check(&r, "wait's timeout headers", levels);
+    }
+    // The message at the bound, with all its callbacks, is kept across a restart.
+    let h = chain(max);
+    let hs: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let delayed = [hs, vec![("Upstash-Delay", "1h")]].concat();
+    let id = message_id(&publish(&mut c, &sink.url("/kept"), &delayed, b"x"));
+    drop(c);
+    assert_eq!(s.terminate(), Some(0));
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let r = c.get(&format!("/v2/messages/{id}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["callback"], sink.url("/cb1"), "{}", r.text());
+}

@@ -574,13 +574,19 @@ pub(super) fn wait_req(
             )
         })
         .collect();
+    let timeout_headers = header_map_pairs(v.get("timeoutHeaders"));
+    // Both are parsed again as a message's configuration when the wait ends: what would not
+    // parse then (callbacks nested past the bound, a bad retry delay) is refused now.
+    for pairs in [&own, &timeout_headers] {
+        conf::parse(&conf::default_pairs(pairs), &mut Extra::default())?;
+    }
     Ok(WaitReq {
         event_id,
         url,
         timeout_ms,
         timeout_url,
         timeout_body,
-        timeout_headers: header_map_pairs(v.get("timeoutHeaders")),
+        timeout_headers,
         headers: own,
         step: v.get("step").cloned().unwrap_or(Value::Null),
     })
