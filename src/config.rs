@@ -188,6 +188,14 @@ pub const DELIVERY_ID_BYTES_MAX: usize = 256;
 /// would stop the server's restart.
 pub const DELIVERY_CALLBACK_NESTING_MAX: usize = 8;
 
+/// Deepest nesting of callbacks the packed form of a pending message (`delivery::packed`)
+/// writes and reads. Above every message a log can hold: a publish nests at most
+/// `DELIVERY_CALLBACK_NESTING_MAX`, and a log written before that bound holds at most what its
+/// reader decodes (1,024 levels of MessagePack, two a callback: 509 callbacks, measured). A
+/// test packs and reads one at this bound on an 8 MiB stack (the main thread's, where replay
+/// runs; the runtime's threads have `RUNTIME_THREAD_STACK_BYTES`).
+pub const DELIVERY_PACKED_NESTING_MAX: usize = 512;
+
 /// Deepest nesting (parentheses, signs, function calls) an `Upstash-Retry-Delay` expression
 /// may have; deeper ones are refused with 400.
 pub const RETRY_DELAY_EXPRESSION_DEPTH_MAX: usize = 64;

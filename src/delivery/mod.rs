@@ -26,6 +26,7 @@ pub mod image;
 pub mod json;
 pub mod model;
 pub mod ops;
+pub mod packed;
 pub mod retry;
 pub mod sign;
 pub mod worker;
@@ -37,10 +38,10 @@ use model::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-/// A message in the pending set. The message itself is kept encoded (`pack`: MessagePack,
-/// its fields in order, about 130 bytes for a small one where the struct and its strings took
-/// about 700), because a million messages may wait: the scheduler reads only the fields kept
-/// beside it, and the message is decoded when it is sent, shown, or finished.
+/// A message in the pending set. The message itself is kept encoded (`packed`: its fields in
+/// order, about 55 bytes for a small one where the struct and its strings took about 700),
+/// because a million messages may wait: the scheduler reads only the fields kept beside it,
+/// and the message is decoded when it is sent, shown, or finished.
 #[derive(Debug)]
 pub struct Pending {
     /// The message's id, shared with the pending map's key and the due index.
@@ -80,16 +81,11 @@ impl Pending {
     /// The message (decoded). None only if its encoding does not read back, which `pack`'s
     /// round trip rules out (a test holds it); the callers then treat it as gone.
     pub fn message(&self) -> Option<Message> {
-        match rmp_serde::from_slice::<Message>(&self.packed) {
-            Ok(mut m) => {
-                m.id = self.id.clone();
-                Some(m)
-            }
-            Err(e) => {
-                crate::log::line(&format!("pending message {} does not decode: {e}", self.id));
-                None
-            }
+        let m = packed::unpack(self.id.clone(), &self.packed);
+        if m.is_none() {
+            crate::log::line(&format!("pending message {} does not decode", self.id));
         }
+        m
     }
 }
 
@@ -137,51 +133,16 @@ impl Pendings {
     }
 }
 
-/// A message as a pending entry keeps it: MessagePack with its fields in order (no names:
-/// they are the same in every message, and the log, not this, is the durable form), and its
-/// id, the first field, left empty: the entry keeps it beside.
+/// A message as a pending entry keeps it (`packed`), without its id: the entry keeps it
+/// beside.
 fn pack(m: &Message) -> Box<[u8]> {
-    match rmp_serde::to_vec(m) {
-        Ok(v) => without_id(&v).unwrap_or(v).into_boxed_slice(),
-        Err(e) => {
-            crate::log::line(&format!("message {} does not encode: {e}", m.id));
-            Box::default()
-        }
-    }
-}
-
-/// `v` (a message's encoding: an array whose first item is the id, a string) with an empty
-/// string for the id; None when `v` does not start so (then it is kept whole).
-fn without_id(v: &[u8]) -> Option<Vec<u8>> {
-    // The array's header: fixarray, array16 or array32.
-    let head = match *v.first()? {
-        0x90..=0x9f => 1,
-        0xdc => 3,
-        0xdd => 5,
-        _ => return None,
-    };
-    // The id's string: fixstr, str8, str16 or str32, with its length.
-    let (tag, len) = match *v.get(head)? {
-        b @ 0xa0..=0xbf => (1, usize::from(b & 0x1f)),
-        0xd9 => (2, usize::from(*v.get(head + 1)?)),
-        0xda => (
-            3,
-            usize::from(u16::from_be_bytes(
-                v.get(head + 1..head + 3)?.try_into().ok()?,
-            )),
-        ),
-        0xdb => (
-            5,
-            u32::from_be_bytes(v.get(head + 1..head + 5)?.try_into().ok()?) as usize,
-        ),
-        _ => return None,
-    };
-    let rest = v.get(head + tag + len..)?;
-    let mut out = Vec::with_capacity(head + 1 + rest.len());
-    out.extend_from_slice(v.get(..head)?);
-    out.push(0xa0);
-    out.extend_from_slice(rest);
-    Some(out)
+    packed::pack(m).unwrap_or_else(|| {
+        crate::log::line(&format!(
+            "message {} nests its callbacks too deep to keep",
+            m.id
+        ));
+        Box::default()
+    })
 }
 
 #[derive(Debug)]
@@ -1038,7 +999,7 @@ mod tests {
             // The id is kept beside, not in the encoding.
             assert!(!p.packed.windows(m.id.len()).any(|w| w == m.id.as_bytes()));
         }
-        // Ids of every string length MessagePack has a form for read back too.
+        // Ids of any length read back, kept beside the packed form, not in it.
         for len in [0usize, 31, 32, 255, 256, 65_536] {
             let mut m = bare.clone();
             m.id = "i".repeat(len).into();
