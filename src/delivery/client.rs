@@ -23,7 +23,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderMap, HeaderValue};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::time::timeout_at;
 
@@ -44,7 +44,7 @@ struct Idle {
 
 pub struct Client {
     /// Idle plain-HTTP connections by `host:port`.
-    idle: Mutex<HashMap<String, Vec<Idle>>>,
+    idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
     /// For `https://` and proxies; never follows a redirect itself.
     reqwest: reqwest::Client,
     /// False when the environment names a proxy: then reqwest carries every request, as it
@@ -162,34 +162,19 @@ impl Client {
                 .map_err(|e| describe(&e))?;
             return Ok(Pending::Reqwest(r));
         }
-        let Some(host) = url.host_str() else {
-            return Err(format!("the destination {url} names no host"));
-        };
-        let port = url.port_or_known_default().unwrap_or(80);
-        let authority = match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_string(),
-        };
-        let target = match url.query() {
-            Some(q) => format!("{}?{q}", url.path()),
-            None => url.path().to_string(),
-        };
+        let target = super::conf::remembered(&TARGETS, url.as_str(), || Target::of(url))?;
         let mut req = hyper::Request::new(Full::new(body));
         *req.method_mut() = method;
-        *req.uri_mut() = target
-            .parse()
-            .map_err(|e| format!("the destination {url} is not a request target: {e}"))?;
+        *req.uri_mut() = target.uri;
         *req.headers_mut() = headers;
-        let host_value = HeaderValue::from_str(&authority)
-            .map_err(|_| format!("the destination {url} names a host no header can carry"))?;
         if req
             .headers_mut()
-            .try_insert(hyper::header::HOST, host_value)
+            .try_insert(hyper::header::HOST, target.host_header)
             .is_err()
         {
             return Err(too_many_headers());
         }
-        if let Some(v) = basic_auth(url) {
+        if let Some(v) = target.authorization {
             // As reqwest did: credentials in the URL become Basic authorization, unless the
             // message forwards an Authorization of its own.
             if !req.headers().contains_key(hyper::header::AUTHORIZATION)
@@ -201,7 +186,7 @@ impl Client {
                 return Err(too_many_headers());
             }
         }
-        let key = format!("{host}:{port}");
+        let key = target.key;
         // An idle connection first; one that turns out closed (the destination closed it while
         // it waited, which hyper may see only now) gives the request back, and the next is
         // tried, then a new one. A request is sent again only when it was not sent at all.
@@ -218,7 +203,7 @@ impl Client {
                 },
             }
         }
-        let mut sender = self.connect(url, host, port).await?;
+        let mut sender = self.connect(url, &target.host, target.port).await?;
         sender.ready().await.map_err(|e| sending(url, &e))?;
         match sender.send_request(req).await {
             Ok(resp) => Ok(Pending::Direct(resp, Some((key, sender)))),
@@ -290,7 +275,7 @@ impl Client {
     }
 
     /// Keeps `sender`'s connection for the next request to `key`, if there is room.
-    fn put_idle(&self, key: String, sender: SendRequest<Full<Bytes>>) {
+    fn put_idle(&self, key: Arc<str>, sender: SendRequest<Full<Bytes>>) {
         if sender.is_closed() {
             return;
         }
@@ -317,6 +302,58 @@ impl Client {
             !list.is_empty()
         });
     }
+}
+
+/// What a plain-HTTP request to one destination URL needs besides its headers and body,
+/// made once per URL: each attempt made it anew, two strings formatted and a request target
+/// and a header parsed, about 3,000 instructions.
+#[derive(Clone)]
+struct Target {
+    /// The pool's key, `host:port`.
+    key: Arc<str>,
+    /// The host as the URL names it (an IPv6 address in brackets), and the port.
+    host: Arc<str>,
+    port: u16,
+    /// The request target: path and query.
+    uri: hyper::Uri,
+    /// `Host`: the host, and the port when the URL names one.
+    host_header: HeaderValue,
+    /// Basic authorization from the URL's user and password.
+    authorization: Option<HeaderValue>,
+}
+
+impl Target {
+    fn of(url: &reqwest::Url) -> Result<Target, String> {
+        let Some(host) = url.host_str() else {
+            return Err(format!("the destination {url} names no host"));
+        };
+        let port = url.port_or_known_default().unwrap_or(80);
+        let authority = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        };
+        let target = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        Ok(Target {
+            key: format!("{host}:{port}").into(),
+            host: host.into(),
+            port,
+            uri: target
+                .parse()
+                .map_err(|e| format!("the destination {url} is not a request target: {e}"))?,
+            host_header: HeaderValue::from_str(&authority)
+                .map_err(|_| format!("the destination {url} names a host no header can carry"))?,
+            authorization: basic_auth(url),
+        })
+    }
+}
+
+thread_local! {
+    /// The delivery thread's `Target`s of recent destinations (`conf::remembered`).
+    static TARGETS: std::cell::RefCell<HashMap<Box<str>, Target>> =
+        std::cell::RefCell::new(HashMap::new());
 }
 
 fn idle_timeout() -> Duration {
@@ -377,7 +414,7 @@ enum Pending {
     /// With the connection to give back to the pool once the body has been read to its end.
     Direct(
         hyper::Response<hyper::body::Incoming>,
-        Option<(String, SendRequest<Full<Bytes>>)>,
+        Option<(Arc<str>, SendRequest<Full<Bytes>>)>,
     ),
     Reqwest(reqwest::Response),
 }

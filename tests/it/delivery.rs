@@ -2802,3 +2802,56 @@ fn callbacks_nested_past_the_bound_are_refused_at_every_door() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["callback"], sink.url("/cb1"), "{}", r.text());
 }
+
+/// Guards the delivery client's per-destination request parts (made once per URL and kept):
+/// credentials in a destination URL become Basic authorization (percent-decoded), at every
+/// attempt to it, not only the first; a message that forwards an Authorization of its own
+/// keeps it; the Host header names the URL's port, and the path keeps its query.
+#[test]
+fn credentials_in_a_destination_url_become_basic_authorization_every_time() {
+    let dir = TempDir::new("dl-basic");
+    let sink = Sink::start();
+    let s = Server::start_delivery(dir.path());
+    let mut c = s.qstash();
+    let with_user = sink
+        .url("/auth?x=1")
+        .replacen("http://", "http://ann:p%40ss@", 1);
+    let plain = sink.url("/plain");
+    for body in [&b"one"[..], b"two", b"three"] {
+        message_id(&publish(&mut c, &with_user, &[], body));
+    }
+    message_id(&publish(
+        &mut c,
+        &with_user,
+        &[("Upstash-Forward-Authorization", "Bearer own")],
+        b"own",
+    ));
+    message_id(&publish(&mut c, &plain, &[], b"plain"));
+    let got = sink.wait_for(10, "five deliveries", |g| g.len() == 5);
+    let basic = format!("Basic {}", STANDARD.encode("ann:p@ss"));
+    for r in &got {
+        let port = plain
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(r.header("host"), Some(port.as_str()), "{:?}", r.body);
+        match &r.body[..] {
+            b"own" => assert_eq!(r.header("authorization"), Some("Bearer own")),
+            b"plain" => {
+                assert_eq!(r.header("authorization"), None);
+                assert_eq!(r.target, "/plain");
+            }
+            _ => {
+                assert_eq!(
+                    r.header("authorization"),
+                    Some(basic.as_str()),
+                    "{:?}",
+                    r.body
+                );
+                assert_eq!(r.target, "/auth?x=1");
+            }
+        }
+    }
+}
