@@ -107,10 +107,7 @@ impl Record {
             Record::Databases(events) => {
                 let _ = events.serialize(&mut rmp_serde::Serializer::new(out).with_struct_map());
             }
-            Record::Delivery(events) => {
-                // Writing MessagePack into a Vec cannot fail: the only error source is the writer.
-                let _ = events.serialize(&mut rmp_serde::Serializer::new(out).with_struct_map());
-            }
+            Record::Delivery(events) => crate::delivery::named::encode_events(out, events),
         }
     }
 

@@ -25,10 +25,13 @@ pub mod flow;
 pub mod image;
 pub mod json;
 pub mod model;
+pub mod named;
 pub mod ops;
 pub mod packed;
 pub mod retry;
 pub mod sign;
+#[cfg(test)]
+mod testgen;
 pub mod worker;
 
 use crate::config::{DELIVERY_DEDUP_WINDOW_MS, DELIVERY_LOG_ENTRIES_MAX};

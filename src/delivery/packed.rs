@@ -25,7 +25,7 @@ use crate::leb128;
 use crate::msgpack::Bin;
 use std::sync::Arc;
 
-const METHODS: [HttpMethod; 7] = [
+pub(super) const METHODS: [HttpMethod; 7] = [
     HttpMethod::GET,
     HttpMethod::POST,
     HttpMethod::PUT,
@@ -35,7 +35,7 @@ const METHODS: [HttpMethod; 7] = [
     HttpMethod::OPTIONS,
 ];
 
-const ORIGINS: [Origin; 7] = [
+pub(super) const ORIGINS: [Origin; 7] = [
     Origin::Publish,
     Origin::Callback,
     Origin::FailureCallback,
@@ -390,83 +390,9 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testgen::message;
     use super::*;
     use crate::rng::Rng;
-
-    fn text(r: &mut Rng) -> String {
-        // Empty, short, and past one LEB128 byte of length; ASCII and multi-byte characters.
-        let len = [0, 1, 5, 127, 128, 300][r.below(6)];
-        (0..len)
-            .map(|_| ['a', 'Z', '-', 'é', '😀'][r.below(5)])
-            .collect()
-    }
-
-    fn number(r: &mut Rng) -> u64 {
-        [0, 1, 127, 128, 1 << 32, u64::MAX][r.below(6)]
-    }
-
-    fn maybe<T>(r: &mut Rng, f: impl FnOnce(&mut Rng) -> T) -> Option<T> {
-        (r.below(2) == 0).then(|| f(r))
-    }
-
-    fn pairs(r: &mut Rng) -> Vec<(String, String)> {
-        (0..r.below(3)).map(|_| (text(r), text(r))).collect()
-    }
-
-    fn conf(r: &mut Rng, depth: usize) -> Conf {
-        let hook = |r: &mut Rng| {
-            (depth < 3 && r.below(2) == 0).then(|| {
-                Box::new(Hook {
-                    url: text(r),
-                    conf: conf(r, depth + 1),
-                })
-            })
-        };
-        Conf {
-            method: maybe(r, text),
-            retries: maybe(r, |r| number(r) as u32),
-            retry_delay: maybe(r, text),
-            timeout_ms: maybe(r, number),
-            delay_ms: maybe(r, number),
-            not_before_ms: maybe(r, number),
-            forward: pairs(r),
-            callback: hook(r),
-            failure_callback: hook(r),
-            dedup_id: maybe(r, text),
-            content_dedup: r.below(2) == 0,
-            labels: (0..r.below(3)).map(|_| text(r)).collect(),
-            flow_key: maybe(r, text),
-            parallelism: maybe(r, |r| number(r) as u32),
-            rate: maybe(r, |r| number(r) as u32),
-            period_s: maybe(r, number),
-            workflow: pairs(r),
-            redact: (0..r.below(3)).map(|_| text(r)).collect(),
-            signer: maybe(r, text),
-        }
-    }
-
-    fn message(r: &mut Rng) -> Message {
-        let name = |r: &mut Rng| maybe(r, |r| text(r).into_boxed_str());
-        Message {
-            id: text(r).into(),
-            url: text(r),
-            method: METHODS[r.below(METHODS.len())],
-            body: Bin((0..[0, 3, 200][r.below(3)]).map(|i| i as u8).collect()),
-            created_ms: number(r),
-            not_before_ms: number(r),
-            max_retries: number(r) as u32,
-            conf: conf(r, 0),
-            origin: ORIGINS[r.below(ORIGINS.len())],
-            topic: name(r),
-            endpoint: name(r),
-            queue: name(r),
-            schedule_id: name(r),
-            caller_ip: name(r),
-            dedup_key: name(r),
-            source_id: name(r),
-            holds_queue: name(r),
-        }
-    }
 
     /// Guards the packed form: any message (every field set or not, nested callbacks, long
     /// and multi-byte strings, the largest integers) reads back equal, and every cut of its

@@ -1,0 +1,99 @@
+//! Random delivery-model values for tests: every field set or not, nested callbacks, empty,
+//! short and long strings with multi-byte characters, the largest integers.
+
+use super::model::{Conf, Hook, Message, Outcome, Response};
+use super::packed::{METHODS, ORIGINS};
+use crate::msgpack::Bin;
+use crate::rng::Rng;
+
+pub fn text(r: &mut Rng) -> String {
+    // Empty, short, and past one LEB128 byte of length; ASCII and multi-byte characters.
+    let len = [0, 1, 5, 127, 128, 300][r.below(6)];
+    (0..len)
+        .map(|_| ['a', 'Z', '-', 'é', '😀'][r.below(5)])
+        .collect()
+}
+
+pub fn number(r: &mut Rng) -> u64 {
+    [0, 1, 127, 128, 1 << 32, u64::MAX][r.below(6)]
+}
+
+pub fn maybe<T>(r: &mut Rng, f: impl FnOnce(&mut Rng) -> T) -> Option<T> {
+    (r.below(2) == 0).then(|| f(r))
+}
+
+pub fn pairs(r: &mut Rng) -> Vec<(String, String)> {
+    (0..r.below(3)).map(|_| (text(r), text(r))).collect()
+}
+
+pub fn conf(r: &mut Rng, depth: usize) -> Conf {
+    let hook = |r: &mut Rng| {
+        (depth < 3 && r.below(2) == 0).then(|| {
+            Box::new(Hook {
+                url: text(r),
+                conf: conf(r, depth + 1),
+            })
+        })
+    };
+    Conf {
+        method: maybe(r, text),
+        retries: maybe(r, |r| number(r) as u32),
+        retry_delay: maybe(r, text),
+        timeout_ms: maybe(r, number),
+        delay_ms: maybe(r, number),
+        not_before_ms: maybe(r, number),
+        forward: pairs(r),
+        callback: hook(r),
+        failure_callback: hook(r),
+        dedup_id: maybe(r, text),
+        content_dedup: r.below(2) == 0,
+        labels: (0..r.below(3)).map(|_| text(r)).collect(),
+        flow_key: maybe(r, text),
+        parallelism: maybe(r, |r| number(r) as u32),
+        rate: maybe(r, |r| number(r) as u32),
+        period_s: maybe(r, number),
+        workflow: pairs(r),
+        redact: (0..r.below(3)).map(|_| text(r)).collect(),
+        signer: maybe(r, text),
+    }
+}
+
+pub fn message(r: &mut Rng) -> Message {
+    let name = |r: &mut Rng| maybe(r, |r| text(r).into_boxed_str());
+    Message {
+        id: text(r).into(),
+        url: text(r),
+        method: METHODS[r.below(METHODS.len())],
+        body: Bin((0..[0, 3, 200][r.below(3)]).map(|i| i as u8).collect()),
+        created_ms: number(r),
+        not_before_ms: number(r),
+        max_retries: number(r) as u32,
+        conf: conf(r, 0),
+        origin: ORIGINS[r.below(ORIGINS.len())],
+        topic: name(r),
+        endpoint: name(r),
+        queue: name(r),
+        schedule_id: name(r),
+        caller_ip: name(r),
+        dedup_key: name(r),
+        source_id: name(r),
+        holds_queue: name(r),
+    }
+}
+
+pub fn response(r: &mut Rng) -> Response {
+    Response {
+        status: [0u16, 200, 489, 65535][r.below(4)],
+        headers: pairs(r),
+        body: Bin((0..[0, 3, 300][r.below(3)]).map(|i| i as u8).collect()),
+        error: maybe(r, text),
+    }
+}
+
+pub fn outcome(r: &mut Rng) -> Outcome {
+    match r.below(3) {
+        0 => Outcome::Delivered,
+        1 => Outcome::Retry { next_ms: number(r) },
+        _ => Outcome::Dead { dlq_id: text(r) },
+    }
+}
