@@ -977,25 +977,7 @@ mod tests {
             source_id: Some("msg_src".into()),
             holds_queue: Some("hq".into()),
         };
-        let bare = Message {
-            id: "msg_bare".into(),
-            url: String::new(),
-            method: HttpMethod::GET,
-            body: Bin(Vec::new()),
-            created_ms: 0,
-            not_before_ms: 0,
-            max_retries: 0,
-            conf: Conf::default(),
-            origin: Origin::Publish,
-            topic: None,
-            endpoint: None,
-            queue: None,
-            schedule_id: None,
-            caller_ip: None,
-            dedup_key: None,
-            source_id: None,
-            holds_queue: None,
-        };
+        let bare = testgen::bare("msg_bare");
         for m in [full, bare.clone()] {
             let p = Pending::new(m.id.clone(), &m, 7, true, 9);
             assert_eq!(p.message().as_ref(), Some(&m));

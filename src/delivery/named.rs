@@ -378,26 +378,11 @@ mod tests {
             .spawn(|| {
                 let mut r = Rng::new(6);
                 let mut m = testgen::message(&mut r);
-                let mut c = Conf::default();
-                for _ in 0..DELIVERY_PACKED_NESTING_MAX + 2 {
-                    c = Conf {
-                        callback: Some(Box::new(super::super::model::Hook {
-                            url: "u".into(),
-                            conf: c,
-                        })),
-                        ..Conf::default()
-                    };
-                }
-                m.conf = c;
+                m.conf = testgen::nested(DELIVERY_PACKED_NESTING_MAX + 2);
                 let events = vec![Event::Put(Box::new(m))];
                 assert_eq!(ours(&events), by_rmp_serde(&events));
-                // Let the configuration go level by level.
-                let Some(Event::Put(mut m)) = events.into_iter().next() else {
-                    return;
-                };
-                let mut c = std::mem::take(&mut m.conf);
-                while let Some(h) = c.callback.take() {
-                    c = h.conf;
+                if let Some(Event::Put(mut m)) = events.into_iter().next() {
+                    testgen::unnest(std::mem::take(&mut m.conf));
                 }
             })
             .expect("a thread")

@@ -390,7 +390,7 @@ impl<'a> Reader<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testgen::message;
+    use super::super::testgen::{self, message};
     use super::*;
     use crate::rng::Rng;
 
@@ -473,25 +473,7 @@ mod tests {
             source_id: Some("src".into()),
             holds_queue: Some("hq".into()),
         };
-        let bare = Message {
-            id: "msg_bare".into(),
-            url: String::new(),
-            method: HttpMethod::GET,
-            body: Bin(Vec::new()),
-            created_ms: 0,
-            not_before_ms: 0,
-            max_retries: 0,
-            conf: Conf::default(),
-            origin: Origin::Publish,
-            topic: None,
-            endpoint: None,
-            queue: None,
-            schedule_id: None,
-            caller_ip: None,
-            dedup_key: None,
-            source_id: None,
-            holds_queue: None,
-        };
+        let bare = testgen::bare("msg_bare");
         for m in [&full, &bare] {
             let b = pack(m).expect("packs");
             assert_eq!(unpack(m.id.clone(), &b).as_ref(), Some(m));
@@ -514,50 +496,16 @@ mod tests {
     }
 
     fn nesting_at_the_bound() {
-        let nested = |levels: usize| {
-            let mut c = Conf::default();
-            for _ in 0..levels {
-                c = Conf {
-                    callback: Some(Box::new(Hook {
-                        url: "u".into(),
-                        conf: c,
-                    })),
-                    ..Conf::default()
-                };
-            }
-            c
-        };
-        let mut m = Message {
-            id: "i".into(),
-            url: String::new(),
-            method: HttpMethod::POST,
-            body: Bin(Vec::new()),
-            created_ms: 0,
-            not_before_ms: 0,
-            max_retries: 0,
-            conf: nested(DELIVERY_PACKED_NESTING_MAX),
-            origin: Origin::Publish,
-            topic: None,
-            endpoint: None,
-            queue: None,
-            schedule_id: None,
-            caller_ip: None,
-            dedup_key: None,
-            source_id: None,
-            holds_queue: None,
-        };
+        let mut m = testgen::bare("i");
+        m.conf = testgen::nested(DELIVERY_PACKED_NESTING_MAX);
         let b = pack(&m).expect("at the bound");
         assert!(unpack(m.id.clone(), &b).as_ref() == Some(&m));
-        m.conf = nested(DELIVERY_PACKED_NESTING_MAX + 1);
+        m.conf = testgen::nested(DELIVERY_PACKED_NESTING_MAX + 1);
         assert!(pack(&m).is_none());
         // The same bytes one level deeper, made by hand: the callback bit, its URL, ... .
         let mut deeper = b[..b.len() - 1].to_vec();
         deeper.extend_from_slice(&[0x80, 0x01, 1, b'u', 0]);
         assert!(unpack(m.id.clone(), &deeper).is_none());
-        // Dropping a deep configuration recurses too; let it go level by level.
-        let mut c = std::mem::take(&mut m.conf);
-        while let Some(h) = c.callback.take() {
-            c = h.conf;
-        }
+        testgen::unnest(std::mem::take(&mut m.conf));
     }
 }

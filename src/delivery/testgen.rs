@@ -1,7 +1,7 @@
 //! Random delivery-model values for tests: every field set or not, nested callbacks, empty,
 //! short and long strings with multi-byte characters, the largest integers.
 
-use super::model::{Conf, Hook, Message, Outcome, Response};
+use super::model::{Conf, Hook, HttpMethod, Message, Origin, Outcome, Response};
 use super::packed::{METHODS, ORIGINS};
 use crate::msgpack::Bin;
 use crate::rng::Rng;
@@ -95,5 +95,50 @@ pub fn outcome(r: &mut Rng) -> Outcome {
         0 => Outcome::Delivered,
         1 => Outcome::Retry { next_ms: number(r) },
         _ => Outcome::Dead { dlq_id: text(r) },
+    }
+}
+
+/// A message with nothing set: empty strings, zeros, no options.
+pub fn bare(id: &str) -> Message {
+    Message {
+        id: id.into(),
+        url: String::new(),
+        method: HttpMethod::GET,
+        body: Bin(Vec::new()),
+        created_ms: 0,
+        not_before_ms: 0,
+        max_retries: 0,
+        conf: Conf::default(),
+        origin: Origin::Publish,
+        topic: None,
+        endpoint: None,
+        queue: None,
+        schedule_id: None,
+        caller_ip: None,
+        dedup_key: None,
+        source_id: None,
+        holds_queue: None,
+    }
+}
+
+/// A configuration whose callbacks nest `levels` deep, each with the URL `u`.
+pub fn nested(levels: usize) -> Conf {
+    let mut c = Conf::default();
+    for _ in 0..levels {
+        c = Conf {
+            callback: Some(Box::new(Hook {
+                url: "u".into(),
+                conf: c,
+            })),
+            ..Conf::default()
+        };
+    }
+    c
+}
+
+/// Lets a deeply nested configuration go level by level (dropping it whole recurses).
+pub fn unnest(mut c: Conf) {
+    while let Some(h) = c.callback.take() {
+        c = h.conf;
     }
 }
