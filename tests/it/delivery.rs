@@ -2695,7 +2695,8 @@ fn header_forward_passes_the_callers_headers_and_never_its_own() {
 /// headers could nest callbacks a thousand deep (`Upstash-Callback-Callback-...`, a few MB);
 /// it was accepted, and its log record then stopped the restart: the log's reader refused it as
 /// damaged, past its decoding depth. Now every door that takes a message's configuration
-/// refuses it with 400, and a message at the bound is kept across a restart.
+/// refuses it with 400 (a wait's and an invoke's headers too, which configure a message only
+/// when the wait or the invoked run ends), and a message at the bound is kept across a restart.
 #[test]
 fn callbacks_nested_past_the_bound_are_refused_at_every_door() {
     let dir = TempDir::new("dl-nesting");
@@ -2788,6 +2789,34 @@ fn callbacks_nested_past_the_bound_are_refused_at_every_door() {
             json!({"url": sink.url("/w"), "timeoutUrl": sink.url("/t"), "timeoutHeaders": headers});
         let r = c.post("/v2/wait/ev2", wait.to_string().as_bytes());
         check(&r, "wait's timeout headers", levels);
+    }
+    // `context.invoke`: the invoker's headers configure the answer to it, when the invoked run
+    // ends; they are refused at the invoke, not then.
+    for levels in [max, max + 1] {
+        let headers: serde_json::Map<String, Value> = chain(levels)
+            .into_iter()
+            .map(|(k, v)| (k, json!([v])))
+            .collect();
+        let request = json!({
+            "body": "{}",
+            "headers": headers,
+            "workflowRunId": "wfr_p",
+            "workflowRunCreatedAt": 1,
+            "workflowUrl": sink.url("/p"),
+            "step": {"stepId": 1, "stepName": "call", "stepType": "Invoke", "concurrent": 1},
+        });
+        let r = publish(
+            &mut c,
+            &sink.url("/child"),
+            &[
+                ("Upstash-Workflow-RunId", &format!("wfr_c{levels}")),
+                ("Upstash-Workflow-Init", "true"),
+                ("Upstash-Workflow-Invoke", "true"),
+                ("Upstash-Delay", "1h"),
+            ],
+            request.to_string().as_bytes(),
+        );
+        check(&r, "invoke", levels);
     }
     // The message at the bound, with all its callbacks, is kept across a restart.
     let h = chain(max);

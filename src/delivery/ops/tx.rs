@@ -141,6 +141,11 @@ pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, Stri
     ) else {
         return Err("invalid invoke request: it needs workflowRunId, workflowUrl and step".into());
     };
+    // The invoker's headers configure the message that answers it when the run ends: what
+    // would not parse then (callbacks nested past the bound, a bad retry delay) is refused now.
+    let answer = crate::delivery::conf::json_headers(v.get("headers").and_then(Value::as_object));
+    crate::delivery::conf::parse(&answer.pairs, &mut crate::delivery::conf::Extra::default())
+        .map_err(|e| format!("invalid invoke request: its headers: {e}"))?;
     out.body = crate::delivery::conf::json_body(v.get("body"));
     let invoker = json!({
         "workflowRunId": run,
