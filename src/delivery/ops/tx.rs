@@ -143,9 +143,13 @@ pub(super) fn unwrap_invoke(req: &PublishReq) -> Result<Option<PublishReq>, Stri
     };
     // The invoker's headers configure the message that answers it when the run ends: what
     // would not parse then (callbacks nested past the bound, a bad retry delay) is refused now.
-    let answer = crate::delivery::conf::json_headers(v.get("headers").and_then(Value::as_object));
-    crate::delivery::conf::parse(&answer.pairs, &mut crate::delivery::conf::Extra::default())
-        .map_err(|e| format!("invalid invoke request: its headers: {e}"))?;
+    let invoker_headers =
+        crate::delivery::conf::json_headers(v.get("headers").and_then(Value::as_object));
+    crate::delivery::conf::parse(
+        &invoker_headers.pairs,
+        &mut crate::delivery::conf::Extra::default(),
+    )
+    .map_err(|e| format!("invalid invoke request: its headers: {e}"))?;
     out.body = crate::delivery::conf::json_body(v.get("body"));
     let invoker = json!({
         "workflowRunId": run,
