@@ -1,5 +1,6 @@
 //! Instructions a request: what the server spends on one `GET /get/k`, one `GET /set/k/v` (the
-//! load benchmark's GET and SET), one `POST /` `["SET","k","v"]`, and one message published
+//! load benchmark's GET and SET), one `POST /` `["SET","k","v"]`, one `POST /pipeline` of 100
+//! SETs (the load benchmark's pipeline body), and one message published
 //! and delivered (`POST /v2/publish/<url>` to a destination of the benchmark's own, which
 //! answers 200; the server's work for the delivery included: the count is taken once every
 //! message has arrived), counted by `valgrind --tool=callgrind` (instructions, not seconds: the
@@ -21,9 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The requests counted: a name, the request's bytes; `sink` is the destination's port.
-fn requests(sink: u16) -> [(&'static str, String); 4] {
+fn requests(sink: u16) -> [(&'static str, String); 5] {
     let auth = "Authorization: Bearer bench\r\n";
     let set = r#"["SET","k","v"]"#;
+    let pipeline = super::pipeline_body();
     [
         (
             "`GET /get/k`",
@@ -38,6 +40,13 @@ fn requests(sink: u16) -> [(&'static str, String); 4] {
             format!(
                 "POST / HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{set}",
                 set.len()
+            ),
+        ),
+        (
+            "`POST /pipeline` of 100 SETs",
+            format!(
+                "POST /pipeline HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\n\r\n{pipeline}",
+                pipeline.len()
             ),
         ),
         (

@@ -279,6 +279,17 @@ impl Client {
     }
 }
 
+/// The load benchmark's `/pipeline` body: 100 SETs, each of its own key.
+fn pipeline_body() -> String {
+    format!(
+        "[{}]",
+        (0..100)
+            .map(|i| format!(r#"["SET","p{i}","value-{i}"]"#))
+            .collect::<Vec<_>>()
+            .join(",")
+    )
+}
+
 /// An HTTP/1.1 request with a body, and a bearer token unless `token` is empty.
 fn request(method: &str, path: &str, token: &str, body: &str) -> String {
     let auth = if token.is_empty() {
@@ -904,14 +915,7 @@ fn run() -> Result<(), String> {
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
-    let pipeline_body = format!(
-        "[{}]",
-        (0..100)
-            .map(|i| format!(r#"["SET","p{i}","value-{i}"]"#))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    let pipe_script = script("pipeline.lua", &pipeline_body)?;
+    let pipe_script = script("pipeline.lua", &pipeline_body())?;
     if let Some(other) = &cli.against {
         let r = ab::run(&bin, other, &tmp, &pipe_script, rounds, seconds, conns);
         let _ = std::fs::remove_dir_all(&tmp);
