@@ -254,6 +254,14 @@ pub const LOG_BUFFER_KEEP_BYTES: usize = 1 << 20;
 /// The most commands a request's vector of logged commands may have had room for and still be
 /// kept for the next request (a pipeline's larger one is freed).
 pub const LOGGED_COMMANDS_KEEP: usize = 64;
+/// Command arguments' buffers kept for reuse on a thread (`spare`): at most this many, each of
+/// at most `ARG_SPARE_BUFFER_BYTES_MAX` bytes of room (64 KB at most a thread)...
+pub const ARG_SPARE_BUFFERS_MAX: usize = 1024;
+pub const ARG_SPARE_BUFFER_BYTES_MAX: usize = 64;
+/// ...and at most this many commands' vectors, each of room for at most
+/// `ARG_SPARE_VECTOR_ARGS_MAX` arguments.
+pub const ARG_SPARE_VECTORS_MAX: usize = 256;
+pub const ARG_SPARE_VECTOR_ARGS_MAX: usize = 8;
 /// The most heap replay's decoding buffers may hold and be kept for the next record (after a
 /// record with a larger value or more commands, they are freed once it is applied).
 pub const REPLAY_SCRATCH_KEEP_BYTES: usize = 1 << 20;

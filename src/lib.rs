@@ -97,6 +97,7 @@ pub mod rng;
 pub mod secret;
 pub mod server;
 pub mod snapshot;
+pub mod spare;
 pub mod state;
 pub mod sys;
 pub mod tls;

@@ -1902,8 +1902,9 @@ impl Executor {
     /// Keeps a request's emptied vector of logged commands for the next request: most
     /// requests write, and a new vector is an allocation each. A large one is let go.
     fn keep_logged(&mut self, mut cmds: Vec<Vec<Vec<u8>>>) {
+        // The arguments' buffers go back for the next requests' (`spare`).
+        crate::spare::give_back(&mut cmds);
         if cmds.capacity() <= crate::config::LOGGED_COMMANDS_KEEP {
-            cmds.clear();
             self.logged_spare = cmds;
         }
     }

@@ -243,7 +243,7 @@ impl<'a> Scan<'a> {
         // What follows a word or a number is read as the command's next `,` or `]`, so `nullx`
         // and `01` are not read here.
         let start = self.at;
-        (self.word() || self.number()).then(|| self.b[start..self.at].to_vec())
+        (self.word() || self.number()).then(|| crate::spare::bytes(&self.b[start..self.at]))
     }
 
     /// A string without escapes or control characters, as its bytes.
@@ -255,7 +255,7 @@ impl<'a> Scan<'a> {
             return None;
         }
         self.at = start + len + 1;
-        Some(s.to_vec())
+        Some(crate::spare::bytes(s))
     }
 
     fn word(&mut self) -> bool {
@@ -304,7 +304,7 @@ impl<'a> Scan<'a> {
         if !self.eat(b'[') {
             return None;
         }
-        let mut args = Vec::with_capacity(4);
+        let mut args = crate::spare::args();
         loop {
             args.push(self.arg()?);
             if self.eat(b']') {

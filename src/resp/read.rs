@@ -213,9 +213,12 @@ impl Reader {
             return Err(ProtocolError::new("unauthenticated multibulk length"));
         }
         let reserve = n.min(RESP_RESERVE_BYTES_MAX / std::mem::size_of::<Vec<u8>>());
+        // A kept vector (`spare`) when one is there; it makes room for `reserve` itself.
+        let mut args = crate::spare::args();
+        args.reserve(reserve);
         self.multibulk = Some(Multibulk {
             left: n,
-            args: Vec::with_capacity(reserve),
+            args,
             bulk: None,
             bytes: 0,
         });
@@ -261,7 +264,7 @@ impl Reader {
             return Ok((0, None));
         }
         // Allocated only now that its bytes are all here.
-        m.args.push(buf[..len].to_vec());
+        m.args.push(crate::spare::bytes(&buf[..len]));
         m.bulk = None;
         m.left -= 1;
         if m.left > 0 {
