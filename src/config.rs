@@ -255,7 +255,9 @@ pub const LOG_BUFFER_KEEP_BYTES: usize = 1 << 20;
 /// kept for the next request (a pipeline's larger one is freed).
 pub const LOGGED_COMMANDS_KEEP: usize = 64;
 /// Command arguments' buffers kept for reuse on a thread (`spare`): at most this many, each of
-/// at most `ARG_SPARE_BUFFER_BYTES_MAX` bytes of room (64 KB at most a thread)...
+/// at most `ARG_SPARE_BUFFER_BYTES_MAX` bytes of room (with the vectors below, about 60 KB a
+/// thread for SETs' arguments, 160 KB at most). A store for 50 connections' pipelines at once
+/// (16,384) was faster under that load and held a megabyte after it (docs/performance.md)...
 pub const ARG_SPARE_BUFFERS_MAX: usize = 1024;
 pub const ARG_SPARE_BUFFER_BYTES_MAX: usize = 64;
 /// ...and at most this many commands' vectors, each of room for at most

@@ -7,7 +7,9 @@
 //! about a third of a pipeline's instructions went to `malloc` and `free`. The executor gives
 //! a written record's arguments back here; the request readers take from here first. What is
 //! kept is bounded (`ARG_SPARE_*` in `config`), per thread, and only what the executor's own
-//! thread let go is found by the readers on that thread.
+//! thread let go is found by the readers on that thread. It serves a client's pipelines one
+//! after another; when many connections' pipelines are read before the executor runs them,
+//! most of their buffers are allocated as before.
 
 use crate::config::{
     ARG_SPARE_BUFFERS_MAX, ARG_SPARE_BUFFER_BYTES_MAX, ARG_SPARE_VECTORS_MAX,
