@@ -929,54 +929,7 @@ mod tests {
     /// pending set keeps reads back as it was given (`Pending::message` never loses one).
     #[test]
     fn a_pending_message_reads_back_whole() {
-        let hook = Hook {
-            url: "http://127.0.0.1:9/cb".into(),
-            conf: Conf {
-                retries: Some(1),
-                forward: vec![("X-Cb".into(), "1".into())],
-                signer: Some("user2".into()),
-                ..Conf::default()
-            },
-        };
-        let full = Message {
-            id: "msg_full".into(),
-            url: "http://127.0.0.1:9/x".into(),
-            method: HttpMethod::PATCH,
-            body: Bin(vec![0, 255, 1]),
-            created_ms: 1,
-            not_before_ms: 2,
-            max_retries: 3,
-            conf: Conf {
-                method: Some("PATCH".into()),
-                retries: Some(3),
-                retry_delay: Some("1000 * retried".into()),
-                timeout_ms: Some(4),
-                delay_ms: Some(5),
-                not_before_ms: Some(6),
-                forward: vec![("Content-Type".into(), "text/plain".into())],
-                callback: Some(Box::new(hook.clone())),
-                failure_callback: Some(Box::new(hook)),
-                dedup_id: Some("d".into()),
-                content_dedup: true,
-                labels: vec!["l".into()],
-                flow_key: Some("k".into()),
-                parallelism: Some(2),
-                rate: Some(3),
-                period_s: Some(4),
-                workflow: vec![("Upstash-Workflow-Runid".into(), "wfr_1".into())],
-                redact: vec!["body".into()],
-                signer: Some("user3".into()),
-            },
-            origin: Origin::FailureCallback,
-            topic: Some("t".into()),
-            endpoint: Some("e".into()),
-            queue: Some("q".into()),
-            schedule_id: Some("s".into()),
-            caller_ip: Some("127.0.0.1".into()),
-            dedup_key: Some("dk".into()),
-            source_id: Some("msg_src".into()),
-            holds_queue: Some("hq".into()),
-        };
+        let full = testgen::full("msg_full");
         let bare = testgen::bare("msg_bare");
         for m in [full, bare.clone()] {
             let p = Pending::new(m.id.clone(), &m, 7, true, 9);

@@ -425,54 +425,11 @@ mod tests {
 
     /// Every field of `Message` and `Conf` is in the packed form: a message whose every field
     /// is set differs from one whose every field is not, and each reads back equal. (A field
-    /// added to either struct without being packed fails to compile here, as the literals
-    /// name every field, and then fails the read back.)
+    /// added to either struct without being packed fails to compile in `testgen::full`, whose
+    /// literals name every field, and then fails the read back.)
     #[test]
     fn a_full_and_a_bare_message_read_back() {
-        let full_conf = |hook: Option<Box<Hook>>| Conf {
-            method: Some("PUT".into()),
-            retries: Some(1),
-            retry_delay: Some("1000".into()),
-            timeout_ms: Some(2),
-            delay_ms: Some(3),
-            not_before_ms: Some(4),
-            forward: vec![("A".into(), "b".into())],
-            callback: hook.clone(),
-            failure_callback: hook,
-            dedup_id: Some("d".into()),
-            content_dedup: true,
-            labels: vec!["l".into()],
-            flow_key: Some("f".into()),
-            parallelism: Some(5),
-            rate: Some(6),
-            period_s: Some(7),
-            workflow: vec![("Upstash-Workflow-Runid".into(), "r".into())],
-            redact: vec!["body".into()],
-            signer: Some("s".into()),
-        };
-        let hook = Box::new(Hook {
-            url: "http://h".into(),
-            conf: full_conf(None),
-        });
-        let full = Message {
-            id: "msg_full".into(),
-            url: "http://x".into(),
-            method: HttpMethod::OPTIONS,
-            body: Bin(vec![0, 255]),
-            created_ms: 1,
-            not_before_ms: 2,
-            max_retries: 3,
-            conf: full_conf(Some(hook)),
-            origin: Origin::DlqRetry,
-            topic: Some("t".into()),
-            endpoint: Some("e".into()),
-            queue: Some("q".into()),
-            schedule_id: Some("s".into()),
-            caller_ip: Some("127.0.0.1".into()),
-            dedup_key: Some("k".into()),
-            source_id: Some("src".into()),
-            holds_queue: Some("hq".into()),
-        };
+        let full = testgen::full("msg_full");
         let bare = testgen::bare("msg_bare");
         for m in [&full, &bare] {
             let b = pack(m).expect("packs");

@@ -98,6 +98,59 @@ pub fn outcome(r: &mut Rng) -> Outcome {
     }
 }
 
+/// A configuration with every field set, and its two hooks `hook` (None: no hooks).
+pub fn full_conf(hook: Option<Box<Hook>>) -> Conf {
+    Conf {
+        method: Some("PUT".into()),
+        retries: Some(1),
+        retry_delay: Some("1000".into()),
+        timeout_ms: Some(2),
+        delay_ms: Some(3),
+        not_before_ms: Some(4),
+        forward: vec![("A".into(), "b".into())],
+        callback: hook.clone(),
+        failure_callback: hook,
+        dedup_id: Some("d".into()),
+        content_dedup: true,
+        labels: vec!["l".into()],
+        flow_key: Some("f".into()),
+        parallelism: Some(5),
+        rate: Some(6),
+        period_s: Some(7),
+        workflow: vec![("Upstash-Workflow-Runid".into(), "r".into())],
+        redact: vec!["body".into()],
+        signer: Some("s".into()),
+    }
+}
+
+/// A message with every field set, its configuration's hooks each fully configured. (The
+/// literals name every field: a field added to `Message` or `Conf` fails to compile here.)
+pub fn full(id: &str) -> Message {
+    let hook = Box::new(Hook {
+        url: "http://h".into(),
+        conf: full_conf(None),
+    });
+    Message {
+        id: id.into(),
+        url: "http://x".into(),
+        method: HttpMethod::OPTIONS,
+        body: Bin(vec![0, 255]),
+        created_ms: 1,
+        not_before_ms: 2,
+        max_retries: 3,
+        conf: full_conf(Some(hook)),
+        origin: Origin::DlqRetry,
+        topic: Some("t".into()),
+        endpoint: Some("e".into()),
+        queue: Some("q".into()),
+        schedule_id: Some("s".into()),
+        caller_ip: Some("127.0.0.1".into()),
+        dedup_key: Some("k".into()),
+        source_id: Some("src".into()),
+        holds_queue: Some("hq".into()),
+    }
+}
+
 /// A message with nothing set: empty strings, zeros, no options.
 pub fn bare(id: &str) -> Message {
     Message {
