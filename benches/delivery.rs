@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "bench-qstash";
 
+use super::targets::{thousands, Kind, Targets};
 use super::Proc;
 use tidepool::clock::wall_unix_ms as wall_ms;
 
@@ -206,6 +207,7 @@ pub fn run(
     conns: u64,
     pending: u64,
     only: Option<&str>,
+    targets: &mut Targets,
 ) -> Result<(), String> {
     let want = |phase: &str| only.is_none_or(|o| phase.contains(o));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -308,6 +310,8 @@ pub fn run(
         let dmax = late.last().copied().unwrap_or(f64::NAN);
         drop(server);
         rows.push(format!("| deliveries/s ({messages} messages, {conns} publishers) | {rate:.0} (publish {pub_rate:.0}/s) | >= 20,000 |"));
+        targets.at_least(Kind::Hard, &format!("deliveries a second, `--fsync always`, {conns} publishers, {messages} messages"), rate, thousands(rate), 20_000.0);
+        targets.at_most(Kind::Hard, "lateness of 2,000 delayed messages due within one second, p99", d99, format!("{d99:.0} ms"), 5.0);
         rows.push(format!("| publish-to-delivery latency at 500 msg/s | p50 {l50:.1} ms, p99 {l99:.1} ms | |"));
         rows.push(format!("| lateness of 2,000 delayed messages, due within one second ({delivered_late} seen) | p50 {d50:.0} ms, p99 {d99:.0} ms, max {dmax:.0} ms | p99 <= 5 ms |"));
         }
@@ -344,6 +348,7 @@ pub fn run(
         let per_msg = (after.saturating_sub(before) * 1024) as f64 / (batches * 100) as f64;
         drop(server);
         rows.push(format!("| memory per pending delayed message ({} pending) | {per_msg:.0} bytes (RSS {} -> {} MiB) | <= 400 bytes |", batches * 100, before / 1024, after / 1024));
+        targets.at_most(Kind::Hard, &format!("memory a pending delayed message takes ({} pending), bytes", thousands((batches * 100) as f64)), per_msg, format!("{per_msg:.0}"), 400.0);
         }
 
         if want("get latency") {
@@ -433,6 +438,8 @@ pub fn run(
             "| `GET` latency, one keep-alive client: idle / while {rate_drain:.0} deliveries/s of messages published before go out | p50 {:.2} / {:.2} ms, p99 {:.2} / {:.2} ms ({:.2}x) | p99 within 2x of idle |",
             idle.0, draining.0, idle.1, draining.1, draining.1 / idle.1
         ));
+        let ratio = draining.1 / idle.1;
+        targets.at_most(Kind::Hard, &format!("`GET` p99 while {} deliveries a second go out, against idle", thousands(rate_drain)), ratio, format!("{ratio:.2}x ({:.2} / {:.2} ms)", draining.1, idle.1), 2.0);
         rows.push(format!(
             "| the same while {rate_load:.0} deliveries/s go out and as many are published | p50 {:.2} ms, p99 {:.2} ms ({:.2}x) | |",
             loaded.0, loaded.1, loaded.1 / idle.1

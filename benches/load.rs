@@ -21,6 +21,12 @@
 //!
 //!     target/release/tidepool-bench --snapshots [--writes N] [--keys K] [--min-bytes B]
 //!
+//!     target/release/tidepool-bench --targets [--rounds R] [--messages N]
+//!
+//! That form runs the load form, `--memory`, `--delivery`, `--replay` and `--snapshots` one
+//! after the other, and ends with one table of issue 27's targets (hard ones and goals), each
+//! with this run's figure and whether it holds.
+//!
 //! That form writes N SETs over K keys (pipelines of 100) twice, once with snapshots off and
 //! once with them on (the automatic trigger, `--log-retention 0`); then it times restarts and
 //! measures the directories, times a snapshot's load and the log's replay in this process, and
@@ -46,12 +52,14 @@ mod instructions;
 mod memory;
 mod noisy;
 mod resp;
+mod targets;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use targets::{thousands, Kind, Targets};
 
 struct Proc(Child);
 impl Drop for Proc {
@@ -70,13 +78,18 @@ fn free_port() -> u16 {
 
 /// A process's resident memory, in KiB (`VmRSS`).
 fn rss_kib(pid: u32) -> Result<u64, String> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS:`, `RssAnon:`).
+fn status_kib(pid: u32, field: &str) -> Result<u64, String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| "no VmRSS".to_string())
+        .ok_or_else(|| format!("no {field}"))
 }
 
 fn wait_port(port: u16) -> Result<(), String> {
@@ -361,7 +374,13 @@ fn time_cmd(c: &mut Client, body: &str, runs: usize) -> Result<f64, String> {
 
 /// Start-up replay: how fast a log of `commands` pipelined SETs and `singles` one-command
 /// records is replayed.
-fn replay(bin: &Path, tmp: &Path, commands: u64, singles: u64) -> Result<(), String> {
+fn replay(
+    bin: &Path,
+    tmp: &Path,
+    commands: u64,
+    singles: u64,
+    targets: &mut Targets,
+) -> Result<(), String> {
     let dir = tmp.join("replay");
     let keys = (commands / 10).max(1);
     {
@@ -406,6 +425,17 @@ fn replay(bin: &Path, tmp: &Path, commands: u64, singles: u64) -> Result<(), Str
     );
     println!();
     println!("(the start-up includes spawning the process and opening the listener)");
+    let rate = all as f64 / t;
+    targets.at_least(
+        Kind::Hard,
+        &format!(
+            "start-up replay, commands a second ({} in {records} records)",
+            thousands(all as f64)
+        ),
+        rate,
+        thousands(rate),
+        3_000_000.0,
+    );
     Ok(())
 }
 
@@ -508,7 +538,14 @@ fn steady(port: u16, keys: u64, ms: u64, bgsave: bool) -> Result<(f64, f64, f64,
     Ok((at(1.0), at(0.99), at(0.5), all.len()))
 }
 
-fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> Result<(), String> {
+fn snapshots(
+    bin: &Path,
+    tmp: &Path,
+    writes: u64,
+    keys: u64,
+    min_bytes: u64,
+    targets: &mut Targets,
+) -> Result<(), String> {
     let off = tmp.join("snap-off");
     let on = tmp.join("snap-on");
     let off_flags = ["--auto-snapshot-percentage", "0"];
@@ -547,6 +584,20 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
     let t_off = restart_time(bin, &off, &off_flags)?;
     let t_on = restart_time(bin, &on, &on_flags)?;
     let (b_off, b_on) = (dir_bytes(&off), dir_bytes(&on));
+    // Issue 27: at most a second per million live keys, whatever the history: what the
+    // snapshots (on by default) are for. Without them a restart replays the whole history.
+    let per_million = keys as f64 / 1e6;
+    targets.at_most(
+        Kind::Hard,
+        &format!(
+            "restart with {} keys after {} SETs (the default snapshot trigger), seconds per million keys",
+            thousands(keys as f64),
+            thousands(writes as f64)
+        ),
+        t_on / per_million,
+        format!("{:.2} s", t_on / per_million),
+        1.0,
+    );
     println!("{writes} SETs over {keys} keys (written in {fill_s:.0} s), --fsync never:\n");
     println!("| snapshots | restart (median of 3) | log + snapshots on disk | snapshot |");
     println!("|---|---|---|---|");
@@ -645,6 +696,14 @@ fn snapshots(bin: &Path, tmp: &Path, writes: u64, keys: u64, min_bytes: u64) -> 
         steady_kib as f64 / 1024.0,
         peak_kib as f64 / 1024.0,
         peak_kib as f64 / steady_kib.max(1) as f64
+    );
+    let peak = peak_kib as f64 / steady_kib.max(1) as f64;
+    targets.at_most(
+        Kind::Hard,
+        "memory at its peak during a `BGSAVE` under writes (server and child), against before it",
+        peak,
+        format!("{peak:.2}x"),
+        1.5,
     );
     Ok(())
 }
@@ -787,6 +846,10 @@ struct Cli {
     /// The RESP listener against redis-server with redis-benchmark, and idle connections
     #[arg(long, group = "form")]
     resp: bool,
+    /// Issue 27's targets in one run: the load form, --memory, --delivery, --replay and
+    /// --snapshots in turn, then one table of every target with its figure and verdict
+    #[arg(long, group = "form")]
+    targets: bool,
     /// Three cluster nodes against one: durable SET, a follower's GET, the failover time
     #[arg(long, group = "form")]
     cluster: bool,
@@ -813,9 +876,9 @@ struct Cli {
     /// Rounds, alternating the peers; the median is reported
     #[arg(long, value_name = "R", default_value_t = 3)]
     rounds: u64,
-    /// --delivery: messages published
-    #[arg(long, value_name = "N", default_value_t = 30_000)]
-    messages: u64,
+    /// --delivery: messages published [default: 30,000; 100,000 with --targets]
+    #[arg(long, value_name = "N")]
+    messages: Option<u64>,
     /// --delivery: waiting messages
     #[arg(long, value_name = "P", default_value_t = 1_000_000)]
     pending: u64,
@@ -867,21 +930,35 @@ fn run() -> Result<(), String> {
         let r = delivery::run(
             &bin,
             &tmp,
-            cli.messages,
+            cli.messages.unwrap_or(30_000),
             conns as u64,
             cli.pending,
             cli.only.as_deref(),
+            &mut Targets::default(),
         );
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
     if cli.snapshots {
-        let r = snapshots(&bin, &tmp, cli.writes, cli.keys, cli.min_bytes);
+        let r = snapshots(
+            &bin,
+            &tmp,
+            cli.writes,
+            cli.keys,
+            cli.min_bytes,
+            &mut Targets::default(),
+        );
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
     if cli.replay {
-        let r = replay(&bin, &tmp, cli.commands, cli.singles);
+        let r = replay(
+            &bin,
+            &tmp,
+            cli.commands,
+            cli.singles,
+            &mut Targets::default(),
+        );
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
@@ -896,7 +973,7 @@ fn run() -> Result<(), String> {
         return r;
     }
     if cli.memory {
-        let r = memory::run(&bin, &tmp, cli.only.as_deref());
+        let r = memory::run(&bin, &tmp, cli.only.as_deref(), &mut Targets::default());
         let _ = std::fs::remove_dir_all(&tmp);
         return r;
     }
@@ -922,10 +999,77 @@ fn run() -> Result<(), String> {
         return r;
     }
 
+    let mut targets = Targets::default();
+    if cli.targets {
+        let messages = cli.messages.unwrap_or(100_000);
+        println!("## Requests\n");
+        load(
+            &bin,
+            &exe,
+            &tmp,
+            &pipe_script,
+            rounds,
+            seconds,
+            conns,
+            &mut targets,
+        )?;
+        println!("\n## Memory\n");
+        memory::run(&bin, &tmp, None, &mut targets)?;
+        println!("\n## Delivery\n");
+        delivery::run(&bin, &tmp, messages, 64, cli.pending, None, &mut targets)?;
+        println!("\n## Start-up replay\n");
+        replay(&bin, &tmp, cli.commands, cli.singles, &mut targets)?;
+        println!("\n## Restarts and snapshots\n");
+        snapshots(
+            &bin,
+            &tmp,
+            cli.writes,
+            cli.keys,
+            cli.min_bytes,
+            &mut targets,
+        )?;
+        println!("\n## Issue 27's targets in this run\n");
+        targets.print();
+        println!();
+        println!(
+            "{} hard targets missed ({})",
+            targets.missed(),
+            tidepool::clock::wall_unix_ms() / 1000
+        );
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Ok(());
+    }
+    let r = load(
+        &bin,
+        &exe,
+        &tmp,
+        &pipe_script,
+        rounds,
+        seconds,
+        conns,
+        &mut targets,
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+    r
+}
+
+/// The load form: GET, SET, durable SET and `/pipeline` against webdis + redis-server and the
+/// bare-hyper ceiling, each alternating with its peer for `rounds` rounds.
+#[allow(clippy::too_many_arguments)]
+fn load(
+    bin: &Path,
+    exe: &Path,
+    tmp: &Path,
+    pipe_script: &Path,
+    rounds: usize,
+    seconds: u64,
+    conns: u32,
+    targets: &mut Targets,
+) -> Result<(), String> {
     // The ceiling: bare hyper answering a constant, in a process of its own.
     let cport = free_port();
     let _ceiling = Proc(
-        Command::new(&exe)
+        Command::new(exe)
             .args(["--ceiling-server", &cport.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -936,7 +1080,7 @@ fn run() -> Result<(), String> {
     let c = format!("http://127.0.0.1:{cport}");
 
     // Not durable: tidepool --fsync never against redis without persistence.
-    let (tp, tport) = tidepool(&bin, &tmp.join("tp-never"), "never")?;
+    let (tp, tport) = tidepool(bin, &tmp.join("tp-never"), "never")?;
     let (_r, _w, wport) = redis_and_webdis(&tmp.join("redis-plain").tap_mkdir()?, false)?;
     let t = format!("http://127.0.0.1:{tport}");
     let w = format!("http://127.0.0.1:{wport}");
@@ -975,7 +1119,7 @@ fn run() -> Result<(), String> {
                     &format!("{t}/pipeline"),
                     seconds,
                     conns,
-                    Some(&pipe_script),
+                    Some(pipe_script),
                     bench,
                 )
             })
@@ -987,7 +1131,7 @@ fn run() -> Result<(), String> {
     // then against redis appendfsync always. The first pairing runs before the AOF server
     // starts: the host's disk stays slow for seconds after a round of Redis's fsyncs, and that
     // would be charged to whichever durable round follows it.
-    let (tp, tport) = tidepool(&bin, &tmp.join("tp-always"), "always")?;
+    let (tp, tport) = tidepool(bin, &tmp.join("tp-always"), "always")?;
     let t = format!("http://127.0.0.1:{tport}");
     let durable = || wrk(&format!("{t}/set/key/value"), seconds, conns, None, bench);
     let (dvp_t, dvp_w) = paired(rounds, durable, || {
@@ -1044,13 +1188,39 @@ fn run() -> Result<(), String> {
     }
     println!();
     println!("/pipeline: {:.0} commands/s", pipe_t.rps * 100.0);
+    for (name, a, b) in [("GET", get_t2, get_c), ("SET", set_t2, set_c)] {
+        let r = a.rps / b.rps.max(1.0);
+        let what = format!("`{name}` against the ceiling (bare hyper), {conns} connections");
+        let figure = format!(
+            "{r:.2}x ({} / {} req/s)",
+            thousands(a.rps),
+            thousands(b.rps)
+        );
+        targets.at_least(Kind::Hard, &what, r, figure.clone(), 0.75);
+        targets.at_least(Kind::Goal, &what, r, figure, 0.9);
+    }
+    let r = dvp_t.rps / dvp_w.rps.max(1.0);
+    targets.at_least(
+        Kind::Goal,
+        "durable `SET` against webdis + redis's non-durable `SET`",
+        r,
+        format!("{r:.2}x"),
+        1.5,
+    );
+    let cmds = pipe_t.rps * 100.0;
+    targets.at_least(
+        Kind::Goal,
+        "`/pipeline` of 100 SETs, commands a second",
+        cmds,
+        thousands(cmds),
+        2_000_000.0,
+    );
     println!(
         "(wrk -t1 -c{conns} -d{seconds}s, keep-alive, median of {rounds} alternating rounds; {} cores)",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0)
     );
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }
 
