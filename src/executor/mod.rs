@@ -618,7 +618,9 @@ pub fn start(
         usage_logged_ms: now,
         logged_spare: Vec::new(),
         heap_looked: std::time::Instant::now(),
-        trim_watch: crate::alloc::TrimWatch::default(),
+        trim_watch: crate::alloc::TrimWatch::after_start(
+            replayed_bytes + last_snapshot.map_or(0, |(_, bytes)| bytes),
+        ),
         usage_log_interval_ms: setup.usage_log_interval_ms,
         command_totals: BTreeMap::new(),
     };
