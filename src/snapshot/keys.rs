@@ -203,6 +203,10 @@ fn put_json(out: &mut Vec<u8>, j: &Json, depth: usize) -> Result<(), String> {
 }
 
 /// Reads one key written by [`put_entry`].
+/// The fewest bytes a key takes in a keys chunk: its type, flags, key length, access time and
+/// an empty string's length, a byte each.
+pub const ENTRY_BYTES_MIN: usize = 5;
+
 pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
     let ty = c.u8()?;
     let flags = c.u8()?;
@@ -555,4 +559,21 @@ pub fn read_acl(c: &mut Cursor<'_>, db: &mut Db) -> Result<(), String> {
     }
     db.acl.restore(users, deleted);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards `ENTRY_BYTES_MIN`, the bound on a snapshot's declared key count: no key takes
+    /// fewer bytes than the smallest one, an empty name holding an empty string.
+    #[test]
+    fn the_smallest_key_takes_entry_bytes_min() {
+        let mut out = Vec::new();
+        let e = Entry::new(Value::Str(crate::state::Str::from(Vec::new())), None, 0);
+        put_entry(&mut out, b"", &e).expect("put");
+        assert_eq!(out.len(), ENTRY_BYTES_MIN);
+        let (k, back) = read_entry(&mut Cursor::new(&out)).expect("read");
+        assert!(k.is_empty() && back.expire_at_ms().is_none());
+    }
 }

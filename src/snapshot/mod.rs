@@ -229,7 +229,9 @@ impl Filling {
     }
 
     fn finish_current(&mut self) -> Result<(), String> {
-        let db = std::mem::take(&mut self.db);
+        let mut db = std::mem::take(&mut self.db);
+        // The first database was made room for every key to come, the others' too.
+        db.fit_keys();
         self.dbs.put(self.current, db)?;
         Ok(())
     }
@@ -238,6 +240,24 @@ impl Filling {
         self.finish_current()?;
         Ok(self.dbs)
     }
+}
+
+/// The keys a snapshot's end chunk declares, when the file ends with one whose checksum holds;
+/// 0 otherwise. Only a hint for the keyspace's size: the reader still counts the keys, and it
+/// is bounded by what the file can hold (`keys::ENTRY_BYTES_MIN` a key), so a damaged count
+/// cannot make the reader reserve memory the file does not account for.
+fn declared_keys(data: &[u8]) -> u64 {
+    let Some(at) = data.len().checked_sub(CHUNK_HEADER_BYTES + 16) else {
+        return 0;
+    };
+    let Ok(chunk) = read_chunk(data, at) else {
+        return 0;
+    };
+    if chunk.kind != CHUNK_END {
+        return 0;
+    }
+    let keys = Cursor::new(chunk.payload).u64().unwrap_or(0);
+    keys.min((data.len() / keys::ENTRY_BYTES_MIN) as u64)
 }
 
 /// Reads a whole snapshot; any damage (a bad checksum, a short file, a payload that does not
@@ -252,6 +272,10 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
     let mut keys_total = 0u64;
     let mut chunks = 0u64;
     let mut offset = SNAPSHOT_HEADER_BYTES;
+    // The end chunk says how many keys come: each database's keyspace is made that large
+    // before its first key (at most the keys still to come), not grown on the way.
+    let declared = declared_keys(data);
+    let mut reserved = false;
     loop {
         let chunk = read_chunk(data, offset).map_err(|e| damage(offset, e))?;
         let in_chunk = |e: String| damage(offset, format!("{} chunk: {e}", chunk_name(chunk.kind)));
@@ -267,6 +291,11 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
             }
             CHUNK_KEYS => {
                 let n = c.count().map_err(in_chunk)?;
+                if !reserved {
+                    reserved = true;
+                    let to_come = declared.saturating_sub(keys_total);
+                    fill.db.reserve_keys(usize::try_from(to_come).unwrap_or(0));
+                }
                 for _ in 0..n {
                     let (k, e) = keys::read_entry(&mut c).map_err(in_chunk)?;
                     if fill.db.raw().contains_key(&k) {
@@ -292,7 +321,7 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
                 let id = c.uint().map_err(in_chunk)?;
                 let id = DbId::try_from(id).map_err(|_| in_chunk(format!("database {id}")))?;
                 fill.begin(id).map_err(in_chunk)?;
-                (acl, functions) = (false, false);
+                (acl, functions, reserved) = (false, false, false);
             }
             CHUNK_DELIVERY if delivery.is_none() => {
                 let img: DeliveryImage =
@@ -772,4 +801,66 @@ pub fn choose(
          intact parts, dropping the keys of its damaged chunks (back up the directory first).",
         dir = data_dir.display()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_keys() -> Vec<u8> {
+        let mut db = Db::new();
+        db.insert(
+            b"a",
+            crate::state::Value::Str(b"1".as_slice().into()),
+            None,
+            0,
+        );
+        db.insert(
+            b"b",
+            crate::state::Value::Str(b"2".as_slice().into()),
+            None,
+            0,
+        );
+        let header = SnapshotHeader {
+            seq: 1,
+            record_unix_ms: 0,
+            created_unix_ms: 0,
+        };
+        let mut bytes = Vec::new();
+        write(
+            &mut bytes,
+            &Databases::with_default(db),
+            &Delivery::new(),
+            header,
+            |_| {},
+        )
+        .expect("write");
+        bytes
+    }
+
+    /// Guards the keyspace's sizing on a load: the count comes from an end chunk whose
+    /// checksum holds, and a count the file cannot hold (a damaged or made-up end chunk) is
+    /// cut to what it can, so it never reserves memory the file does not account for.
+    #[test]
+    fn the_declared_key_count_is_read_from_the_end_and_bounded_by_the_file() {
+        let bytes = two_keys();
+        assert_eq!(declared_keys(&bytes), 2);
+        assert_eq!(declared_keys(&bytes[..bytes.len() - 1]), 0, "no end chunk");
+        assert_eq!(declared_keys(&[]), 0);
+        let end = bytes.len() - CHUNK_HEADER_BYTES - 16;
+        let mut claims = bytes[..end].to_vec();
+        let mut payload = Vec::new();
+        put_u64(&mut payload, 1 << 60);
+        put_u64(&mut payload, 4);
+        encode_chunk(&mut claims, CHUNK_END, &payload);
+        assert_eq!(claims.len(), bytes.len());
+        assert_eq!(
+            declared_keys(&claims),
+            (claims.len() / keys::ENTRY_BYTES_MIN) as u64
+        );
+        // Such a file is still refused by the count check, with its place.
+        assert!(read(Path::new("mem"), &claims, |_| {}).is_err());
+        let loaded = read(Path::new("mem"), &bytes, |_| {}).expect("read");
+        assert_eq!(loaded.keys, 2);
+    }
 }

@@ -513,6 +513,14 @@ impl Db {
         &self.keys
     }
 
+    /// Room for `n` keys in all, and back to the keys' own size after: a snapshot's load.
+    pub fn reserve_keys(&mut self, n: usize) {
+        self.keys.reserve(n);
+    }
+    pub fn fit_keys(&mut self) {
+        self.keys.fit();
+    }
+
     /// Where two databases differ in what the log determines: keys with their values and
     /// expiry, ACL users, function libraries. Not the last access of a key (reads set it, and
     /// reads are not logged). Derived indexes are compared through

@@ -216,6 +216,24 @@ impl<T: Element> SortedTable<T> {
         }
     }
 
+    /// Makes room for `n` elements in all, so that adding them does not grow the table on the
+    /// way: a snapshot's load knows how many keys come (growing a quarter at a time, a million
+    /// keys rebuilt the table twenty times, a tenth of a restart).
+    pub fn reserve(&mut self, n: usize) {
+        if n.saturating_mul(8) > self.homes.saturating_mul(7) {
+            self.resize(n + n / 7 + 1);
+        }
+    }
+
+    /// Gives back what a `reserve` took beyond the elements added: the table takes the size it
+    /// would have grown to by itself, unless it is within a quarter of that already.
+    pub fn fit(&mut self) {
+        let want = (self.len + self.len / 7 + 1).max(MIN_HOMES);
+        if self.homes > want + want / 4 {
+            self.resize(want);
+        }
+    }
+
     /// The size a growing table takes: half again while tiny, a quarter again from 64 homes,
     /// so that a table just grown is not mostly empty (rebuilding is linear either way; a
     /// quarter means rebuilding about twice as often as half).
@@ -448,6 +466,14 @@ impl<V> Keyspace<V> {
     pub fn new() -> Self {
         Self::default()
     }
+    /// Room for `n` keys in all (`SortedTable::reserve`).
+    pub fn reserve(&mut self, n: usize) {
+        self.table.reserve(n);
+    }
+    /// What a `reserve` took beyond the keys given back (`SortedTable::fit`).
+    pub fn fit(&mut self) {
+        self.table.fit();
+    }
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -657,6 +683,39 @@ mod tests {
         assert!(k.table.homes <= 2 * MIN_HOMES);
         assert_eq!(k.insert(b"again", 1), None);
         assert_eq!(k.get(b"again"), Some(&1));
+    }
+
+    /// Guards the snapshot load's sizing: after `reserve(n)` the table takes n elements
+    /// without being rebuilt, and `fit` gives back what was reserved beyond them; contents and
+    /// lookups are as without either.
+    #[test]
+    fn a_reserved_table_takes_its_elements_without_growing_and_fits_after() {
+        let mut k: Keyspace<u32> = Keyspace::new();
+        k.reserve(10_000);
+        let homes = k.table.homes;
+        assert!(homes * 7 >= 10_000 * 8);
+        for i in 0..10_000u32 {
+            assert_eq!(k.insert(format!("key:{i}").as_bytes(), i), None);
+        }
+        assert_eq!(k.table.homes, homes, "no rebuild on the way");
+        k.fit();
+        assert_eq!(k.table.homes, homes, "a full table keeps its size");
+        // Reserved for many more than came: fitted back to what growing would have made.
+        let mut few: Keyspace<u32> = Keyspace::new();
+        few.reserve(100_000);
+        for i in 0..1_000u32 {
+            few.insert(format!("key:{i}").as_bytes(), i);
+        }
+        few.fit();
+        assert!(few.table.homes < 2_000, "{}", few.table.homes);
+        for i in 0..1_000u32 {
+            assert_eq!(few.get(format!("key:{i}").as_bytes()), Some(&i));
+        }
+        assert_eq!(few.len(), 1_000);
+        // Reserving less than is there, or nothing, changes nothing.
+        few.reserve(10);
+        few.reserve(0);
+        assert_eq!(few.len(), 1_000);
     }
 
     /// Elements present for a whole scan are returned by it while others come and go and the
