@@ -44,6 +44,11 @@ pub const HEAP_TRIM_INTERVAL_MS: u64 = 1_000;
 /// The bytes a burst must write to the log or free of data before the allocator's free memory
 /// is given back after it (a trim walks every free chunk: 10-20 ms on a large, holed heap).
 pub const HEAP_TRIM_MOVED_BYTES_MIN: u64 = 1 << 20;
+/// Replay brings a command's first key's slot into the cache this many commands before its
+/// turn, and its node this many (`machine::apply_commands`): far enough ahead that the miss
+/// has landed by then, near enough that it has not been pushed out again.
+pub const REPLAY_PREFETCH_SLOTS_AHEAD: usize = 16;
+pub const REPLAY_PREFETCH_NODES_AHEAD: usize = 8;
 /// Keys removed by one expiry cycle at most.
 pub const EXPIRE_CYCLE_KEYS_MAX: usize = 2048;
 /// How often a delivery attempt waiting for its record to be durable looks again, should a

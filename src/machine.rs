@@ -415,15 +415,37 @@ fn apply_commands<'c>(
     cmds: impl Iterator<Item = &'c [Vec<u8>]> + Clone,
     infos: &[&'static CommandInfo],
 ) -> Applied {
-    // Bring every command's first key into the cache before running any: the lookups of a
-    // record's commands are independent, so their misses overlap instead of coming one after
-    // another (a record of a pipeline holds up to hundreds of keys).
-    db.prefetch(
-        cmds.clone()
-            .filter_map(|args| args.get(1).map(Vec::as_slice)),
-    );
+    // The commands' first keys are brought into the cache ahead of their turn: the slot of
+    // the command `REPLAY_PREFETCH_SLOTS_AHEAD` on, and the node of the one
+    // `REPLAY_PREFETCH_NODES_AHEAD` on (its slot, fetched before, says where the node is).
+    // The lookups of a record's commands are independent, so their misses overlap with the
+    // commands before them instead of coming one after another.
+    use crate::config::{REPLAY_PREFETCH_NODES_AHEAD, REPLAY_PREFETCH_SLOTS_AHEAD};
+    let first_keys = || cmds.clone().map(|args| args.get(1).map(Vec::as_slice));
+    let mut slots_ahead = first_keys();
+    let mut nodes_ahead = first_keys();
+    for k in slots_ahead
+        .by_ref()
+        .take(REPLAY_PREFETCH_SLOTS_AHEAD)
+        .flatten()
+    {
+        db.prefetch_slot(k);
+    }
+    for k in nodes_ahead
+        .by_ref()
+        .take(REPLAY_PREFETCH_NODES_AHEAD)
+        .flatten()
+    {
+        db.prefetch_node(k);
+    }
     let mut errors = 0;
     for (args, info) in cmds.zip(infos) {
+        if let Some(Some(k)) = slots_ahead.next() {
+            db.prefetch_slot(k);
+        }
+        if let Some(Some(k)) = nodes_ahead.next() {
+            db.prefetch_node(k);
+        }
         if crate::command::pipeline::replay_checked(db, rng, ts, info, args).is_error() {
             errors += 1;
         }

@@ -503,9 +503,15 @@ impl Db {
             .collect()
     }
 
-    /// Brings the lookups of `keys` into the cache, without waiting (`Keyspace::prefetch`).
-    pub fn prefetch<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) {
-        self.keys.prefetch(keys);
+    /// Brings the first slot a lookup of `key` reads into the cache, without waiting.
+    pub fn prefetch_slot(&self, key: &[u8]) {
+        self.keys.prefetch_slot(key);
+    }
+
+    /// Brings `key`'s node into the cache, without waiting; its slot should be there already
+    /// (`prefetch_slot` a while before), or this waits for it.
+    pub fn prefetch_node(&self, key: &[u8]) {
+        self.keys.prefetch_node(key);
     }
 
     /// All entries, including expired ones (callers filter).

@@ -492,16 +492,14 @@ impl<V> Keyspace<V> {
     pub fn contains_key(&self, key: &[u8]) -> bool {
         self.table.get(key).is_some()
     }
-    /// Brings the lookups of `keys` into the cache without waiting for them: every key's
-    /// first slot, then every key's node, so that the misses of independent lookups overlap
-    /// instead of coming one after another (a record of a pipeline has up to hundreds).
-    pub fn prefetch<'k>(&self, keys: impl Iterator<Item = &'k [u8]> + Clone) {
-        for k in keys.clone() {
-            self.table.prefetch_home(k);
-        }
-        for k in keys {
-            self.table.prefetch_element(k);
-        }
+    /// Brings the first slot a lookup of `key` reads into the cache without waiting for it
+    /// (`SortedTable::prefetch_home`); replay calls it a few commands ahead of the key's turn.
+    pub fn prefetch_slot(&self, key: &[u8]) {
+        self.table.prefetch_home(key);
+    }
+    /// `SortedTable::prefetch_element` of one key.
+    pub fn prefetch_node(&self, key: &[u8]) {
+        self.table.prefetch_element(key);
     }
     /// Inserts or replaces; returns the previous value.
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
