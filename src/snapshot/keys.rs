@@ -202,11 +202,11 @@ fn put_json(out: &mut Vec<u8>, j: &Json, depth: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads one key written by [`put_entry`].
 /// The fewest bytes a key takes in a keys chunk: its type, flags, key length, access time and
 /// an empty string's length, a byte each.
 pub const ENTRY_BYTES_MIN: usize = 5;
 
+/// Reads one key written by [`put_entry`].
 pub fn read_entry(c: &mut Cursor<'_>) -> Result<(Vec<u8>, Entry), String> {
     let ty = c.u8()?;
     let flags = c.u8()?;

@@ -230,7 +230,7 @@ impl Filling {
 
     fn finish_current(&mut self) -> Result<(), String> {
         let mut db = std::mem::take(&mut self.db);
-        // The first database was made room for every key to come, the others' too.
+        // The first database with keys was made room for every database's.
         db.fit_keys();
         self.dbs.put(self.current, db)?;
         Ok(())
@@ -272,10 +272,11 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
     let mut keys_total = 0u64;
     let mut chunks = 0u64;
     let mut offset = SNAPSHOT_HEADER_BYTES;
-    // The end chunk says how many keys come: each database's keyspace is made that large
-    // before its first key (at most the keys still to come), not grown on the way.
-    let declared = declared_keys(data);
-    let mut reserved = false;
+    // The end chunk says how many keys come: the first database with keys (the default one,
+    // where a single-database server keeps them all) is made room for all of them before its
+    // first key, not grown on the way, and fitted back to its own when it ends. Once a file:
+    // room for the keys still to come at each of many databases would be quadratic.
+    let mut declared = Some(declared_keys(data));
     loop {
         let chunk = read_chunk(data, offset).map_err(|e| damage(offset, e))?;
         let in_chunk = |e: String| damage(offset, format!("{} chunk: {e}", chunk_name(chunk.kind)));
@@ -291,10 +292,8 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
             }
             CHUNK_KEYS => {
                 let n = c.count().map_err(in_chunk)?;
-                if !reserved {
-                    reserved = true;
-                    let to_come = declared.saturating_sub(keys_total);
-                    fill.db.reserve_keys(usize::try_from(to_come).unwrap_or(0));
+                if let Some(all) = declared.take() {
+                    fill.db.reserve_keys(usize::try_from(all).unwrap_or(0));
                 }
                 for _ in 0..n {
                     let (k, e) = keys::read_entry(&mut c).map_err(in_chunk)?;
@@ -321,7 +320,7 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
                 let id = c.uint().map_err(in_chunk)?;
                 let id = DbId::try_from(id).map_err(|_| in_chunk(format!("database {id}")))?;
                 fill.begin(id).map_err(in_chunk)?;
-                (acl, functions, reserved) = (false, false, false);
+                (acl, functions) = (false, false);
             }
             CHUNK_DELIVERY if delivery.is_none() => {
                 let img: DeliveryImage =

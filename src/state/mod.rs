@@ -519,10 +519,11 @@ impl Db {
         &self.keys
     }
 
-    /// Room for `n` keys in all, and back to the keys' own size after: a snapshot's load.
+    /// Room for `n` keys in all, before a snapshot's load (`Keyspace::reserve`).
     pub fn reserve_keys(&mut self, n: usize) {
         self.keys.reserve(n);
     }
+    /// Back to the keys' own size after it (`Keyspace::fit`).
     pub fn fit_keys(&mut self) {
         self.keys.fit();
     }

@@ -218,7 +218,7 @@ impl<T: Element> SortedTable<T> {
 
     /// Makes room for `n` elements in all, so that adding them does not grow the table on the
     /// way: a snapshot's load knows how many keys come (growing a quarter at a time, a million
-    /// keys rebuilt the table twenty times, a tenth of a restart).
+    /// keys rebuilt the table twenty times and faulted in every array on the way).
     pub fn reserve(&mut self, n: usize) {
         if n.saturating_mul(8) > self.homes.saturating_mul(7) {
             self.resize(n + n / 7 + 1);
