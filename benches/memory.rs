@@ -419,7 +419,8 @@ pub fn run(
             usage as f64 / 1024.0 / anon.max(1) as f64,
         );
         // Issue 27: the million strings at most Redis's, each other set at most 1.2x, after
-        // the load and after the restart; tidepool's own account within 10 % of what its heap grew by.
+        // the load and after the restart; tidepool's own account within 10 % of what its
+        // anonymous memory grew by.
         let bound = if set.name.contains("strings") {
             1.0
         } else {
