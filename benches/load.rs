@@ -999,41 +999,10 @@ fn run() -> Result<(), String> {
         return r;
     }
 
+    // The load form; with --targets, the first of the forms that measure issue 27's targets.
     let mut targets = Targets::default();
     if cli.targets {
-        let messages = cli.messages.unwrap_or(100_000);
         println!("## Requests\n");
-        load(
-            &bin,
-            &exe,
-            &tmp,
-            &pipe_script,
-            rounds,
-            seconds,
-            conns,
-            &mut targets,
-        )?;
-        println!("\n## Memory\n");
-        memory::run(&bin, &tmp, None, &mut targets)?;
-        println!("\n## Delivery\n");
-        delivery::run(&bin, &tmp, messages, 64, cli.pending, None, &mut targets)?;
-        println!("\n## Start-up replay\n");
-        replay(&bin, &tmp, cli.commands, cli.singles, &mut targets)?;
-        println!("\n## Restarts and snapshots\n");
-        snapshots(
-            &bin,
-            &tmp,
-            cli.writes,
-            cli.keys,
-            cli.min_bytes,
-            &mut targets,
-        )?;
-        println!("\n## Issue 27's targets in this run\n");
-        targets.print();
-        println!();
-        println!("hard targets missed in this run: {}", targets.missed());
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Ok(());
     }
     let r = load(
         &bin,
@@ -1045,6 +1014,27 @@ fn run() -> Result<(), String> {
         conns,
         &mut targets,
     );
+    if !cli.targets || r.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return r;
+    }
+    let r = (|| {
+        println!("\n## Memory\n");
+        memory::run(&bin, &tmp, None, &mut targets)?;
+        println!("\n## Delivery\n");
+        let messages = cli.messages.unwrap_or(100_000);
+        delivery::run(&bin, &tmp, messages, 64, cli.pending, None, &mut targets)?;
+        println!("\n## Start-up replay\n");
+        replay(&bin, &tmp, cli.commands, cli.singles, &mut targets)?;
+        println!("\n## Restarts and snapshots\n");
+        let (writes, keys, min) = (cli.writes, cli.keys, cli.min_bytes);
+        snapshots(&bin, &tmp, writes, keys, min, &mut targets)?;
+        println!("\n## Issue 27's targets in this run\n");
+        targets.print();
+        println!();
+        println!("hard targets missed in this run: {}", targets.missed());
+        Ok(())
+    })();
     let _ = std::fs::remove_dir_all(&tmp);
     r
 }
