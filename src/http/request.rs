@@ -352,47 +352,44 @@ fn scan_batch(text: &str) -> Option<Vec<Vec<Vec<u8>>>> {
 
 /// A body `["CMD", arg, ...]`.
 pub fn parse_single(body: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let text = std::str::from_utf8(body)
-        .map_err(|_| "ERR the request body is not valid UTF-8 JSON".to_string())?;
-    if let Some(cmd) = scan_single(text) {
-        return Ok(cmd);
-    }
-    let mut refused = None;
-    let cmd = read_json(
-        text,
-        Command {
-            refused: &mut refused,
-        },
+    parse_body(
+        body,
+        scan_single,
+        |text, refused| read_json(text, Command { refused }),
+        "a JSON array of command and arguments",
     )
-    .map_err(|e| {
-        format!("ERR the request body must be a JSON array of command and arguments: {e}")
-    })?;
-    match refused {
-        Some(why) => Err(why),
-        None => Ok(cmd),
-    }
 }
 
 /// A body `[["CMD", arg, ...], ...]` (pipeline and transaction).
 pub fn parse_batch(body: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, String> {
+    parse_body(
+        body,
+        scan_batch,
+        |text, refused| read_json(text, Commands { refused }),
+        "a JSON array of commands, each an array",
+    )
+}
+
+/// A command body read by `scan` when it reads it, otherwise by `read` (serde), whose first
+/// refusal is answered once the whole body was read, so that a JSON error later in it is the
+/// one reported; `shape` says what the body must be, in a JSON error's text.
+fn parse_body<T>(
+    body: &[u8],
+    scan: impl FnOnce(&str) -> Option<T>,
+    read: impl FnOnce(&str, &mut Option<String>) -> Result<T, serde_json::Error>,
+    shape: &str,
+) -> Result<T, String> {
     let text = std::str::from_utf8(body)
         .map_err(|_| "ERR the request body is not valid UTF-8 JSON".to_string())?;
-    if let Some(cmds) = scan_batch(text) {
-        return Ok(cmds);
+    if let Some(read_by_hand) = scan(text) {
+        return Ok(read_by_hand);
     }
     let mut refused = None;
-    let cmds = read_json(
-        text,
-        Commands {
-            refused: &mut refused,
-        },
-    )
-    .map_err(|e| {
-        format!("ERR the request body must be a JSON array of commands, each an array: {e}")
-    })?;
+    let read = read(text, &mut refused)
+        .map_err(|e| format!("ERR the request body must be {shape}: {e}"))?;
     match refused {
         Some(why) => Err(why),
-        None => Ok(cmds),
+        None => Ok(read),
     }
 }
 
