@@ -15,7 +15,7 @@
 pub mod format;
 pub mod keys;
 
-use crate::config::{Retention, SNAPSHOT_CHUNK_BYTES};
+use crate::config::{Retention, SNAPSHOT_CHUNK_BYTES, SNAPSHOT_PREFETCH_KEYS_AHEAD};
 use crate::delivery::image::DeliveryImage;
 use crate::delivery::Delivery;
 use crate::state::databases::{CatalogImage, Databases, DbId, DEFAULT_DB};
@@ -24,6 +24,7 @@ use crate::wal::reader::list_segments;
 use crate::wal::writer::sync_dir;
 use format::*;
 use serde::Serialize;
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -295,8 +296,21 @@ pub fn read(path: &Path, data: &[u8], mut progress: impl FnMut(u64)) -> Result<L
                 if let Some(all) = declared.take() {
                     fill.db.reserve_keys(usize::try_from(all).unwrap_or(0));
                 }
-                for _ in 0..n {
-                    let (k, e) = keys::read_entry(&mut c).map_err(in_chunk)?;
+                // Each key's slot is fetched when the key is read, a few keys before its
+                // insert: the inserts land at random places of a large table, and a miss waited
+                // for at each was most of the load's time.
+                let mut ahead = VecDeque::with_capacity(SNAPSHOT_PREFETCH_KEYS_AHEAD);
+                let mut read = 0;
+                loop {
+                    while read < n && ahead.len() < SNAPSHOT_PREFETCH_KEYS_AHEAD {
+                        let (k, e) = keys::read_entry(&mut c).map_err(in_chunk)?;
+                        fill.db.prefetch_slot(&k);
+                        ahead.push_back((k, e));
+                        read += 1;
+                    }
+                    let Some((k, e)) = ahead.pop_front() else {
+                        break;
+                    };
                     if fill.db.raw().contains_key(&k) {
                         return Err(in_chunk(format!(
                             "key {:?} appears twice",

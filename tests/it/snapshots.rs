@@ -884,6 +884,51 @@ fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
     }
 }
 
+/// Guards the load that reads keys ahead of their insert (`SNAPSHOT_PREFETCH_KEYS_AHEAD`): a
+/// key written twice in a chunk of many more keys than it reads ahead is still damage, named,
+/// wherever the two fall, and the server refuses the file rather than keeping either value.
+#[test]
+fn a_key_written_twice_in_a_snapshot_is_damage() {
+    use tidepool::command::pipeline;
+    let ts = 1_767_225_600_000u64;
+    let mut db = Db::new();
+    let mut rng = Rng::new(1);
+    for i in 0..100 {
+        let args = vec![
+            b"SET".to_vec(),
+            format!("key:{i:03}").into_bytes(),
+            b"v".to_vec(),
+        ];
+        assert!(!pipeline::replay(&mut db, &mut rng, ts, &args).is_error());
+    }
+    let dir = TempDir::new("snap-key-twice");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("wal")).expect("wal");
+    let header = snapshot::format::SnapshotHeader {
+        seq: 100,
+        record_unix_ms: ts,
+        created_unix_ms: ts,
+    };
+    snapshot::write_file(
+        &data,
+        &Databases::with_default(db),
+        &Delivery::new(),
+        header,
+        |_| {},
+    )
+    .expect("write");
+    let path = snapshots_in(&data).pop().expect("snapshot");
+    rewrite_in_chunk(&path, b"key:097", b"key:003");
+    let err = match snapshot::read_file(&path, |_| {}) {
+        Err(d) => d.to_string(),
+        Ok(_) => panic!("a key written twice was read as whole"),
+    };
+    assert!(err.contains("key \"key:003\" appears twice"), "{err}");
+    assert!(err.contains("at offset"), "{err}");
+    let e = Server::try_start(&data, &[]).err().expect("refused");
+    assert!(e.contains("appears twice"), "{e}");
+}
+
 /// Replaces `from` (found once in the snapshot, inside a chunk) with `to`, and writes that
 /// chunk again with its length and checksum: contents that contradict themselves under a
 /// matching checksum.
