@@ -52,6 +52,9 @@ pub const REPLAY_PREFETCH_NODES_AHEAD: usize = 8;
 /// A snapshot's load reads a key this many keys before inserting it, and fetches its slot
 /// then (`snapshot::read`), for the same reason.
 pub const SNAPSHOT_PREFETCH_KEYS_AHEAD: usize = 16;
+/// A walk of a table (`SortedTable::iter`) fetches what the element this many slots on points
+/// to before its turn. At least 1.
+pub const WALK_PREFETCH_SLOTS_AHEAD: usize = 16;
 /// Keys removed by one expiry cycle at most.
 pub const EXPIRE_CYCLE_KEYS_MAX: usize = 2048;
 /// How often a delivery attempt waiting for its record to be durable looks again, should a

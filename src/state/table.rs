@@ -27,6 +27,7 @@
 //! slot is an `Option<(u64, T)>`, which the compiler lays out without a tag.
 
 use super::key::{stable_hash, Key};
+use crate::config::WALK_PREFETCH_SLOTS_AHEAD;
 
 /// What a table holds in a slot: something with a key.
 pub trait Element {
@@ -322,14 +323,33 @@ impl<T: Element> SortedTable<T> {
         crate::alloc::chunk(self.slots.capacity() * std::mem::size_of::<Slot<T>>())
     }
 
-    /// Every element, in hash order.
+    /// Every element, in hash order. What an element points to is fetched
+    /// `WALK_PREFETCH_SLOTS_AHEAD` slots before its turn: a keyspace's nodes lie in no order
+    /// the slots know, and a walk that waited for each (the count of every key's bytes after a
+    /// restart) waited for a miss a key.
     pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.slots.iter().flatten().map(|(_, e)| e)
+        let slots = &self.slots;
+        slots.iter().enumerate().filter_map(move |(i, s)| {
+            if let Some(Some((_, ahead))) = slots.get(i + WALK_PREFETCH_SLOTS_AHEAD) {
+                ahead.prefetch();
+            }
+            s.as_ref().map(|(_, e)| e)
+        })
     }
 
-    /// Every element, to change in place (its key must stay).
+    /// Every element, to change in place (its key must stay); fetched ahead as `iter` does.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.slots.iter_mut().flatten().map(|(_, e)| e)
+        let mut rest = self.slots.as_mut_slice();
+        std::iter::from_fn(move || loop {
+            let (first, after) = std::mem::take(&mut rest).split_first_mut()?;
+            if let Some(Some((_, ahead))) = after.get(WALK_PREFETCH_SLOTS_AHEAD - 1) {
+                ahead.prefetch();
+            }
+            rest = after;
+            if let Some((_, e)) = first {
+                return Some(e);
+            }
+        })
     }
 
     /// The first position whose element's hash is `cursor` or more.
@@ -714,6 +734,35 @@ mod tests {
         few.reserve(10);
         few.reserve(0);
         assert_eq!(few.len(), 1_000);
+    }
+
+    /// Guards the walks that fetch ahead (`iter`, `iter_mut`): each element once, in the
+    /// slots' order, at every size around the distance they fetch ahead and beyond, and a
+    /// change through `iter_mut` lands on the element it was made to.
+    #[test]
+    fn a_walk_that_fetches_ahead_visits_each_element_once_in_order() {
+        let mut k: Keyspace<u32> = Keyspace::new();
+        for n in 0..3 * WALK_PREFETCH_SLOTS_AHEAD as u32 + 1_000 {
+            let in_slots: Vec<Vec<u8>> = k
+                .table
+                .slots
+                .iter()
+                .flatten()
+                .map(|(_, e)| e.key().to_vec())
+                .collect();
+            let walked: Vec<Vec<u8>> = k.iter().map(|(a, _)| a.to_vec()).collect();
+            assert_eq!(walked, in_slots, "{n} elements");
+            for (key, v) in k.iter_mut() {
+                *v = u32::try_from(key.len()).unwrap_or(0) + 1_000_000;
+            }
+            let changed: Vec<Vec<u8>> = k.iter().map(|(a, _)| a.to_vec()).collect();
+            assert_eq!(changed, in_slots);
+            for key in &in_slots {
+                let want = u32::try_from(key.len()).unwrap_or(0) + 1_000_000;
+                assert_eq!(k.get(key), Some(&want));
+            }
+            k.insert(format!("key:{n}").as_bytes(), n);
+        }
     }
 
     /// Elements present for a whole scan are returned by it while others come and go and the
