@@ -848,21 +848,7 @@ fn a_snapshot_that_contradicts_itself_is_damage_with_its_place() {
         }
         let dir = TempDir::new(&format!("snap-contradicts-{i}"));
         let data = dir.path().join("data");
-        std::fs::create_dir_all(data.join("wal")).expect("wal");
-        let header = snapshot::format::SnapshotHeader {
-            seq: 4,
-            record_unix_ms: ts,
-            created_unix_ms: ts,
-        };
-        snapshot::write_file(
-            &data,
-            &Databases::with_default(db),
-            &Delivery::new(),
-            header,
-            |_| {},
-        )
-        .expect("write");
-        let path = snapshots_in(&data).pop().expect("snapshot");
+        let path = write_snapshot_of(db, &data, 4, ts);
         if let Spoil::Nodes(nodes) = spoil {
             rewrite_in_chunk(&path, NODES, nodes);
         }
@@ -903,21 +889,7 @@ fn a_key_written_twice_in_a_snapshot_is_damage() {
     }
     let dir = TempDir::new("snap-key-twice");
     let data = dir.path().join("data");
-    std::fs::create_dir_all(data.join("wal")).expect("wal");
-    let header = snapshot::format::SnapshotHeader {
-        seq: 100,
-        record_unix_ms: ts,
-        created_unix_ms: ts,
-    };
-    snapshot::write_file(
-        &data,
-        &Databases::with_default(db),
-        &Delivery::new(),
-        header,
-        |_| {},
-    )
-    .expect("write");
-    let path = snapshots_in(&data).pop().expect("snapshot");
+    let path = write_snapshot_of(db, &data, 100, ts);
     rewrite_in_chunk(&path, b"key:097", b"key:003");
     let err = match snapshot::read_file(&path, |_| {}) {
         Err(d) => d.to_string(),
@@ -927,6 +899,26 @@ fn a_key_written_twice_in_a_snapshot_is_damage() {
     assert!(err.contains("at offset"), "{err}");
     let e = Server::try_start(&data, &[]).err().expect("refused");
     assert!(e.contains("appears twice"), "{e}");
+}
+
+/// Writes `db` as the default database of a snapshot at record `seq` (made at `ts`) into the
+/// new data directory `data`, beside an empty log: the snapshot's path.
+fn write_snapshot_of(db: Db, data: &Path, seq: u64, ts: u64) -> PathBuf {
+    std::fs::create_dir_all(data.join("wal")).expect("wal");
+    let header = snapshot::format::SnapshotHeader {
+        seq,
+        record_unix_ms: ts,
+        created_unix_ms: ts,
+    };
+    snapshot::write_file(
+        data,
+        &Databases::with_default(db),
+        &Delivery::new(),
+        header,
+        |_| {},
+    )
+    .expect("write");
+    snapshots_in(data).pop().expect("snapshot")
 }
 
 /// Replaces `from` (found once in the snapshot, inside a chunk) with `to`, and writes that
