@@ -897,6 +897,9 @@ fn a_key_written_twice_in_a_snapshot_is_damage() {
     };
     assert!(err.contains("key \"key:003\" appears twice"), "{err}");
     assert!(err.contains("at offset"), "{err}");
+    let (code, out) = log_tool(&["verify", data.to_str().expect("path")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("appears twice"), "{out}");
     let e = Server::try_start(&data, &[]).err().expect("refused");
     assert!(e.contains("appears twice"), "{e}");
 }
