@@ -30,7 +30,7 @@ pub enum ExecMode {
 /// error (its command still ran, writes included).
 pub fn run_request(
     ctx: &mut Ctx,
-    cmds: Vec<Vec<Vec<u8>>>,
+    mut cmds: Vec<Vec<Vec<u8>>>,
     mode: ExecMode,
 ) -> Result<Vec<Reply>, String> {
     if mode == ExecMode::Multi {
@@ -59,7 +59,44 @@ pub fn run_request(
     }
     let mut replies = Vec::with_capacity(cmds.len());
     let mut reply_bytes = 0usize;
-    for args in cmds {
+    // A pipeline's keys are brought into the cache ahead of their turn, as replay's are
+    // (`machine::apply_commands`): each command's second argument, where nearly every
+    // command names its key, its slot `PIPELINE_PREFETCH_SLOTS_AHEAD` commands before its turn
+    // and its node `PIPELINE_PREFETCH_NODES_AHEAD` before. A hint only: an argument that is no
+    // key costs a fetch and changes nothing. One command alone has nothing to overlap with,
+    // and a keyspace of fewer than `PIPELINE_PREFETCH_KEYS_MIN` keys stays in the cache, where
+    // the fetches' own work (each key hashed twice more) is all they would add.
+    let prefetch = cmds.len() > 1 && ctx.db.len() >= config::PIPELINE_PREFETCH_KEYS_MIN;
+    if prefetch {
+        for args in cmds.iter().take(config::PIPELINE_PREFETCH_SLOTS_AHEAD) {
+            if let Some(k) = args.get(1) {
+                ctx.db.prefetch_slot(k);
+            }
+        }
+        for args in cmds.iter().take(config::PIPELINE_PREFETCH_NODES_AHEAD) {
+            if let Some(k) = args.get(1) {
+                ctx.db.prefetch_node(k);
+            }
+        }
+    }
+    for i in 0..cmds.len() {
+        if prefetch {
+            if let Some(k) = cmds
+                .get(i + config::PIPELINE_PREFETCH_SLOTS_AHEAD)
+                .and_then(|a| a.get(1))
+            {
+                ctx.db.prefetch_slot(k);
+            }
+            if let Some(k) = cmds
+                .get(i + config::PIPELINE_PREFETCH_NODES_AHEAD)
+                .and_then(|a| a.get(1))
+            {
+                ctx.db.prefetch_node(k);
+            }
+        }
+        // Taken out whole (the run may keep it as the logged form), the ones after it left
+        // in place for the fetches ahead.
+        let args = std::mem::take(&mut cmds[i]);
         let reply = run_checked(ctx, args);
         let size = reply.wire_bytes();
         if reply_bytes + size > config::REPLY_BYTES_MAX {

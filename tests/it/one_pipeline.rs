@@ -200,3 +200,89 @@ fn info_and_pubsub_run_from_lua() {
         c.cmd_str(&["PUBSUB", "NUMSUB", "x"])
     );
 }
+
+/// Guards the pipeline's fetches ahead (`PIPELINE_PREFETCH_KEYS_MIN`, `_SLOTS_AHEAD`,
+/// `_NODES_AHEAD`), which only a database of tens of thousands of keys takes: on two servers
+/// holding the same 70,000 keys, the same mixed commands (keys present and absent, commands
+/// whose second argument is no key, or that have none) answer alike sent as pipelines of
+/// several lengths and as transactions on one, one request at a time on the other, and leave
+/// the same data behind.
+#[test]
+fn a_pipeline_over_a_large_keyspace_answers_as_its_commands_one_by_one() {
+    let keys = 70_000usize;
+    assert!(keys > tidepool::config::PIPELINE_PREFETCH_KEYS_MIN);
+    let (da, db) = (TempDir::new("prefetch-a"), TempDir::new("prefetch-b"));
+    let (a, b) = (Server::start(da.path(), &[]), Server::start(db.path(), &[]));
+    let (mut ca, mut cb) = (a.client(), b.client());
+    let arg = |s: String| s.into_bytes();
+    for c in [&mut ca, &mut cb] {
+        for chunk in (0..keys).collect::<Vec<_>>().chunks(1_000) {
+            let sets: Vec<Vec<Vec<u8>>> = chunk
+                .iter()
+                .map(|i| vec![arg("SET".into()), arg(format!("k{i}")), arg(format!("{i}"))])
+                .collect();
+            assert!(c.pipeline(&sets).iter().all(|r| !r.is_err()));
+        }
+    }
+    let mut rng = tidepool::rng::Rng::new(7);
+    let mut cmds: Vec<Vec<Vec<u8>>> = Vec::new();
+    for _ in 0..400 {
+        // Keys that exist, and some past the end that do not.
+        let k = format!("k{}", rng.below(keys + keys / 10));
+        let cmd: Vec<String> = match rng.below(12) {
+            0 => vec!["SET".into(), k, format!("v{}", rng.below(100))],
+            1 | 2 => vec!["GET".into(), k],
+            3 => vec!["INCR".into(), k],
+            4 => vec!["DEL".into(), k],
+            5 => vec!["APPEND".into(), k, "x".into()],
+            6 => vec!["EXISTS".into(), k, format!("k{}", rng.below(keys))],
+            7 => vec!["MGET".into(), k, format!("k{}", rng.below(keys))],
+            8 => vec!["ECHO".into(), k],
+            9 => vec!["PING".into()],
+            10 => vec!["HSET".into(), format!("h{}", rng.below(8)), k, "1".into()],
+            _ => vec!["GET".into(), String::new()],
+        };
+        cmds.push(cmd.into_iter().map(arg).collect());
+    }
+    let mut at = 0;
+    for (i, len) in [2usize, 17, 100, 7, 1, 60, 150, 63].into_iter().enumerate() {
+        let part = &cmds[at..at + len];
+        at += len;
+        let got: Vec<Canon> = if i % 2 == 0 {
+            ca.pipeline(part)
+        } else {
+            let body = format!(
+                "[{}]",
+                part.iter()
+                    .map(|c| json_array(c))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let r = ca.request(
+                "POST",
+                "/multi-exec",
+                &[("Upstash-Encoding", "base64")],
+                body.as_bytes(),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            let v = r.json();
+            v.as_array()
+                .expect("replies")
+                .iter()
+                .map(envelope_to_canon)
+                .collect()
+        };
+        let want: Vec<Canon> = part.iter().map(|c| cb.cmd(c)).collect();
+        assert_eq!(got, want, "part {i} of {len} commands");
+    }
+    assert_eq!(at, cmds.len());
+    for i in (0..keys + keys / 10).step_by(97) {
+        let k = format!("k{i}");
+        assert_eq!(ca.cmd_str(&["GET", &k]), cb.cmd_str(&["GET", &k]), "{k}");
+    }
+    for h in 0..8 {
+        let h = format!("h{h}");
+        assert_eq!(ca.cmd_str(&["HLEN", &h]), cb.cmd_str(&["HLEN", &h]), "{h}");
+    }
+    assert_eq!(ca.cmd_str(&["DBSIZE"]), cb.cmd_str(&["DBSIZE"]));
+}
