@@ -468,6 +468,15 @@ impl Http {
 
     /// A pipeline, decoded entry by entry.
     pub fn pipeline(&mut self, cmds: &[Vec<Vec<u8>>]) -> Vec<Canon> {
+        self.batch("/pipeline", cmds)
+    }
+
+    /// A transaction (`/multi-exec`) that runs, decoded entry by entry.
+    pub fn multi_exec(&mut self, cmds: &[Vec<Vec<u8>>]) -> Vec<Canon> {
+        self.batch("/multi-exec", cmds)
+    }
+
+    fn batch(&mut self, path: &str, cmds: &[Vec<Vec<u8>>]) -> Vec<Canon> {
         let body = format!(
             "[{}]",
             cmds.iter()
@@ -477,11 +486,11 @@ impl Http {
         );
         let r = self.request(
             "POST",
-            "/pipeline",
+            path,
             &[("Upstash-Encoding", "base64")],
             body.as_bytes(),
         );
-        assert_eq!(r.status, 200, "pipeline status: {}", r.text());
+        assert_eq!(r.status, 200, "{path} status: {}", r.text());
         r.json()
             .as_array()
             .expect("array")
