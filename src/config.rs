@@ -60,6 +60,9 @@ pub const PIPELINE_PREFETCH_NODES_AHEAD: usize = 8;
 /// the processor's caches (at 100 hot keys the fetches cost a pipeline of SETs 5 % more
 /// instructions and gained nothing; over 1,000,000 keys they gained a third).
 pub const PIPELINE_PREFETCH_KEYS_MIN: usize = 1 << 16;
+/// The longest argument a pipeline fetches ahead as a key: the stable hash reads a byte in a
+/// few cycles, so past this its two extra hashes cost more than the misses they hide.
+pub const PIPELINE_PREFETCH_KEY_BYTES_MAX: usize = 128;
 /// A walk of a table (`SortedTable::iter`) fetches what the element this many slots on points
 /// to before its turn. At least 1.
 pub const WALK_PREFETCH_SLOTS_AHEAD: usize = 16;

@@ -68,29 +68,23 @@ pub fn run_request(
     // the fetches' own work (each key hashed twice more) is all they would add.
     let prefetch = cmds.len() > 1 && ctx.db.len() >= config::PIPELINE_PREFETCH_KEYS_MIN;
     if prefetch {
-        for args in cmds.iter().take(config::PIPELINE_PREFETCH_SLOTS_AHEAD) {
-            if let Some(k) = args.get(1) {
+        for i in 0..config::PIPELINE_PREFETCH_SLOTS_AHEAD {
+            if let Some(k) = key_ahead(&cmds, i) {
                 ctx.db.prefetch_slot(k);
             }
         }
-        for args in cmds.iter().take(config::PIPELINE_PREFETCH_NODES_AHEAD) {
-            if let Some(k) = args.get(1) {
+        for i in 0..config::PIPELINE_PREFETCH_NODES_AHEAD {
+            if let Some(k) = key_ahead(&cmds, i) {
                 ctx.db.prefetch_node(k);
             }
         }
     }
     for i in 0..cmds.len() {
         if prefetch {
-            if let Some(k) = cmds
-                .get(i + config::PIPELINE_PREFETCH_SLOTS_AHEAD)
-                .and_then(|a| a.get(1))
-            {
+            if let Some(k) = key_ahead(&cmds, i + config::PIPELINE_PREFETCH_SLOTS_AHEAD) {
                 ctx.db.prefetch_slot(k);
             }
-            if let Some(k) = cmds
-                .get(i + config::PIPELINE_PREFETCH_NODES_AHEAD)
-                .and_then(|a| a.get(1))
-            {
+            if let Some(k) = key_ahead(&cmds, i + config::PIPELINE_PREFETCH_NODES_AHEAD) {
                 ctx.db.prefetch_node(k);
             }
         }
@@ -107,6 +101,16 @@ pub fn run_request(
         }
     }
     Ok(replies)
+}
+
+/// The argument of command `i` whose key a pipeline fetches ahead: its second, unless longer
+/// than `PIPELINE_PREFETCH_KEY_BYTES_MAX` (hashing a long one, an `EVAL`'s script say, would
+/// cost more than the miss it hides).
+fn key_ahead(cmds: &[Vec<Vec<u8>>], i: usize) -> Option<&[u8]> {
+    cmds.get(i)
+        .and_then(|args| args.get(1))
+        .map(Vec::as_slice)
+        .filter(|k| k.len() <= config::PIPELINE_PREFETCH_KEY_BYTES_MAX)
 }
 
 /// Checks and runs one command. What it changed is added to `ctx.logged` in deterministic

@@ -202,11 +202,12 @@ fn info_and_pubsub_run_from_lua() {
 }
 
 /// Guards the pipeline's fetches ahead (`PIPELINE_PREFETCH_KEYS_MIN`, `_SLOTS_AHEAD`,
-/// `_NODES_AHEAD`), which only a database of tens of thousands of keys takes: on two servers
-/// holding the same 70,000 keys, the same mixed commands (keys present and absent, commands
-/// whose second argument is no key, or that have none) answer alike sent as pipelines of
-/// several lengths, as transactions and as a RESP pipeline on one, one request at a time on the
-/// other, and leave the same data behind.
+/// `_NODES_AHEAD`, `_KEY_BYTES_MAX`), which only a database of tens of thousands of keys
+/// takes: on two servers holding the same 70,000 keys, the same mixed commands (keys present
+/// and absent, keys longer than the fetches take, commands whose second argument is no key,
+/// or that have none) answer alike sent as pipelines of several lengths, as transactions and
+/// as a RESP pipeline on one, one request at a time on the other, and leave the same data
+/// behind.
 #[test]
 fn a_pipeline_over_a_large_keyspace_answers_as_its_commands_one_by_one() {
     let keys = 70_000usize;
@@ -229,7 +230,7 @@ fn a_pipeline_over_a_large_keyspace_answers_as_its_commands_one_by_one() {
     for _ in 0..400 {
         // Keys that exist, and some past the end that do not.
         let k = format!("k{}", rng.below(keys + keys / 10));
-        let cmd: Vec<String> = match rng.below(12) {
+        let cmd: Vec<String> = match rng.below(14) {
             0 => vec!["SET".into(), k, format!("v{}", rng.below(100))],
             1 | 2 => vec!["GET".into(), k],
             3 => vec!["INCR".into(), k],
@@ -240,6 +241,13 @@ fn a_pipeline_over_a_large_keyspace_answers_as_its_commands_one_by_one() {
             8 => vec!["ECHO".into(), k],
             9 => vec!["PING".into()],
             10 => vec!["HSET".into(), format!("h{}", rng.below(8)), k, "1".into()],
+            // Keys longer than a pipeline fetches ahead.
+            11 => vec![
+                "SET".into(),
+                format!("{k}{}", "x".repeat(200)),
+                "long".into(),
+            ],
+            12 => vec!["GET".into(), format!("{k}{}", "x".repeat(200))],
             _ => vec!["GET".into(), String::new()],
         };
         cmds.push(cmd.into_iter().map(arg).collect());
