@@ -114,11 +114,17 @@ fn sets() -> Vec<DataSet> {
 /// Arguments sent per round trip while loading.
 const BATCH_ARGS: usize = 30_000;
 
-/// RSS once it has not moved for two seconds (a restart's replay, the allocator settling, and
-/// tidepool giving its allocator's free memory back, which it looks at every second), or
-/// after ten seconds whatever it does. The same wait for both servers.
+/// RSS once it has not moved for a while (a restart's replay, the allocator settling, and
+/// tidepool giving its allocator's free memory back), or after twelve seconds whatever it
+/// does. The same wait for both servers. The while is `STILL_FOR`: tidepool trims at the
+/// second of its looks (every `HEAP_TRIM_INTERVAL_MS`) after a burst's last write, up to two
+/// intervals after it, so a window of two seconds could close just before the trim, and the
+/// load's figure then held the freed buffers of its requests (the 1,000 hashes read 17.4 MB
+/// in one run of four, against 15.2-15.5 MB).
 fn settled_rss(pid: u32) -> Result<u64, String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    const STILL_FOR: Duration =
+        Duration::from_millis(2 * tidepool::config::HEAP_TRIM_INTERVAL_MS + 1_000);
+    let deadline = Instant::now() + Duration::from_secs(12);
     let mut last = super::rss_kib(pid)?;
     let mut still_since = Instant::now();
     loop {
@@ -127,7 +133,7 @@ fn settled_rss(pid: u32) -> Result<u64, String> {
         if now != last {
             last = now;
             still_since = Instant::now();
-        } else if still_since.elapsed() >= Duration::from_secs(2) {
+        } else if still_since.elapsed() >= STILL_FOR {
             return Ok(now);
         }
         if Instant::now() > deadline {
