@@ -44,25 +44,23 @@ pub const HEAP_TRIM_INTERVAL_MS: u64 = 1_000;
 /// The bytes a burst must write to the log or free of data before the allocator's free memory
 /// is given back after it (a trim walks every free chunk: 10-20 ms on a large, holed heap).
 pub const HEAP_TRIM_MOVED_BYTES_MIN: u64 = 1 << 20;
-/// Replay brings a command's first key's slot into the cache this many commands before its
-/// turn, and its node this many (`machine::apply_commands`): far enough ahead that the miss
-/// has landed by then, near enough that it has not been pushed out again.
-pub const REPLAY_PREFETCH_SLOTS_AHEAD: usize = 16;
-pub const REPLAY_PREFETCH_NODES_AHEAD: usize = 8;
+/// A run of commands (a replayed record, a request's pipeline or transaction) brings a
+/// command's key's slot into the cache this many commands before its turn, and its node this
+/// many (`machine::apply_commands`, `command::pipeline::run_request`): far enough ahead that
+/// the miss has landed by then, near enough that it has not been pushed out again.
+pub const PREFETCH_SLOTS_AHEAD: usize = 16;
+pub const PREFETCH_NODES_AHEAD: usize = 8;
+/// The longest argument fetched ahead as a key (`command::pipeline::prefetch_key`): the
+/// stable hash reads a byte in a few cycles, so past this its two extra hashes cost more than
+/// the misses they hide.
+pub const PREFETCH_KEY_BYTES_MAX: usize = 128;
 /// A snapshot's load reads a key this many keys before inserting it, and fetches its slot
 /// then (`snapshot::read`), for the same reason.
 pub const SNAPSHOT_PREFETCH_KEYS_AHEAD: usize = 16;
-/// A request's pipeline or transaction fetches a command's first key's slot this many commands
-/// before its turn, and its node this many (`command::pipeline::run_request`), as replay does.
-pub const PIPELINE_PREFETCH_SLOTS_AHEAD: usize = 16;
-pub const PIPELINE_PREFETCH_NODES_AHEAD: usize = 8;
 /// The keys a database holds before a pipeline fetches ahead: a smaller keyspace stays in
 /// the processor's caches (at 100 hot keys the fetches cost a pipeline of SETs 5 % more
 /// instructions and gained nothing; over 1,000,000 keys they gained a third).
 pub const PIPELINE_PREFETCH_KEYS_MIN: usize = 1 << 16;
-/// The longest argument a pipeline fetches ahead as a key: the stable hash reads a byte in a
-/// few cycles, so past this its two extra hashes cost more than the misses they hide.
-pub const PIPELINE_PREFETCH_KEY_BYTES_MAX: usize = 128;
 /// A walk of a table (`SortedTable::iter`) fetches what the element this many slots on points
 /// to before its turn. At least 1.
 pub const WALK_PREFETCH_SLOTS_AHEAD: usize = 16;

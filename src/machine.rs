@@ -415,27 +415,20 @@ fn apply_commands<'c>(
     cmds: impl Iterator<Item = &'c [Vec<u8>]> + Clone,
     infos: &[&'static CommandInfo],
 ) -> Applied {
-    // The commands' first keys are brought into the cache ahead of their turn: the slot of
-    // the command `REPLAY_PREFETCH_SLOTS_AHEAD` on, and the node of the one
-    // `REPLAY_PREFETCH_NODES_AHEAD` on (its slot, fetched before, says where the node is).
+    // The commands' keys (`pipeline::prefetch_key`) are brought into the cache ahead of their
+    // turn: the slot of the command `PREFETCH_SLOTS_AHEAD` on, and the node of the one
+    // `PREFETCH_NODES_AHEAD` on (its slot, fetched before, says where the node is).
     // The lookups of a record's commands are independent, so their misses overlap with the
     // commands before them instead of coming one after another.
-    use crate::config::{REPLAY_PREFETCH_NODES_AHEAD, REPLAY_PREFETCH_SLOTS_AHEAD};
-    let first_keys = || cmds.clone().map(|args| args.get(1).map(Vec::as_slice));
+    use crate::command::pipeline::prefetch_key;
+    use crate::config::{PREFETCH_NODES_AHEAD, PREFETCH_SLOTS_AHEAD};
+    let first_keys = || cmds.clone().map(prefetch_key);
     let mut slots_ahead = first_keys();
     let mut nodes_ahead = first_keys();
-    for k in slots_ahead
-        .by_ref()
-        .take(REPLAY_PREFETCH_SLOTS_AHEAD)
-        .flatten()
-    {
+    for k in slots_ahead.by_ref().take(PREFETCH_SLOTS_AHEAD).flatten() {
         db.prefetch_slot(k);
     }
-    for k in nodes_ahead
-        .by_ref()
-        .take(REPLAY_PREFETCH_NODES_AHEAD)
-        .flatten()
-    {
+    for k in nodes_ahead.by_ref().take(PREFETCH_NODES_AHEAD).flatten() {
         db.prefetch_node(k);
     }
     let mut errors = 0;

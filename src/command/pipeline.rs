@@ -60,20 +60,19 @@ pub fn run_request(
     let mut replies = Vec::with_capacity(cmds.len());
     let mut reply_bytes = 0usize;
     // A pipeline's keys are brought into the cache ahead of their turn, as replay's are
-    // (`machine::apply_commands`): each command's second argument, where nearly every
-    // command names its key, its slot `PIPELINE_PREFETCH_SLOTS_AHEAD` commands before its turn
-    // and its node `PIPELINE_PREFETCH_NODES_AHEAD` before. A hint only: an argument that is no
-    // key costs a fetch and changes nothing. One command alone has nothing to overlap with,
+    // (`machine::apply_commands`): each command's `prefetch_key`, its slot
+    // `PREFETCH_SLOTS_AHEAD` commands before its turn and its node `PREFETCH_NODES_AHEAD`
+    // before. A hint only: an argument that is no key costs a fetch and changes nothing. One command alone has nothing to overlap with,
     // and a keyspace of fewer than `PIPELINE_PREFETCH_KEYS_MIN` keys stays in the cache, where
     // the fetches' own work (each key hashed twice more) is all they would add.
     let prefetch = cmds.len() > 1 && ctx.db.len() >= config::PIPELINE_PREFETCH_KEYS_MIN;
     if prefetch {
-        for i in 0..config::PIPELINE_PREFETCH_SLOTS_AHEAD {
+        for i in 0..config::PREFETCH_SLOTS_AHEAD {
             if let Some(k) = key_ahead(&cmds, i) {
                 ctx.db.prefetch_slot(k);
             }
         }
-        for i in 0..config::PIPELINE_PREFETCH_NODES_AHEAD {
+        for i in 0..config::PREFETCH_NODES_AHEAD {
             if let Some(k) = key_ahead(&cmds, i) {
                 ctx.db.prefetch_node(k);
             }
@@ -81,10 +80,10 @@ pub fn run_request(
     }
     for i in 0..cmds.len() {
         if prefetch {
-            if let Some(k) = key_ahead(&cmds, i + config::PIPELINE_PREFETCH_SLOTS_AHEAD) {
+            if let Some(k) = key_ahead(&cmds, i + config::PREFETCH_SLOTS_AHEAD) {
                 ctx.db.prefetch_slot(k);
             }
-            if let Some(k) = key_ahead(&cmds, i + config::PIPELINE_PREFETCH_NODES_AHEAD) {
+            if let Some(k) = key_ahead(&cmds, i + config::PREFETCH_NODES_AHEAD) {
                 ctx.db.prefetch_node(k);
             }
         }
@@ -103,14 +102,19 @@ pub fn run_request(
     Ok(replies)
 }
 
-/// The argument of command `i` whose key a pipeline fetches ahead: its second, unless longer
-/// than `PIPELINE_PREFETCH_KEY_BYTES_MAX` (hashing a long one, an `EVAL`'s script say, would
-/// cost more than the miss it hides).
-fn key_ahead(cmds: &[Vec<Vec<u8>>], i: usize) -> Option<&[u8]> {
-    cmds.get(i)
-        .and_then(|args| args.get(1))
+/// What a run of commands (replay's, a pipeline's) fetches ahead for a command: its second
+/// argument, where nearly every command names its key, unless longer than
+/// `PREFETCH_KEY_BYTES_MAX` (hashing a long one, an `EVAL`'s script say, would cost more than
+/// the miss it hides).
+pub fn prefetch_key(args: &[Vec<u8>]) -> Option<&[u8]> {
+    args.get(1)
         .map(Vec::as_slice)
-        .filter(|k| k.len() <= config::PIPELINE_PREFETCH_KEY_BYTES_MAX)
+        .filter(|k| k.len() <= config::PREFETCH_KEY_BYTES_MAX)
+}
+
+/// The key command `i` of a request fetches ahead (`prefetch_key`).
+fn key_ahead(cmds: &[Vec<Vec<u8>>], i: usize) -> Option<&[u8]> {
+    cmds.get(i).and_then(|args| prefetch_key(args))
 }
 
 /// Checks and runs one command. What it changed is added to `ctx.logged` in deterministic

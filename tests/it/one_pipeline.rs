@@ -201,7 +201,7 @@ fn info_and_pubsub_run_from_lua() {
     );
 }
 
-/// Guards the pipeline's fetches ahead (`PIPELINE_PREFETCH_KEYS_MIN`, `_SLOTS_AHEAD`,
+/// Guards the pipeline's fetches ahead (`PIPELINE_PREFETCH_KEYS_MIN`, `PREFETCH_SLOTS_AHEAD`,
 /// `_NODES_AHEAD`, `_KEY_BYTES_MAX`), which only a database of tens of thousands of keys
 /// takes: on two servers holding the same 70,000 keys, the same mixed commands (keys present
 /// and absent, keys longer than the fetches take, commands whose second argument is no key,
