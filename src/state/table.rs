@@ -513,7 +513,8 @@ impl<V> Keyspace<V> {
         self.table.get(key).is_some()
     }
     /// Brings the first slot a lookup of `key` reads into the cache without waiting for it
-    /// (`SortedTable::prefetch_home`); replay calls it a few commands ahead of the key's turn.
+    /// (`SortedTable::prefetch_home`); replay, a request's pipeline and a snapshot's load call it
+    /// a few keys ahead of the key's turn.
     pub fn prefetch_slot(&self, key: &[u8]) {
         self.table.prefetch_home(key);
     }
